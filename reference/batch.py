@@ -1,0 +1,215 @@
+"""The batch, noise and output types of SPEC sections 1 and 2, with validation.
+
+Shapes (B requests, request b proposing k_b drafts, T = sum k_b, V vocabulary):
+
+    num_draft_tokens  [B]        int64   k_b >= 0
+    draft_token_ids   [T]        int64   request-major, ids in [0, V)
+    target_logits     [T + B, V] float32 / bfloat16 / float16 (float64 allowed for the reference)
+    draft_probs       [T, V]     float32 (or float64), rows sum to 1; None = one-hot drafter
+    temperature       [B]        float32, 0 = greedy request
+
+    Noise.uniform     [T]        float32 in (0, 1)
+    Noise.exponential [B, V]     float32, > 0
+
+    SpecOutput.token_ids    [B, K + 1] int64, emitted tokens left-aligned, rest -1
+    SpecOutput.num_accepted [B]        int64
+
+Every violation raises ``ValueError`` naming the field; nothing is clipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from reference import philox
+
+LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+PROB_DTYPES = (torch.float32, torch.float64)
+PROB_SUM_TOLERANCE = 1e-3
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _require_tensor(name: str, value, ndim: int, dtypes: tuple) -> None:
+    _require(isinstance(value, torch.Tensor), f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    _require(value.dim() == ndim, f"{name} must have {ndim} dimension(s), got shape {tuple(value.shape)}")
+    names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+    _require(value.dtype in dtypes, f"{name} must have dtype {names}; got {str(value.dtype).replace('torch.', '')}")
+
+
+@dataclass(frozen=True)
+class SpecBatch:
+    """One verification step: B requests with ragged draft counts (SPEC section 1)."""
+
+    num_draft_tokens: torch.Tensor
+    draft_token_ids: torch.Tensor
+    target_logits: torch.Tensor
+    draft_probs: torch.Tensor | None
+    temperature: torch.Tensor
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---- derived sizes -------------------------------------------------------
+    @property
+    def num_requests(self) -> int:
+        return self.num_draft_tokens.shape[0]
+
+    @property
+    def num_drafts(self) -> int:
+        return self.draft_token_ids.shape[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target_logits.shape[1]
+
+    @property
+    def max_draft(self) -> int:
+        return int(self.num_draft_tokens.max()) if self.num_requests else 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.target_logits.device
+
+    def draft_offsets(self) -> torch.Tensor:
+        """[B + 1] int64: request b's drafts are draft_token_ids[off[b]:off[b+1]]."""
+        off = torch.zeros(self.num_requests + 1, dtype=torch.int64, device=self.num_draft_tokens.device)
+        off[1:] = torch.cumsum(self.num_draft_tokens, 0)
+        return off
+
+    def logit_offsets(self) -> torch.Tensor:
+        """[B + 1] int64: request b's k_b + 1 logit rows are target_logits[off[b]:off[b+1]]."""
+        return self.draft_offsets() + torch.arange(self.num_requests + 1, device=self.num_draft_tokens.device)
+
+    def to(self, device) -> "SpecBatch":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return SpecBatch(*(move(getattr(self, f)) for f in
+                           ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")))
+
+    # ---- validation ----------------------------------------------------------
+    def validate(self) -> None:
+        _require_tensor("num_draft_tokens", self.num_draft_tokens, 1, (torch.int64,))
+        _require_tensor("draft_token_ids", self.draft_token_ids, 1, (torch.int64,))
+        _require_tensor("target_logits", self.target_logits, 2, LOGIT_DTYPES)
+        _require_tensor("temperature", self.temperature, 1, (torch.float32, torch.float64))
+        B, T = self.num_draft_tokens.shape[0], self.draft_token_ids.shape[0]
+        V = self.target_logits.shape[1]
+        _require(V >= 1, f"target_logits must have at least one vocabulary column, got shape {tuple(self.target_logits.shape)}")
+        _require(bool((self.num_draft_tokens >= 0).all()),
+                 f"num_draft_tokens must be >= 0, got {self.num_draft_tokens.tolist()}")
+        total = int(self.num_draft_tokens.sum()) if B else 0
+        _require(total == T, f"draft_token_ids has {T} entries but num_draft_tokens sums to {total}")
+        _require(self.target_logits.shape[0] == T + B,
+                 f"target_logits must have T + B = {T} + {B} = {T + B} rows (one per draft plus one bonus row per "
+                 f"request), got {self.target_logits.shape[0]}")
+        _require(self.temperature.shape[0] == B, f"temperature must have shape [B] = [{B}], got {tuple(self.temperature.shape)}")
+        if T:
+            lo, hi = int(self.draft_token_ids.min()), int(self.draft_token_ids.max())
+            _require(lo >= 0 and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}), got values in [{lo}, {hi}]")
+        _require(not bool(torch.isnan(self.target_logits).any()), "target_logits contains NaN")
+        _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
+        _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
+        _require(bool((self.temperature >= 0).all()), f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
+        _require(bool(torch.isfinite(self.temperature).all()), "temperature must be finite")
+        if B:
+            # A random request needs some finite logit in each row, or softmax is undefined.
+            rows_ok = torch.isfinite(self.target_logits.float()).any(dim=1)
+            _require(bool(rows_ok.all()), "target_logits has a row with no finite entry (all -inf)")
+        if self.draft_probs is not None:
+            _require_tensor("draft_probs", self.draft_probs, 2, PROB_DTYPES)
+            _require(tuple(self.draft_probs.shape) == (T, V),
+                     f"draft_probs must have shape [T, V] = [{T}, {V}], got {tuple(self.draft_probs.shape)}")
+            _require(not bool(torch.isnan(self.draft_probs).any()), "draft_probs contains NaN")
+            _require(bool((self.draft_probs >= 0).all()), "draft_probs contains negative entries")
+            _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
+            if T:
+                err = (self.draft_probs.double().sum(dim=1) - 1).abs().max().item()
+                _require(err <= PROB_SUM_TOLERANCE,
+                         f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}, worst row is off by {err:.3g}")
+        devices = {t.device for t in (self.num_draft_tokens, self.draft_token_ids, self.target_logits,
+                                      self.temperature, self.draft_probs) if t is not None}
+        _require(len(devices) == 1, f"all batch tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Shared randomness (SPEC section 2): the same noise gives the same tokens on every backend."""
+
+    uniform: torch.Tensor       # [T] float32 in (0, 1): acceptance draw per draft position
+    exponential: torch.Tensor   # [B, V] float32 Exp(1) > 0: exponential race for the one extra token
+
+    def validate_for(self, batch: SpecBatch) -> None:
+        B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
+        _require_tensor("noise.uniform", self.uniform, 1, (torch.float32, torch.float64))
+        _require_tensor("noise.exponential", self.exponential, 2, (torch.float32, torch.float64))
+        _require(self.uniform.shape[0] == T, f"noise.uniform must have shape [T] = [{T}], got {tuple(self.uniform.shape)}")
+        _require(tuple(self.exponential.shape) == (B, V),
+                 f"noise.exponential must have shape [B, V] = [{B}, {V}], got {tuple(self.exponential.shape)}")
+        _require(not bool(torch.isnan(self.uniform).any()), "noise.uniform contains NaN")
+        _require(not bool(torch.isnan(self.exponential).any()), "noise.exponential contains NaN")
+        _require(bool(((self.uniform > 0) & (self.uniform < 1)).all()), "noise.uniform must lie in the open interval (0, 1)")
+        _require(bool(((self.exponential > 0) & torch.isfinite(self.exponential)).all()),
+                 "noise.exponential must be finite and > 0")
+
+    @staticmethod
+    def draw(batch: SpecBatch, generator: torch.Generator | None = None) -> "Noise":
+        """Fresh noise for ``batch`` from a torch.Generator (CPU), moved to the batch's device."""
+        B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
+        u = philox.uniform_grid((T,), generator)
+        e = -torch.log(philox.uniform_grid((B, V), generator))
+        return Noise(u.to(batch.device), e.to(batch.device))
+
+    @staticmethod
+    def from_seeds(request_seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int) -> "Noise":
+        """The in-kernel Philox stream keyed by (request seed, position in request); see reference.philox."""
+        return philox.seeded_noise(request_seeds, num_draft_tokens, vocab_size)
+
+    def select(self, batch: SpecBatch, requests: torch.Tensor) -> "Noise":
+        """The noise of a sub-batch made of ``requests`` (in that order)."""
+        off = batch.draft_offsets().tolist()
+        idx = [i for b in requests.tolist() for i in range(off[b], off[b + 1])]
+        return Noise(self.uniform[torch.tensor(idx, dtype=torch.int64, device=self.uniform.device)],
+                     self.exponential[requests.to(self.exponential.device)])
+
+
+@dataclass(frozen=True)
+class SpecOutput:
+    """token_ids [B, K + 1] int64 (emitted tokens left-aligned, rest -1), num_accepted [B] int64."""
+
+    token_ids: torch.Tensor
+    num_accepted: torch.Tensor
+
+    def emitted(self) -> list[list[int]]:
+        """Per request, the emitted tokens: the accepted drafts, then the one extra token."""
+        ids, n = self.token_ids.cpu().tolist(), self.num_accepted.cpu().tolist()
+        return [row[: a + 1] for row, a in zip(ids, n)]
+
+    def padded(self, width: int) -> "SpecOutput":
+        """Same output with token_ids widened (with -1) or narrowed to ``width`` columns."""
+        B, W = self.token_ids.shape
+        out = torch.full((B, width), -1, dtype=self.token_ids.dtype, device=self.token_ids.device)
+        w = min(width, W)
+        out[:, :w] = self.token_ids[:, :w]
+        return SpecOutput(out, self.num_accepted)
+
+
+def select_requests(batch: SpecBatch, requests: torch.Tensor) -> SpecBatch:
+    """The sub-batch made of ``requests`` (a [R] int64 index tensor, any order, repeats allowed)."""
+    d_off, l_off = batch.draft_offsets().tolist(), batch.logit_offsets().tolist()
+    req = requests.tolist()
+    d_idx = [i for b in req for i in range(d_off[b], d_off[b + 1])]
+    l_idx = [i for b in req for i in range(l_off[b], l_off[b + 1])]
+    dev = batch.device
+    d_idx_t = torch.tensor(d_idx, dtype=torch.int64, device=dev)
+    return SpecBatch(
+        num_draft_tokens=batch.num_draft_tokens[requests.to(dev)],
+        draft_token_ids=batch.draft_token_ids[d_idx_t],
+        target_logits=batch.target_logits[torch.tensor(l_idx, dtype=torch.int64, device=dev)],
+        draft_probs=None if batch.draft_probs is None else batch.draft_probs[d_idx_t],
+        temperature=batch.temperature[requests.to(dev)],
+    )

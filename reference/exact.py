@@ -1,0 +1,116 @@
+"""Exact distributions of one request's output, in float64, for small V and k.
+
+A request's output is the tuple of emitted tokens (y_0, ..., y_m): m = num_accepted accepted drafts,
+then the one extra token. These functions give P(output) for every possible output, as a dict.
+
+With drafts drawn x_j ~ q_j independently and fixed target rows p_j (the harness's setting):
+
+    P(y_0..y_m) = prod_{i<m} min(p_i, q_i)(y_i) * (max(p_m - q_m, 0)(y_m)  if m < k
+                                                    p_k(y_m)                if m = k)
+
+so the token emitted at position j, given the request reached j, is distributed exactly as p_j,
+and position j accepts with probability alpha_j = sum_v min(p_j(v), q_j(v)).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from reference import greedy, leviathan
+
+
+def _normalise(w: torch.Tensor) -> torch.Tensor:
+    return w / w.sum()
+
+
+def standard_sequences(p: torch.Tensor, q: torch.Tensor) -> dict[tuple[int, ...], float]:
+    """Drafts x_j ~ q_j: p [k+1, V] target rows (bonus last), q [k, V] drafter rows, float64."""
+    k, V = q.shape[0], p.shape[1]
+    overlap = torch.minimum(p[:k], q)                   # [k, V]: accept-and-emit v at j
+    out: dict[tuple[int, ...], float] = {}
+    for m in range(k + 1):
+        last = torch.clamp(p[m] - q[m], min=0) if m < k else p[k]
+        for prefix in itertools.product(range(V), repeat=m):
+            head = float(torch.prod(overlap[torch.arange(m), torch.tensor(prefix, dtype=torch.int64)])) if m else 1.0
+            if head == 0.0:
+                continue
+            for y in range(V):
+                prob = head * float(last[y])
+                if prob > 0:
+                    out[prefix + (y,)] = prob
+    return out
+
+
+def standard_given_drafts(p: torch.Tensor, q: torch.Tensor | None, drafts: list[int]) -> dict[tuple[int, ...], float]:
+    """Fixed drafts: p [k+1, V], q [k, V] or None (one-hot at the drafts)."""
+    k, V = len(drafts), p.shape[1]
+    out: dict[tuple[int, ...], float] = {}
+    reach = 1.0
+    for j in range(k + 1):
+        if j == k:
+            for y in range(V):
+                if reach * p[k, y] > 0:
+                    out[tuple(drafts) + (y,)] = reach * float(p[k, y])
+            break
+        qj = leviathan.one_hot(drafts[j], V) if q is None else q[j]
+        x = drafts[j]
+        accept = min(1.0, float(p[j, x] / qj[x])) if qj[x] > 0 else 0.0
+        residual = _normalise(leviathan.residual(p[j], qj)) * (1 - accept)
+        for y in range(V):
+            if reach * residual[y] > 0:
+                out[tuple(drafts[:j]) + (y,)] = reach * float(residual[y])
+        reach *= accept
+        if reach == 0:
+            break
+    return out
+
+
+def greedy_output(logits: torch.Tensor, drafts: list[int]) -> tuple[int, ...]:
+    """The one output of a greedy request: logits [k+1, V]."""
+    out = []
+    for j, x in enumerate(drafts):
+        top = greedy.argmax(logits[j])
+        if x != top:
+            return tuple(out + [top])
+        out.append(x)
+    return tuple(out + [greedy.argmax(logits[len(drafts)])])
+
+
+def synthetic_num_accepted(conditional_rates: torch.Tensor, k: int) -> torch.Tensor:
+    """[k+1] float64: P(num_accepted = m) when position j accepts with probability c_j."""
+    c = conditional_rates.to(torch.float64)[:k]
+    through = torch.cumprod(torch.cat([torch.ones(1, dtype=torch.float64), c]), 0)  # P(accept all < m)
+    stop = torch.cat([1 - c, torch.ones(1, dtype=torch.float64)])
+    return through * stop
+
+
+def synthetic_sequences(p: torch.Tensor, conditional_rates: torch.Tensor, drafts: list[int]) -> dict[tuple[int, ...], float]:
+    """Fixed drafts, synthetic rule: p [k+1, V] (the target's own sample is emitted at the stop)."""
+    k = len(drafts)
+    stop = synthetic_num_accepted(conditional_rates, k)
+    out: dict[tuple[int, ...], float] = {}
+    for m in range(k + 1):
+        for y in range(p.shape[1]):
+            prob = float(stop[m] * p[m, y])
+            if prob > 0:
+                out[tuple(drafts[:m]) + (y,)] = prob
+    return out
+
+
+def position_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
+    """[V] float64: distribution of the token emitted at position j, given the request reached j."""
+    w = torch.zeros(vocab_size, dtype=torch.float64)
+    for seq, prob in sequences.items():
+        if len(seq) > j:
+            w[seq[j]] += prob
+    return _normalise(w)
+
+
+def acceptance_by_position(sequences: dict[tuple[int, ...], float], k: int) -> torch.Tensor:
+    """[k] float64: P(accept at j | reached j)."""
+    reach = torch.zeros(k + 1, dtype=torch.float64)
+    for seq, prob in sequences.items():
+        reach[: len(seq)] += prob
+    return reach[1:] / reach[:-1]
