@@ -1,0 +1,144 @@
+"""One calling convention for every sampler, a capability declaration, and the registry.
+
+Every backend is called exactly like ``reference.sample``:
+
+    backend(batch, *, method="standard", noise=None, seed=None,
+            synthetic_acceptance_rate=None, num_speculative_steps=None) -> SpecOutput
+
+and declares what it supports in ``Capabilities``. What a backend does not support raises
+``UnsupportedError`` naming the backend and the missing capability: never a ``TypeError`` from a
+lagging signature (seed 003), never a silent fallback. The check lives here, in one place.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+import torch
+
+import reference
+from reference import Noise, SpecBatch, SpecOutput
+from reference.sample import validate_call
+
+ALL_LOGIT_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
+
+
+class UnsupportedError(NotImplementedError):
+    """A backend was asked for a mode, noise path, device or dtype it does not declare."""
+
+    def __init__(self, backend: str, what: str, supported) -> None:
+        shown = ", ".join(sorted(str(s).replace("torch.", "") for s in supported)) or "none"
+        super().__init__(f"backend {backend!r} does not support {what} (supported: {shown})")
+        self.backend, self.what = backend, what
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do. ``seeded_stream`` says whether its seeded noise is the reference's
+    Philox stream ("philox": checked bit for bit) or its own ("own": checked statistically)."""
+
+    methods: frozenset = frozenset({"standard", "synthetic"})
+    noise: frozenset = frozenset({"injected", "seeded"})
+    devices: frozenset = frozenset({"cpu"})
+    logit_dtypes: frozenset = ALL_LOGIT_DTYPES
+    seeded_stream: str = "philox"
+    max_vocab: int | None = None
+    cuda_graphs: bool = False
+    # Disagreements with the float64 reference are allowed only where the decision is within
+    # this relative margin (float32 arithmetic: a few ulps of softmax, ratio and race).
+    ambiguity_margin: float = 1e-5
+    notes: tuple = field(default_factory=tuple)
+
+
+def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: str, noise, seed) -> None:
+    """The one capability check every backend call goes through."""
+    if method not in caps.methods:
+        raise UnsupportedError(name, f"method={method!r}", caps.methods)
+    path = "injected" if noise is not None else "seeded"
+    if path not in caps.noise:
+        raise UnsupportedError(name, f"{path} noise", caps.noise)
+    device = batch.device.type
+    if device not in caps.devices:
+        raise UnsupportedError(name, f"device {device!r}", caps.devices)
+    if batch.target_logits.dtype not in caps.logit_dtypes:
+        raise UnsupportedError(name, f"target_logits dtype {batch.target_logits.dtype}", caps.logit_dtypes)
+    if caps.max_vocab is not None and batch.vocab_size > caps.max_vocab:
+        raise UnsupportedError(name, f"vocabulary size {batch.vocab_size} (max {caps.max_vocab})", [])
+
+
+class Backend:
+    """Base class: validation and capability checks, then ``_sample``, which subclasses implement."""
+
+    name: str = "backend"
+    capabilities: Capabilities = Capabilities()
+
+    def __call__(self, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None, seed=None,
+                 synthetic_acceptance_rate: float | None = None,
+                 num_speculative_steps: int | None = None) -> SpecOutput:
+        validate_call(batch, method, synthetic_acceptance_rate, num_speculative_steps)
+        require_supported(self.name, self.capabilities, batch, method, noise, seed)
+        if noise is not None:
+            if seed is not None:
+                raise ValueError("give either noise or seed, not both")
+            noise.validate_for(batch)
+        return self._sample(batch, method=method, noise=noise, seed=seed,
+                            synthetic_acceptance_rate=synthetic_acceptance_rate,
+                            num_speculative_steps=num_speculative_steps)
+
+    def _sample(self, batch: SpecBatch, *, method: str, noise: Noise | None, seed,
+                synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> SpecOutput:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+class ReferenceBackend(Backend):
+    """The reference itself, through the backend convention (float64, one request at a time)."""
+
+    name = "reference"
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}),
+                                logit_dtypes=ALL_LOGIT_DTYPES | {torch.float64}, ambiguity_margin=0.0)
+
+    def _sample(self, batch, **kwargs) -> SpecOutput:
+        return reference.sample(batch, **kwargs)
+
+
+def _builtin(name: str) -> Backend:
+    if name == "reference":
+        return ReferenceBackend()
+    if name == "cpu":
+        from specverify.kernels.cpu import CpuBackend  # noqa: PLC0415
+        return CpuBackend()
+    if name == "triton":
+        from specverify.kernels.triton_sampler import TritonBackend  # noqa: PLC0415
+        return TritonBackend()
+    raise KeyError(name)
+
+
+BUILTIN_BACKENDS = ("reference", "cpu", "triton")
+
+
+def get_backend(spec) -> Backend:
+    """A built-in name ("reference", "cpu", "triton"), "MODULE:ATTR" (an object or a zero-argument
+    factory following the protocol), or a backend object, which is returned as is."""
+    if not isinstance(spec, str):
+        return _checked(spec, repr(spec))
+    if spec in BUILTIN_BACKENDS:
+        return _builtin(spec)
+    if ":" not in spec:
+        raise ValueError(f"unknown backend {spec!r}: use one of {BUILTIN_BACKENDS} or MODULE:ATTR")
+    module_name, attr = spec.split(":", 1)
+    obj = getattr(importlib.import_module(module_name), attr)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "capabilities")):
+        obj = obj()
+    return _checked(obj, spec)
+
+
+def _checked(obj, spec: str) -> Backend:
+    missing = [a for a in ("name", "capabilities") if not hasattr(obj, a)]
+    if missing or not callable(obj):
+        raise ValueError(f"{spec} does not follow the Backend protocol: it needs a callable with "
+                         f"'name' and 'capabilities' (missing: {', '.join(missing) or '__call__'})")
+    return obj
