@@ -114,3 +114,22 @@ def acceptance_by_position(sequences: dict[tuple[int, ...], float], k: int) -> t
     for seq, prob in sequences.items():
         reach[: len(seq)] += prob
     return reach[1:] / reach[:-1]
+
+
+def synthetic_sequences_from_q(p: torch.Tensor, q: torch.Tensor, conditional_rates: torch.Tensor) -> dict[tuple[int, ...], float]:
+    """Drafts x_j ~ q_j, synthetic rule: position j accepts with c_j whatever the tokens, and the stop
+    position emits the target's own sample: P(y_0..y_m) = prod_{i<m} c_i q_i(y_i) * (1 - c_m) p_m(y_m),
+    or prod_{i<k} c_i q_i(y_i) * p_k(y_k) when every draft is accepted."""
+    k, V = q.shape[0], p.shape[1]
+    stop = synthetic_num_accepted(conditional_rates, k)
+    out: dict[tuple[int, ...], float] = {}
+    for m in range(k + 1):
+        for prefix in itertools.product(range(V), repeat=m):
+            head = float(torch.prod(q[torch.arange(m), torch.tensor(prefix, dtype=torch.int64)])) if m else 1.0
+            if head == 0.0:
+                continue
+            for y in range(V):
+                prob = float(stop[m]) * head * float(p[m, y])
+                if prob > 0:
+                    out[prefix + (y,)] = prob
+    return out
