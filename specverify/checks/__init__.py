@@ -1,0 +1,91 @@
+"""The harness's checks: plain functions ``check(backend, case, profile) -> CheckResult``.
+
+``CHECKS`` declares every check once with the cases it applies to; ``plan`` lists the (check, case)
+pairs of a run and ``run_check`` / ``run_suite`` execute them. The CLI, the pytest plugin and the
+shipped suite are thin faces over these functions; nothing here knows about pytest or mutants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specverify.checks.agreement import DIFFERENTIAL_CASES, check_differential_injected, check_differential_seeded
+from specverify.checks.cases import STAT_CASES
+from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
+from specverify.checks.statistical import (check_acceptance_rate, check_alpha, check_synthetic_rate,
+                                           check_token_distribution, statistical_test_count)
+from specverify.checks.structural import (check_batch_invariance, check_determinism, check_interface_parity,
+                                          check_output_structure, check_repeated_calls, check_request_alignment,
+                                          check_synthetic_validation, check_uninitialized_memory,
+                                          check_zero_draft_layouts)
+from specverify.strategies import Profile, get_profile
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: str            # "exact", "statistical", "structural"
+    fn: Callable
+    cases: tuple
+    doc: str
+
+
+def _stat_cases(check: str) -> tuple:
+    return tuple(c.name for c in STAT_CASES if check in c.checks)
+
+
+CHECKS: dict[str, Check] = {c.name: c for c in (
+    Check("differential_injected", "exact", check_differential_injected, DIFFERENTIAL_CASES,
+          "same tokens as the reference under shared injected noise"),
+    Check("differential_seeded", "exact", check_differential_seeded, DIFFERENTIAL_CASES,
+          "same tokens as the reference under shared per-request seeds"),
+    Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
+          "emitted token at each position follows the exact distribution"),
+    Check("acceptance_rate", "statistical", check_acceptance_rate, _stat_cases("acceptance_rate"),
+          "acceptances per position follow alpha_j (or the synthetic c_j)"),
+    Check("synthetic_rate", "statistical", check_synthetic_rate, _stat_cases("synthetic_rate"),
+          "mean joint acceptance equals the configured synthetic rate"),
+    Check("output_structure", "structural", check_output_structure, ("random",),
+          "-1 padding, num_accepted consistent, ids in [0, V) and in the support"),
+    Check("uninitialized_memory", "structural", check_uninitialized_memory, ("random",),
+          "outputs independent of unwritten memory"),
+    Check("batch_invariance", "structural", check_batch_invariance, ("random",),
+          "a request's output independent of the rest of the batch"),
+    Check("determinism", "structural", check_determinism, ("random",), "same seed or noise, same output"),
+    Check("zero_draft_layouts", "structural", check_zero_draft_layouts, ("layouts",),
+          "zero-draft requests anywhere, all-zero and empty batches"),
+    Check("repeated_calls", "structural", check_repeated_calls, ("same_shapes",),
+          "each call sees its own draft probabilities (no stale state)"),
+    Check("interface_parity", "structural", check_interface_parity, ("convention",),
+          "full convention accepted; undeclared combinations raise UnsupportedError"),
+    Check("synthetic_validation", "structural", check_synthetic_validation, ("bad_rates",),
+          "unset or out-of-range synthetic rate is a ValueError"),
+)}
+
+
+def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
+    """Every (check, case) pair of a run, in a stable order."""
+    names = checks or list(CHECKS)
+    return [(name, case) for name in names for case in CHECKS[name].cases]
+
+
+def run_check(backend, check: str, case: str, profile: Profile | None = None, **kwargs) -> CheckResult:
+    profile = profile or get_profile()
+    return CHECKS[check].fn(backend, case, profile, **kwargs)
+
+
+def run_suite(backend, profile: Profile | None = None, checks=None, progress=None) -> list[CheckResult]:
+    """All checks on one backend; ``progress(i, n, result)`` is called after each."""
+    profile = profile or get_profile()
+    pairs = plan(profile, checks)
+    results = []
+    for i, (check, case) in enumerate(pairs):
+        results.append(run_check(backend, check, case, profile))
+        if progress:
+            progress(i + 1, len(pairs), results[-1])
+    return results
+
+
+__all__ = ["CHECKS", "FAIL", "NOT_APPLICABLE", "PASS", "Check", "CheckResult", "check_alpha",
+           "check_request_alignment", "plan", "run_check", "run_suite", "statistical_test_count"]

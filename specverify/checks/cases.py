@@ -1,0 +1,107 @@
+"""Statistical cases, declared once and applied to every backend (as PyTorch's OpInfo declares ops).
+
+A case fixes one request: target rows p [k+1, V] (float64, bonus row last), the drafter (q [k, V],
+or None with fixed drafts), the temperature and the rule. ``batch`` replicates it into one launch
+of many independent requests; ``sequences`` is its exact output distribution from reference.exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from reference import exact
+from reference.sample import synthetic_rates_f32
+from specverify.generate import replicated_batch
+
+
+@dataclass(frozen=True)
+class StatCase:
+    name: str
+    p: torch.Tensor                     # [k+1, V] float64 target rows
+    q: torch.Tensor | None              # [k, V] float64 drafter rows, or None (one-hot at ``drafts``)
+    temperature: float
+    why: str
+    drafts: tuple | None = None
+    method: str = "standard"
+    rate: float | None = None           # synthetic acceptance rate
+    steps: int | None = None            # synthetic num_speculative_steps
+    checks: tuple = ("token_distribution", "acceptance_rate")
+
+    @property
+    def k(self) -> int:
+        return self.p.shape[0] - 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self.p.shape[1]
+
+    def call_kwargs(self) -> dict:
+        if self.method == "synthetic":
+            return dict(method="synthetic", synthetic_acceptance_rate=self.rate, num_speculative_steps=self.steps)
+        return dict(method="standard")
+
+    def batch(self, copies: int, generator: torch.Generator, device="cpu"):
+        return replicated_batch(generator, self.p, self.q, self.temperature, copies,
+                                drafts=None if self.drafts is None else list(self.drafts), device=device)
+
+    @cached_property
+    def sequences(self) -> dict:
+        """Exact P(emitted tokens) for one request, float64 (keys: tuples of token ids)."""
+        if self.method == "synthetic":
+            rates = synthetic_rates_f32(self.rate, self.steps).double()
+            return exact.synthetic_sequences_from_q(self.p, self.q, rates)
+        if self.q is not None:
+            return exact.standard_sequences(self.p, self.q)
+        return exact.standard_given_drafts(self.p, None, list(self.drafts))
+
+
+def _rows(seed: int, rows: int, V: int, scale: float) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(rows, V, generator=g, dtype=torch.float64) * scale, dim=-1)
+
+
+def _masked_case() -> StatCase:
+    """p has zeros (masked logits) and q puts a third of its mass there."""
+    p = _rows(11, 3, 9, 1.0)
+    p[:, 6:] = 0.0
+    p = p / p.sum(1, keepdim=True)
+    q = _rows(12, 2, 9, 0.5)
+    q[:, 6:] = q[:, 6:] * 0 + q[:, :6].sum(1, keepdim=True) / 6
+    q = q / q.sum(1, keepdim=True)
+    return StatCase("masked_support", p, q, 0.6,
+                    "tokens outside p's support are drafted and must always be rejected, never emitted; "
+                    "temperature 0.6 makes a backend that ignores temperature visible")
+
+
+def _bf16_sensitive_case() -> StatCase:
+    """Seven q entries sit just under half a bf16 ulp above 1/8, so bf16 storage rounds each down by
+    0.37%; p = q / 2 there, so acceptance p/q is fully sensitive to that rounding."""
+    a = 0.125 * (1 + 2.0 ** -8 - 2.0 ** -12)
+    q = torch.full((1, 8), a, dtype=torch.float64)
+    q[0, 7] = 1 - 7 * a
+    p = torch.zeros(2, 8, dtype=torch.float64)
+    p[0, :7] = a / 2
+    p[0, 7] = 1 - p[0, :7].sum()
+    p[1] = torch.linspace(1, 2, 8, dtype=torch.float64) / torch.linspace(1, 2, 8, dtype=torch.float64).sum()
+    return StatCase("bf16_sensitive", p, q, 1.0,
+                    "draft probabilities stored in bf16 raise acceptance by ~0.0016: detectable only with "
+                    "millions of samples (nightly profile)", checks=("acceptance_rate",))
+
+
+STAT_CASES: tuple[StatCase, ...] = (
+    StatCase("dense_q", _rows(1, 4, 8, 1.5), _rows(2, 3, 8, 1.5), 1.0,
+             "drafts drawn from a real q: emitted token at each position ~ p_j, acceptance alpha_j"),
+    StatCase("onehot_drafter", _rows(3, 3, 6, 1.0), None, 1.0,
+             "deterministic drafter (draft_probs None): q is one-hot, the residual is p without the draft",
+             drafts=(1, 4)),
+    _masked_case(),
+    StatCase("synthetic_rate", _rows(5, 5, 7, 1.0), _rows(6, 4, 7, 1.0), 1.0,
+             "forced acceptance with geometric decay: per-position rates a0*g^j and mean joint rate r",
+             method="synthetic", rate=0.6, steps=4, checks=("acceptance_rate", "token_distribution", "synthetic_rate")),
+    _bf16_sensitive_case(),
+)
+
+STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}

@@ -1,0 +1,135 @@
+"""Exact agreement with the reference under shared noise (SPEC 4.1), with ambiguity classification.
+
+The reference decides in float64, a backend in float32: they may disagree only where the decision
+is numerically ambiguous. For the first point where a request's outputs diverge, ``classify``
+measures that decision's relative margin in the reference's own numbers:
+
+    acceptance (standard)  |u * q(x) - p(x)| / p(x)
+    greedy argmax          (top1 - top2) / |top1| of the logits (exact ties are defined: lowest index)
+    exponential race       (top1 - top2) / top1 of w / E (exact ties are defined: lowest index)
+    synthetic acceptance   never ambiguous: u and c_j are the same float32 numbers everywhere
+
+A divergence whose margin is below the backend's tolerance is "ambiguous" (counted and bounded);
+anything else is "real" and fails. The tolerance grows as sqrt(V / 4096) above 4096 columns, since
+float32 sums over V terms carry a relative error of about sqrt(V) ulps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import reference
+from reference import Noise, SpecBatch, SpecOutput, greedy, leviathan
+from reference.sample import synthetic_rates_f32, target_probs
+
+AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
+
+
+@dataclass
+class Divergence:
+    request: int
+    position: int
+    expected: list
+    got: list
+    decision: str
+    margin: float
+    ambiguous: bool
+
+    def __str__(self) -> str:
+        kind = "ambiguous" if self.ambiguous else "REAL"
+        return (f"request {self.request}, position {self.position}: expected {self.expected}, got {self.got} "
+                f"({kind}: {self.decision} margin {self.margin:.3g})")
+
+
+def tolerance(base: float, vocab_size: int) -> float:
+    return base * max(1.0, math.sqrt(vocab_size / 4096))
+
+
+def _relative_gap(values: torch.Tensor) -> float:
+    """Relative gap of the two largest entries; inf when they tie exactly (a defined tie-break)."""
+    if values.numel() < 2:
+        return math.inf
+    top2 = torch.topk(values, 2).values
+    if top2[0] == top2[1] or not torch.isfinite(top2[0]):
+        return math.inf
+    return float((top2[0] - top2[1]) / top2[0].abs().clamp(min=1e-300))
+
+
+def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, method: str,
+             rates: torch.Tensor | None, tol: float) -> Divergence:
+    """Why request b's outputs diverge, and whether that is within the backend's ambiguity tolerance."""
+    cpu = batch.to("cpu")
+    d0 = int(cpu.draft_offsets()[b])
+    l0 = int(cpu.logit_offsets()[b])
+    k = int(cpu.num_draft_tokens[b])
+    temperature = float(cpu.temperature[b])
+    j = next((i for i in range(min(len(expected), len(got))) if expected[i] != got[i]), min(len(expected), len(got)))
+    if len(got) > k + 1 or j > k:
+        return Divergence(b, j, expected, got, "structure", 0.0, False)
+    logits = cpu.target_logits[l0 + j].to(torch.float64)
+    # Divergence at j: one side accepted draft j and the other rejected it, or both stopped at j
+    # (same acceptance, different extra token).
+    both_stopped = len(expected) == j + 1 and len(got) == j + 1
+    if not both_stopped:
+        if method == "synthetic" or j >= k:
+            return Divergence(b, j, expected, got, "acceptance", math.inf, False)
+        x = int(cpu.draft_token_ids[d0 + j])
+        if temperature == 0:
+            margin = _relative_gap(logits)
+            return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
+        p = target_probs(logits, temperature)
+        q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()
+        u = float(noise.uniform.cpu()[d0 + j])
+        margin = math.inf if q[x] == 0 or p[x] == 0 else float(abs(u * q[x] - p[x]) / p[x])
+        return Divergence(b, j, expected, got, "acceptance u*q(x) <= p(x)", margin, margin < tol)
+    if temperature == 0:
+        margin = _relative_gap(logits)
+        return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
+    p = target_probs(logits, temperature)
+    if method == "standard" and j < k:
+        x = int(cpu.draft_token_ids[d0 + j])
+        q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()
+        w = leviathan.residual(p, q)
+    else:
+        w = p
+    score = torch.where(w > 0, w / noise.exponential.cpu()[b].double(), torch.zeros_like(w))
+    margin = _relative_gap(score)
+    return Divergence(b, j, expected, got, "exponential race", margin, margin < tol)
+
+
+@dataclass
+class Comparison:
+    decisions: int
+    divergences: list
+
+    @property
+    def real(self) -> list:
+        return [d for d in self.divergences if not d.ambiguous]
+
+    @property
+    def ambiguous(self) -> list:
+        return [d for d in self.divergences if d.ambiguous]
+
+
+def compare_to_reference(batch: SpecBatch, got: SpecOutput, noise: Noise, *, method: str = "standard",
+                         synthetic_acceptance_rate=None, num_speculative_steps=None, tol: float = 1e-5,
+                         expected: SpecOutput | None = None) -> Comparison:
+    """Run the reference under the same noise and list every divergence, classified."""
+    kwargs = dict(method=method, synthetic_acceptance_rate=synthetic_acceptance_rate,
+                  num_speculative_steps=num_speculative_steps)
+    if expected is None:
+        expected = reference.sample(batch, noise=noise, **kwargs)
+    rates = synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps) if method == "synthetic" else None
+    tol = tolerance(tol, batch.vocab_size)
+    exp_rows, got_rows = expected.emitted(), got.emitted()
+    divergences = [classify(batch, noise, b, e, g, method, rates, tol)
+                   for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
+    decisions = int(batch.num_draft_tokens.sum()) + batch.num_requests
+    return Comparison(decisions, divergences)
+
+
+def ambiguous_bound(decisions: int) -> int:
+    return max(2, int(AMBIGUOUS_FRACTION_BOUND * decisions))

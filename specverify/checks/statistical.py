@@ -1,0 +1,195 @@
+"""Statistical checks (SPEC 4.2 and 5): one launch of many replicated requests per case.
+
+token_distribution  token emitted at position j (given the request reached j) against the exact
+                    distribution: Pearson chi-square, bins under 5 expected merged, a token of
+                    probability 0 fails outright; positions combined by Bonferroni
+acceptance_rate     acceptances at position j against alpha_j = sum min(p_j, q_j) (or the synthetic
+                    c_j): exact binomial tests, Bonferroni over positions
+synthetic_rate      mean joint acceptance (num_accepted / n) against the configured rate r: z-test with
+                    the exact variance of num_accepted
+
+Each check runs at alpha = family_alpha / (number of statistical checks in the suite), so a whole
+run's false-alarm probability on a correct backend is at most family_alpha (Bonferroni).
+Drafts are drawn from q; the backend's own seeded noise is used when it has a seeded path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+from scipy import stats as sps
+
+from reference import Noise, exact
+from specverify.checks import stats
+from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
+from specverify.checks.common import fail, not_applicable, on_device, structure_problems, timed
+from specverify.strategies import Profile
+
+STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate")
+
+
+def statistical_test_count() -> int:
+    return sum(1 for case in STAT_CASES for c in case.checks if c in STATISTICAL_CHECKS)
+
+
+def check_alpha(profile: Profile) -> float:
+    return profile.family_alpha / statistical_test_count()
+
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:7], "little")
+
+
+def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
+    """One launch of ``profile.stat_copies`` copies of the case; returns (batch, output) on the CPU."""
+    g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
+    batch = case.batch(profile.stat_copies, g)
+    if "seeded" in backend.capabilities.noise:
+        seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
+        dev_batch, _ = on_device(batch, None, profile.device)
+        out = backend(dev_batch, seed=seeds, **case.call_kwargs())
+    else:
+        dev_batch, dev_noise = on_device(batch, Noise.draw(batch, g), profile.device)
+        out = backend(dev_batch, noise=dev_noise, **case.call_kwargs())
+    return batch, out
+
+
+def _applies(backend, case: StatCase, check: str, profile: Profile) -> str | None:
+    if check not in case.checks:
+        return f"case {case.name!r} does not carry {check}"
+    caps = backend.capabilities
+    if case.method not in caps.methods:
+        return f"backend does not declare method {case.method!r}"
+    if profile.device not in caps.devices:
+        return f"backend does not run on {profile.device}"
+    if not caps.noise:
+        return "backend declares no noise path"
+    return None
+
+
+def _shape_problem(batch, out) -> str | None:
+    ids = out.token_ids
+    if ids.dim() != 2 or ids.shape[0] != batch.num_requests or ids.shape[1] < batch.max_draft + 1:
+        return f"token_ids shape {tuple(ids.shape)}"
+    if tuple(out.num_accepted.shape) != (batch.num_requests,):
+        return f"num_accepted shape {tuple(out.num_accepted.shape)}"
+    n = out.num_accepted.cpu()
+    if bool(((n < 0) | (n > batch.max_draft)).any()):
+        return f"num_accepted outside [0, {batch.max_draft}]"
+    return None
+
+
+def check_token_distribution(backend, case_name: str, profile: Profile, run_seed: int = 0):
+    """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
+    case = STAT_CASE_BY_NAME[case_name]
+    with timed("token_distribution", case_name, backend, "statistical") as result:
+        why = _applies(backend, case, "token_distribution", profile)
+        if why:
+            return not_applicable(result, why)
+        alpha = check_alpha(profile)
+        batch, out = sample_case(backend, case, profile, "token_distribution", run_seed)
+        bad = _shape_problem(batch, out)
+        if bad:
+            return fail(result, f"output structure: {bad}")
+        ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
+        V = case.vocab_size
+        p_values, worst = [], None
+        for j in range(case.k + 1):
+            reached = n >= j
+            tokens = ids[reached, j]
+            if tokens.numel() == 0:
+                continue
+            if bool(((tokens < 0) | (tokens >= V)).any()):
+                return fail(result, f"position {j}: emitted ids outside [0, {V}): {tokens[(tokens < 0) | (tokens >= V)][:5].tolist()}")
+            counts = torch.bincount(tokens, minlength=V).tolist()
+            expected = exact.position_token_distribution(case.sequences, j, V).tolist()
+            gof = stats.chi_square_gof(dict(enumerate(expected)), dict(enumerate(counts)))
+            if gof.impossible:
+                return fail(result, f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
+            p_values.append(gof.p_value)
+            if j == 0:
+                result.detectable_tv = stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1))
+                result.samples = gof.samples
+            if worst is None or gof.p_value < worst[1].p_value:
+                worst = (j, gof)
+        result.alpha = alpha
+        result.p_value = stats.bonferroni(p_values)
+        result.statistic = worst[1].statistic if worst else None
+        result.message = (f"{len(p_values)} positions; least likely position {worst[0]}: chi2={worst[1].statistic:.2f} "
+                          f"on {worst[1].dof} dof" if worst else "no samples")
+        if result.p_value < alpha:
+            return fail(result, "token distribution differs from the exact one: " + result.message)
+        return result
+
+
+def check_acceptance_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
+    """Acceptances at each position ~ Binomial(reached, alpha_j) (or c_j for the synthetic rule)."""
+    case = STAT_CASE_BY_NAME[case_name]
+    with timed("acceptance_rate", case_name, backend, "statistical") as result:
+        why = _applies(backend, case, "acceptance_rate", profile)
+        if why:
+            return not_applicable(result, why)
+        alpha = check_alpha(profile)
+        batch, out = sample_case(backend, case, profile, "acceptance_rate", run_seed)
+        bad = _shape_problem(batch, out)
+        if bad:
+            return fail(result, f"output structure: {bad}")
+        n = out.num_accepted.cpu()
+        expected = exact.acceptance_by_position(case.sequences, case.k)
+        p_values, lines = [], []
+        for j in range(case.k):
+            trials = int((n >= j).sum())
+            accepted = int((n > j).sum())
+            if trials == 0:
+                continue
+            pv = stats.binomial_test(accepted, trials, float(expected[j]))
+            p_values.append(pv)
+            lines.append(f"pos {j}: {accepted}/{trials}={accepted / trials:.4f} vs {float(expected[j]):.4f}")
+            if j == 0:
+                result.samples = trials
+                result.statistic = accepted / trials
+                result.detectable_tv = stats.detectable_delta_binomial(trials, float(expected[0]), alpha / case.k)
+        result.alpha = alpha
+        result.p_value = stats.bonferroni(p_values)
+        result.message = "; ".join(lines)
+        if result.p_value < alpha:
+            return fail(result, "acceptance rate differs from theory: " + result.message)
+        return result
+
+
+def check_synthetic_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
+    """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
+    case = STAT_CASE_BY_NAME[case_name]
+    with timed("synthetic_rate", case_name, backend, "statistical") as result:
+        why = _applies(backend, case, "synthetic_rate", profile)
+        if why:
+            return not_applicable(result, why)
+        alpha = check_alpha(profile)
+        batch, out = sample_case(backend, case, profile, "synthetic_rate", run_seed)
+        bad = _shape_problem(batch, out)
+        if bad:
+            return fail(result, f"output structure: {bad}")
+        n = out.num_accepted.cpu().double()
+        from reference.sample import synthetic_rates_f32  # noqa: PLC0415
+        dist = exact.synthetic_num_accepted(synthetic_rates_f32(case.rate, case.steps).double(), case.k)
+        m = torch.arange(case.k + 1, dtype=torch.float64)
+        mean, var = float((dist * m).sum()), float((dist * (m - (dist * m).sum()) ** 2).sum())
+        N = n.numel()
+        observed = float(n.mean())
+        z = (observed - mean) / math.sqrt(max(var, 1e-300) / N)
+        result.alpha, result.samples = alpha, N
+        result.statistic = z
+        result.p_value = float(2 * sps.norm.sf(abs(z)))
+        z_need = sps.norm.isf(alpha / 2) + sps.norm.isf(1 - stats.POWER)
+        result.detectable_tv = z_need * math.sqrt(var / N) / case.steps
+        result.message = (f"mean joint acceptance {observed / case.steps:.4f} vs configured r={case.rate} "
+                          f"(exact mean num_accepted {mean:.4f})")
+        if result.p_value < alpha:
+            return fail(result, "synthetic rate differs: " + result.message)
+        return result
+
+
+__all__ = ["STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
+           "check_token_distribution", "sample_case", "statistical_test_count", "structure_problems"]

@@ -1,0 +1,166 @@
+"""Hypothesis strategies for spec-decode batches, and the ci / dev / nightly profiles.
+
+``spec_examples`` draws a batch plus its noise: ragged draft counts with zeros anywhere, mixed
+greedy and random requests, temperatures from tiny to huge, V from 1 up and not a multiple of any
+block, peaked / flat / tied / near-tied / -inf-masked logits, drafters None, dense, equal to p and
+disjoint from p, every logit dtype. Tensor contents come from a torch.Generator seeded by a drawn
+integer, so Hypothesis shrinks the structure (sizes, styles) and replays contents exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from reference import Noise, SpecBatch
+
+LOGIT_STYLES = ("normal", "peaked", "flat", "tied", "near_tied", "masked")
+DRAFTERS = ("dense", "none", "equal", "disjoint")
+TEMPERATURES = (1e-3, 0.1, 0.7, 1.0, 2.5, 100.0)
+PROFILE_ENV = "SPECVERIFY_PROFILE"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How hard a run looks: example counts, sizes, statistical sample sizes and error budget."""
+
+    name: str
+    examples: int                 # Hypothesis examples per differential / structural case
+    max_requests: int
+    max_vocab: int
+    max_draft: int
+    stat_copies: int              # replicated requests per statistical case (samples at position 0)
+    family_alpha: float           # family-wise false-alarm budget over all statistical checks of a run
+    device: str = "cpu"
+    logit_dtypes: tuple = (torch.float32, torch.bfloat16, torch.float16)
+    large_vocabs: tuple = ()      # extra differential sizes (V) for the nightly GPU run
+    large_requests: int = 0
+    notes: tuple = field(default_factory=tuple)
+
+
+PROFILES = {
+    "ci": Profile("ci", examples=20, max_requests=10, max_vocab=300, max_draft=4, stat_copies=8_000,
+                  family_alpha=1e-3),
+    "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, stat_copies=50_000,
+                   family_alpha=1e-3),
+    "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
+                       stat_copies=4_000_000, family_alpha=1e-3, device="cuda",
+                       large_vocabs=(32_000, 151_936, 262_144), large_requests=1_024),
+}
+
+
+def get_profile(name: str | None = None) -> Profile:
+    """The named profile, else $SPECVERIFY_PROFILE, else "ci"."""
+    name = name or os.environ.get(PROFILE_ENV, "ci")
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}: use one of {sorted(PROFILES)}")
+    return PROFILES[name]
+
+
+def hypothesis_settings(profile: Profile, examples: int | None = None) -> settings:
+    """Derandomized, no example database, no deadline: a run is reproducible bit for bit."""
+    return settings(max_examples=examples or profile.examples, derandomize=True, database=None, deadline=None,
+                    print_blob=False, suppress_health_check=list(HealthCheck))
+
+
+@dataclass(frozen=True)
+class Example:
+    """One drawn case: a batch, injected noise for it, and per-request seeds for the seeded path."""
+
+    batch: SpecBatch
+    noise: Noise
+    seeds: torch.Tensor   # [B] int64
+    description: str
+
+    def __repr__(self) -> str:
+        return self.description
+
+
+def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
+    if style == "normal":
+        return torch.randn(rows, V, generator=g, dtype=torch.float64) * 3
+    if style == "peaked":
+        x = torch.randn(rows, V, generator=g, dtype=torch.float64)
+        x[torch.arange(rows), torch.randint(0, V, (rows,), generator=g)] += 20
+        return x
+    if style == "flat":
+        return torch.zeros(rows, V, dtype=torch.float64)
+    if style == "tied":
+        return torch.randint(0, 3, (rows, V), generator=g).to(torch.float64)
+    if style == "near_tied":
+        # gaps of ~1e-3 relative: far above float32 rounding, below bf16 resolution
+        return 4.0 + torch.randint(0, 4, (rows, V), generator=g).to(torch.float64) * 4e-3
+    # masked: -inf on a random subset, never a whole row; the last tile's real entries often all masked
+    x = torch.randn(rows, V, generator=g, dtype=torch.float64) * 2
+    mask = torch.rand(rows, V, generator=g) < 0.5
+    if V > 8:
+        mask[:, -(V % 8 or 8):] = True
+    mask[torch.arange(rows), torch.randint(0, V, (rows,), generator=g)] = False
+    return x.masked_fill(mask, float("-inf"))
+
+
+@st.composite
+def spec_examples(draw, profile: Profile, *, methods=("standard",), max_vocab: int | None = None,
+                  max_requests: int | None = None, device: str = "cpu"):
+    """A batch with its noise and seeds (see the module docstring for what varies)."""
+    max_vocab = max_vocab or profile.max_vocab
+    B = draw(st.integers(0, max_requests or profile.max_requests))
+    V = draw(st.one_of(st.just(1), st.integers(2, 40), st.integers(2, max_vocab)))
+    counts = draw(st.lists(st.integers(0, profile.max_draft), min_size=B, max_size=B))
+    temps = draw(st.lists(st.sampled_from((0.0,) + TEMPERATURES), min_size=B, max_size=B))
+    style = draw(st.sampled_from(LOGIT_STYLES))
+    drafter = draw(st.sampled_from(DRAFTERS))
+    dtype = draw(st.sampled_from(profile.logit_dtypes))
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    g = torch.Generator().manual_seed(seed)
+
+    k = torch.tensor(counts, dtype=torch.int64)
+    T = int(k.sum())
+    temperature = torch.tensor(temps, dtype=torch.float32)
+    logits = _logits(g, T + B, V, style).to(dtype)
+    # p as a kernel would see it, for drafters defined relative to p
+    req_of_row = torch.repeat_interleave(torch.arange(B), k + 1)
+    draft_row = torch.ones(T + B, dtype=torch.bool)
+    if B:
+        draft_row[torch.cumsum(k + 1, 0) - 1] = False
+    row_t = temperature[req_of_row][draft_row].double()
+    scaled = logits[draft_row].double() / torch.where(row_t > 0, row_t, torch.ones_like(row_t))[:, None]
+    p = torch.softmax(scaled, dim=-1)
+    if drafter == "dense":
+        q = torch.softmax(torch.randn(T, V, generator=g, dtype=torch.float64) * 2, dim=-1)
+    elif drafter == "equal":
+        q = p.clone()
+    elif drafter == "disjoint":
+        # mass only where p is 0 if p has zeros, else away from p's mode
+        outside = (p == 0).double()
+        if V >= 2 and T:
+            mode_free = torch.ones(T, V, dtype=torch.float64)
+            mode_free[torch.arange(T), p.argmax(dim=1)] = 0
+            outside = torch.where(outside.sum(1, keepdim=True) > 0, outside, mode_free)
+        else:
+            outside = torch.ones(T, V, dtype=torch.float64)
+        q = outside / outside.sum(dim=1, keepdim=True)
+    else:
+        q = None
+    if T:
+        source = q if q is not None else torch.full((T, V), 1.0 / V, dtype=torch.float64)
+        drafts = torch.multinomial(source, 1, generator=g).squeeze(1)
+        # greedy requests: half of the drafts are the target argmax, so acceptance paths are exercised
+        greedy_row = (row_t == 0) & (torch.rand(T, generator=g) < 0.5)
+        drafts = torch.where(greedy_row, logits[draft_row].double().argmax(dim=1), drafts)
+    else:
+        drafts = torch.zeros(0, dtype=torch.int64)
+    q32 = None if q is None else q.float()
+    if q32 is not None and T:
+        q32 = q32 / q32.sum(dim=1, keepdim=True)
+    batch = SpecBatch(k.to(device), drafts.to(device), logits.to(device),
+                      None if q32 is None else q32.to(device), temperature.to(device))
+    noise = Noise.draw(batch, g)
+    seeds = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
+    desc = (f"Example(B={B}, V={V}, num_draft_tokens={counts}, temperature={temps}, logits={style}, "
+            f"drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, seed={seed})")
+    return Example(batch, noise, seeds, desc)
