@@ -1,0 +1,1 @@
+"""The conformance suite shipped with specverify: ``pytest --pyargs specverify.suite``."""
