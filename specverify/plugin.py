@@ -22,6 +22,12 @@ def pytest_addoption(parser):
     group.addoption("--specverify-device", default=None, help="override the profile's device")
 
 
+def pytest_configure(config):
+    profile = config.getoption("--specverify-profile", default=None)
+    if profile:
+        os.environ["SPECVERIFY_PROFILE"] = profile
+
+
 @pytest.fixture(scope="session")
 def specverify_profile(request):
     from dataclasses import replace  # noqa: PLC0415

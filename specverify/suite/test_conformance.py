@@ -10,16 +10,14 @@ import reference
 from specverify.checks import NOT_APPLICABLE, check_request_alignment, plan, run_check
 from specverify.strategies import get_profile
 
-# The profile is chosen before collection ($SPECVERIFY_PROFILE) so every xdist worker sees one plan;
-# --specverify-profile must name the same profile (the fixture checks).
+# The plugin exports --specverify-profile as $SPECVERIFY_PROFILE before collection, so every xdist
+# worker collects the same plan.
 PLAN = plan(get_profile())
 
 
 @pytest.mark.parametrize("check,case", PLAN, ids=[f"{c}[{k}]" for c, k in PLAN])
 def test_backend_satisfies_property(specverify_backend, specverify_profile, check, case):
     """A backend must pass every check that applies to what it declares."""
-    assert (specverify_profile.large_vocabs == ()) == (get_profile().large_vocabs == ()), \
-        "set SPECVERIFY_PROFILE to the profile given with --specverify-profile"
     result = run_check(specverify_backend, check, case, specverify_profile)
     print(result.line())
     assert result.status in ("pass", NOT_APPLICABLE), result.line()
