@@ -13,6 +13,8 @@ lagging signature (seed 003), never a silent fallback. The check lives here, in 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -130,6 +132,8 @@ def get_backend(spec) -> Backend:
     if ":" not in spec:
         raise ValueError(f"unknown backend {spec!r}: use one of {BUILTIN_BACKENDS} or MODULE:ATTR")
     module_name, attr = spec.split(":", 1)
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # like `python -m`, MODULE may live in the working directory
     obj = getattr(importlib.import_module(module_name), attr)
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "capabilities")):
         obj = obj()
