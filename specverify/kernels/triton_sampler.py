@@ -339,6 +339,22 @@ def seeded_noise(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size
     return Noise(uniform, exponential)
 
 
+@triton.jit
+def _negative_log_kernel(u_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    u = tl.load(u_ptr + offs, mask=offs < n, other=0.5)
+    tl.store(out_ptr + offs, _neg_log(u), mask=offs < n)
+
+
+def negative_log(u: torch.Tensor) -> torch.Tensor:
+    """The kernels' -log(u) on a float32 tensor of uniforms in (0, 1) (for the accuracy tests)."""
+    u = u.contiguous().to(torch.float32)
+    out = torch.empty_like(u)
+    if u.numel():
+        _negative_log_kernel[(triton.cdiv(u.numel(), 1024),)](u, out, u.numel(), BLOCK=1024)
+    return out
+
+
 # ----------------------------------------------------------------------------- launch wrapper
 def _nonempty(t: torch.Tensor) -> torch.Tensor:
     """A zero-element tensor may have a null data pointer; kernels get a 1-element stand-in (never read)."""
