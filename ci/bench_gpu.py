@@ -1,0 +1,313 @@
+"""GPU benchmark: the fused Triton sampler vs a multi-pass PyTorch baseline vs the memory floor.
+
+    python ci/bench_gpu.py [--quick] [--sweep] [--markdown PATH] [--json PATH]
+
+Per (B, V, logit dtype), k = 4 drafts for every request, temperature 1, dense float32 draft probs near
+p (acceptance ~ 0.6 per position), drafts drawn from q:
+
+  fused-inj   triton_sample_into with injected noise (uniform [T], exponential [B, V])
+  fused-seed  triton_sample_into with per-request seeds (in-kernel Philox, no noise tensors)
+  graph       fused-inj replayed from a CUDA graph (launch overhead removed)
+  baseline    ordinary PyTorch ops in the structure production samplers use: softmax to a
+              materialised probs tensor, then separate accept, recover (residual + race at every
+              draft position) and bonus passes, then assembly
+  floor       bytes that must move (logits once, draft probs once, one exponential vector per
+              request when injected, the small inputs, the outputs) over the device-to-device copy
+              bandwidth measured in the same run (bytes read + bytes written)
+
+Timing: CUDA events around each call (the host launch time included: that is what a call costs when
+the GPU waits for it), median over many calls, rotating over enough input sets that together they
+exceed the L2 cache several times. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from reference import philox  # noqa: E402
+from specverify.kernels import triton_sampler  # noqa: E402
+from specverify.kernels.triton_sampler import plan, triton_sample_into  # noqa: E402
+
+K = 4
+L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
+MAX_SETS = 64
+DEVICE = "cuda"  # a CPU dry run of the plumbing sets this to "cpu" under TRITON_INTERPRET=1
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> float:
+    """Bytes read + written per second of a large device-to-device copy, median of 20."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=DEVICE).uniform_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(20):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    return 2 * nbytes / statistics.median(times)
+
+
+class InputSet:
+    """One batch with its noise, index helpers for the baseline, and preallocated outputs."""
+
+    def __init__(self, B: int, V: int, dtype: torch.dtype, salt: int) -> None:
+        g = torch.Generator(device=DEVICE).manual_seed(1000 * salt + B)
+        T = B * K
+        self.B, self.V, self.T = B, V, T
+        self.num_draft = torch.full((B,), K, dtype=torch.int64, device=DEVICE)
+        self.logits = (torch.randn(T + B, V, generator=g, device=DEVICE) * 3).to(dtype)
+        # A drafter close to the target (alpha = sum min(p, q) ~ 0.6 per position): realistic
+        # acceptance, so both outcomes (a rejected row's residual, the bonus row) are timed.
+        draft_rows = torch.arange(T + B, device=DEVICE).view(B, K + 1)[:, :K].reshape(-1)
+        self.q = torch.softmax(self.logits[draft_rows].float() + torch.randn(T, V, generator=g, device=DEVICE),
+                               dim=-1)
+        self.drafts = torch.multinomial(self.q, 1, generator=g).squeeze(1)
+        self.temperature = torch.ones(B, dtype=torch.float32, device=DEVICE)
+        bits = lambda *shape: torch.randint(0, 2**32, shape, generator=g, device=DEVICE, dtype=torch.int64)  # noqa: E731
+        self.uniform = philox.bits_to_uniform(bits(T))
+        self.exponential = -torch.log(philox.bits_to_uniform(bits(B, V)))
+        self.seeds = philox.request_seeds(7 * salt, B).to(DEVICE)
+        # Baseline index helpers (built once, outside the timed region: only the structure is timed).
+        rows = torch.arange(T + B, device=DEVICE).view(B, K + 1)
+        self.draft_rows = rows[:, :K].reshape(-1)
+        self.bonus_rows = rows[:, K]
+        self.req_of_draft = torch.arange(B, device=DEVICE).repeat_interleave(K)
+        self.row_temp = self.temperature.repeat_interleave(K + 1)
+        self.token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=DEVICE)
+        self.num_accepted = torch.empty(B, dtype=torch.int64, device=DEVICE)
+
+    def nbytes(self) -> int:
+        return (self.logits.numel() * self.logits.element_size() + self.q.numel() * 4
+                + self.exponential.numel() * 4)
+
+    def floor_bytes(self, injected: bool) -> int:
+        B, T, V = self.B, self.T, self.V
+        n = (T + B) * V * self.logits.element_size() + T * V * 4          # logits, draft probs
+        n += T * 8 + B * 8 + B * 4                                         # drafts, k, temperature
+        n += B * (K + 1) * 8 + B * 8                                       # outputs
+        if injected:
+            n += B * V * 4 + T * 4                                         # exponential, uniform
+        return n
+
+    def fused_bytes(self, injected: bool) -> int:
+        """What the fused kernel moves given its outcome: every logits row once, then per request
+        the race row again, its exponential vector (injected) and, when rejected, its q row."""
+        B, V = self.B, self.V
+        rejected = int((self.num_accepted < K).sum())
+        n = (self.T + 2 * B) * V * self.logits.element_size() + rejected * V * 4
+        if injected:
+            n += B * V * 4
+        return n
+
+    def fused(self, seeded: bool = False, **kw) -> None:
+        noise = dict(seeds=self.seeds) if seeded else dict(uniform=self.uniform, exponential=self.exponential)
+        triton_sample_into(self.token_ids, self.num_accepted, self.num_draft, self.drafts, self.logits, self.q,
+                           self.temperature, **noise, **kw)
+
+    def baseline(self) -> tuple[torch.Tensor, torch.Tensor]:
+        B = self.B
+        probs = torch.softmax(self.logits.float() / self.row_temp[:, None], dim=-1)
+        target = probs[self.draft_rows]
+        bonus = probs[self.bonus_rows]
+        # accept
+        p_x = target.gather(1, self.drafts[:, None]).squeeze(1)
+        q_x = self.q.gather(1, self.drafts[:, None]).squeeze(1)
+        accepted = (q_x > 0) & (self.uniform * q_x <= p_x)
+        # recover: residual race at every draft position
+        residual = (target - self.q).clamp_(min=0)
+        recovered = (residual / self.exponential[self.req_of_draft]).argmax(dim=1)
+        # bonus
+        bonus_token = (bonus / self.exponential).argmax(dim=1)
+        # assemble
+        n_acc = accepted.view(B, K).to(torch.int32).cumprod(dim=1).sum(dim=1)
+        rec_at = recovered.view(B, K).gather(1, n_acc.clamp(max=K - 1).to(torch.int64)[:, None]).squeeze(1)
+        extra = torch.where(n_acc == K, bonus_token, rec_at)
+        cols = torch.arange(K + 1, device=DEVICE)[None, :]
+        drafts = torch.cat([self.drafts.view(B, K), torch.full((B, 1), -1, device=DEVICE, dtype=torch.int64)], 1)
+        tokens = torch.where(cols < n_acc[:, None], drafts, torch.full_like(drafts, -1))
+        tokens = torch.where(cols == n_acc[:, None], extra[:, None], tokens)
+        return tokens, n_acc.to(torch.int64)
+
+
+def time_calls(fn, sets, min_calls: int = 30, budget_s: float = 0.4) -> float:
+    """Median seconds per call, rotating over the input sets."""
+    n = len(sets)
+    for i in range(max(n, 3)):
+        fn(sets[i % n])
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for i in range(n):
+        fn(sets[i % n])
+    b.record()
+    b.synchronize()
+    est = a.elapsed_time(b) / 1e3 / n
+    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6))))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    for i, (s, e) in enumerate(events):
+        s.record()
+        fn(sets[i % n])
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
+
+
+def time_graph(sets) -> float:
+    """fused-inj replayed from CUDA graphs (one per input set, up to 32)."""
+    sets = sets[:32]
+    graphs = []
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for s in sets:
+            s.fused()
+    torch.cuda.current_stream().wait_stream(stream)
+    for s in sets:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            s.fused()
+        graphs.append(g)
+    return time_calls(lambda g: g.replay(), graphs)
+
+
+def make_sets(B: int, V: int, dtype: torch.dtype, l2_bytes: int) -> list[InputSet]:
+    first = InputSet(B, V, dtype, 0)
+    n = min(MAX_SETS, max(2, math.ceil(L2_MULTIPLE * l2_bytes / first.nbytes())))
+    return [first] + [InputSet(B, V, dtype, i) for i in range(1, n)]
+
+
+def check(sets) -> int:
+    """Mismatches between fused (injected) and baseline on the first set, and fused vs the reference
+    on a slice of it (numerically ambiguous races can differ: counted, not hidden)."""
+    s = sets[0]
+    s.fused()
+    tokens, n_acc = s.baseline()
+    return int((tokens != s.token_ids).any(dim=1).sum() + (n_acc != s.num_accepted).sum())
+
+
+def bench(Bs, Vs, dtypes, bw, l2_bytes, graphs: bool):
+    rows = []
+    for dtype in dtypes:
+        for V in Vs:
+            for B in Bs:
+                sets = make_sets(B, V, dtype, l2_bytes)
+                s0 = sets[0]
+                mism = check(sets)
+                t_inj = time_calls(lambda s: s.fused(), sets)
+                moved_inj = statistics.mean(s.fused_bytes(True) for s in sets[:4])
+                t_seed = time_calls(lambda s: s.fused(seeded=True), sets)
+                t_graph = time_graph(sets) if graphs else float("nan")
+                t_base = time_calls(lambda s: s.baseline(), sets)
+                fb_inj, fb_seed = s0.floor_bytes(True), s0.floor_bytes(False)
+                block_v, s1, _, s2, _ = plan(B, K, V, torch.device(DEVICE))
+                row = dict(B=B, V=V, dtype=str(dtype).replace("torch.", ""), sets=len(sets), plan=(block_v, s1, s2),
+                           fused_inj_us=t_inj * 1e6, fused_seed_us=t_seed * 1e6, graph_us=t_graph * 1e6,
+                           baseline_us=t_base * 1e6,
+                           floor_inj_us=fb_inj / bw * 1e6, floor_seed_us=fb_seed / bw * 1e6,
+                           inj_GBps=fb_inj / t_inj / 1e9, seed_GBps=fb_seed / t_seed / 1e9,
+                           base_GBps=fb_inj / t_base / 1e9,
+                           frac_floor_inj=fb_inj / bw / t_inj, frac_floor_seed=fb_seed / bw / t_seed,
+                           frac_floor_base=fb_inj / bw / t_base,
+                           moved_GBps_inj=moved_inj / t_inj / 1e9,
+                           speedup_inj=t_base / t_inj, speedup_seed=t_base / t_seed, mismatches=mism)
+                rows.append(row)
+                print(f"B={B:4d} V={V:7d} {row['dtype']:8s} fused-inj {row['fused_inj_us']:9.1f} us "
+                      f"({row['frac_floor_inj']:.2f} floor)  seed {row['fused_seed_us']:9.1f}  graph "
+                      f"{row['graph_us']:8.1f}  base {row['baseline_us']:9.1f}  x{row['speedup_inj']:.2f}  "
+                      f"mism {mism}", flush=True)
+                del sets
+                torch.cuda.empty_cache()
+    return rows
+
+
+def sweep(bw, l2_bytes):
+    """Launch-plan variants at the target shapes (printed; the defaults in triton_sampler come from it)."""
+    out = []
+    for B, V in ((1, 151_936), (32, 151_936), (128, 151_936)):
+        sets = make_sets(B, V, torch.float32, l2_bytes)
+        fb = sets[0].floor_bytes(True)
+        for block_v in (1024, 2048, 4096):
+            for warps in (4, 8):
+                for waves in (1, 2, 4, 8, 16):
+                    target = waves * torch.cuda.get_device_properties(0).multi_processor_count
+                    splits = (triton.cdiv(target, B * (K + 1)), triton.cdiv(target, B))
+                    t = time_calls(lambda s: s.fused(block_v=block_v, splits=splits, num_warps=warps), sets,
+                                   budget_s=0.15)
+                    out.append(dict(B=B, V=V, block_v=block_v, warps=warps, waves=waves, us=t * 1e6,
+                                    frac=fb / bw / t))
+                    print(f"sweep B={B:4d} V={V} block_v={block_v:5d} warps={warps} waves={waves:2d} "
+                          f"{t * 1e6:9.1f} us  {fb / bw / t:.2f} floor", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def markdown(rows, bw, meta) -> str:
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}.",
+             f"Copy bandwidth (read + write) measured in the same run: {bw / 1e12:.2f} TB/s. k = {K} for every "
+             "request, temperature 1, dense float32 draft probs close to p (alpha ~ 0.6), drafts drawn from q.", "",
+             "| B | V | logits | fused inj (us) | GB/s | of floor | fused seeded (us) | of floor | graph (us) "
+             "| baseline (us) | of floor | speedup inj | speedup seeded | kernel GB/s moved |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['B']} | {r['V']} | {r['dtype']} | {r['fused_inj_us']:.1f} | {r['inj_GBps']:.0f} | "
+                     f"{r['frac_floor_inj']:.2f} | {r['fused_seed_us']:.1f} | {r['frac_floor_seed']:.2f} | "
+                     f"{r['graph_us']:.1f} | {r['baseline_us']:.1f} | {r['frac_floor_base']:.2f} | "
+                     f"{r['speedup_inj']:.2f} | {r['speedup_seed']:.2f} | {r['moved_GBps_inj']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="B in {1, 128}, V = 151936, fp32 only")
+    ap.add_argument("--sweep", action="store_true", help="also sweep launch-plan variants")
+    ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--markdown", help="write the table here")
+    ap.add_argument("--json", help="write all numbers here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_gpu.py needs a CUDA GPU")
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
+    meta = dict(device=f"{props.name} ({props.multi_processor_count} SMs, L2 {l2 >> 20} MB)",
+                torch=torch.__version__, triton=triton.__version__,
+                date=datetime.date.today().isoformat(), command="python " + " ".join(sys.argv))
+    print(meta, flush=True)
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    result = dict(meta=meta, copy_bandwidth=bw)
+    if args.sweep:
+        result["sweep"] = sweep(bw, l2)
+    if args.quick:
+        Bs, Vs, dtypes = (1, 128), (151_936,), (torch.float32,)
+    else:
+        Bs, Vs, dtypes = (1, 32, 128, 256), (32_000, 151_936, 262_144), (torch.float32, torch.bfloat16)
+    result["rows"] = bench(Bs, Vs, dtypes, bw, l2, graphs=not args.no_graph)
+    table = markdown(result["rows"], bw, meta)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
