@@ -1,0 +1,407 @@
+"""Properties of the reference (issue 2): Monte Carlo agrees with the exact module, the exact module agrees
+with the theory, synthetic parameters, one-hot drafters, ragged layouts, validation, alignment, Philox.
+
+Statistical tests use fixed seeds (deterministic, never flaky) and state their alpha where they test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from scipy import optimize, stats
+
+import reference
+from reference import Noise, SpecBatch, exact, leviathan, philox, synthetic
+from reference.alignment import align_draft_probs
+from reference.batch import select_requests
+from reference.sample import synthetic_rates_f32
+from specverify.generate import logits_for, random_batch, replicated_batch
+
+ALPHA = 1e-4  # per statistical test; the fixed seeds make each outcome deterministic
+
+
+# ---- helpers -----------------------------------------------------------------------------------------
+def chi_square_pvalue(probabilities: dict, samples: list[tuple]) -> float:
+    """Pearson chi-square of ``samples`` against exact ``probabilities``; bins with expected count < 5
+    are merged into one tail bin (itself merged into the smallest bin if still < 5). A sample outside the
+    support fails at once: no p-value can excuse an impossible output."""
+    counts = Counter(samples)
+    impossible = [s for s in counts if s not in probabilities]
+    assert not impossible, f"samples in zero-probability bins: {impossible[:5]}"
+    n = len(samples)
+    keys = sorted(probabilities, key=lambda s: -probabilities[s])
+    expected = np.array([probabilities[s] * n for s in keys])
+    observed = np.array([counts.get(s, 0) for s in keys], dtype=np.float64)
+    big = expected >= 5
+    e, o = list(expected[big]), list(observed[big])
+    if (~big).any():
+        tail_e, tail_o = expected[~big].sum(), observed[~big].sum()
+        if tail_e >= 5 or not e:
+            e.append(tail_e), o.append(tail_o)
+        else:
+            e[-1] += tail_e
+            o[-1] += tail_o
+    assert len(e) >= 2, "too few samples for a chi-square test"
+    e, o = np.array(e), np.array(o)
+    statistic = float(((o - e) ** 2 / e).sum())
+    return float(stats.chi2.sf(statistic, len(e) - 1))
+
+
+def outputs(batch: SpecBatch, **kwargs) -> list[tuple]:
+    return [tuple(seq) for seq in reference.sample(batch, **kwargs).emitted()]
+
+
+def simplex(rows: int, V: int, seed: int, zeros: int = 1) -> torch.Tensor:
+    """[rows, V] float64 distributions with ``zeros`` zero entries per row (at seeded places)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(rows, V, generator=g, dtype=torch.float64) + 0.05
+    for r in range(rows):
+        w[r, torch.randperm(V, generator=g)[:zeros]] = 0.0
+    return w / w.sum(dim=1, keepdim=True)
+
+
+def rows_of(p: torch.Tensor) -> torch.Tensor:
+    """float32 rows that keep exact zeros where p has them (so logits_for's -inf stays -inf)."""
+    return p.float().double() / p.float().double().sum(dim=1, keepdim=True)
+
+
+# ---- Monte Carlo of reference.sample against the exact module ------------------------------------------
+def test_standard_rule_monte_carlo_matches_exact_joint_distribution_when_drafts_come_from_q():
+    """The core theorem's setting: drafts x_j ~ q_j, a tempered target with zeros in both p and q; the
+    whole joint law of (num_accepted, emitted tokens) must match, not only its marginals."""
+    p, q = simplex(3, 4, seed=1), simplex(2, 4, seed=2)
+    batch = replicated_batch(torch.Generator().manual_seed(3), p, q, temperature=0.7, copies=10000)
+    # The batch carries float32 rows; the exact law is computed from what the sampler actually sees.
+    truth = exact.standard_sequences(reference.target_probs(batch.target_logits[:3].double(), 0.7),
+                                     batch.draft_probs[:2].double())
+    assert chi_square_pvalue(truth, outputs(batch, seed=11)) > ALPHA  # alpha = 1e-4
+
+
+def test_one_hot_drafter_monte_carlo_matches_exact_distribution_given_drafts():
+    """draft_probs None with fixed drafts: rejection must sample p without the draft token."""
+    p = simplex(3, 5, seed=4)
+    drafts = [int(p[0].argmin()) if p[0].min() > 0 else 1, int(p[1].argmax())]
+    batch = replicated_batch(torch.Generator().manual_seed(5), p, None, temperature=1.0, copies=10000, drafts=drafts)
+    truth = exact.standard_given_drafts(reference.target_probs(batch.target_logits[:3].double(), 1.0), None, drafts)
+    noise = Noise.draw(batch, torch.Generator().manual_seed(6))
+    assert chi_square_pvalue(truth, outputs(batch, noise=noise)) > ALPHA  # alpha = 1e-4
+
+
+def test_synthetic_rule_monte_carlo_matches_exact_distribution_when_drafts_come_from_q():
+    """Synthetic: acceptance independent of p and q at c_j, the target's own sample at the stop."""
+    p, q = simplex(3, 4, seed=7), simplex(2, 4, seed=8)
+    batch = replicated_batch(torch.Generator().manual_seed(9), p, q, temperature=1.3, copies=10000)
+    rates = synthetic_rates_f32(0.6, 3)
+    truth = exact.synthetic_sequences_from_q(reference.target_probs(batch.target_logits[:3].double(), 1.3),
+                                             batch.draft_probs[:2].double(), rates)
+    got = outputs(batch, seed=12, method="synthetic", synthetic_acceptance_rate=0.6, num_speculative_steps=3)
+    assert chi_square_pvalue(truth, got) > ALPHA  # alpha = 1e-4
+
+
+def test_chi_square_helper_rejects_a_wrong_distribution_and_an_impossible_sample():
+    """The helper itself must be able to fail, or the three tests above prove nothing."""
+    truth = {(0,): 0.5, (1,): 0.5}
+    assert chi_square_pvalue(truth, [(0,)] * 700 + [(1,)] * 300) < ALPHA
+    with pytest.raises(AssertionError, match="zero-probability"):
+        chi_square_pvalue(truth, [(0,)] * 10 + [(2,)])
+
+
+# ---- the exact module against the theory ----------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_emitted_token_at_each_position_is_distributed_as_p(seed):
+    """Leviathan's theorem: with x_j ~ q_j, the token emitted at position j (given j is reached) ~ p_j."""
+    k, V = 3, 4
+    p, q = simplex(k + 1, V, seed=10 + seed), simplex(k, V, seed=20 + seed, zeros=2)
+    seqs = exact.standard_sequences(p, q)
+    assert math.isclose(sum(seqs.values()), 1.0, abs_tol=1e-12)
+    for j in range(k + 1):
+        torch.testing.assert_close(exact.position_token_distribution(seqs, j, V), p[j], rtol=0, atol=1e-12)
+
+
+def test_exact_acceptance_probability_is_sum_of_min_p_q():
+    """alpha_j = sum_v min(p_j(v), q_j(v)), computed independently of the exact module."""
+    k, V = 3, 5
+    p, q = simplex(k + 1, V, seed=30), simplex(k, V, seed=31, zeros=2)
+    alpha = exact.acceptance_by_position(exact.standard_sequences(p, q), k)
+    expected = torch.tensor([sum(min(float(p[j, v]), float(q[j, v])) for v in range(V)) for j in range(k)],
+                            dtype=torch.float64)
+    torch.testing.assert_close(alpha, expected, rtol=0, atol=1e-12)
+
+
+def test_exact_given_drafts_averaged_over_q_equals_exact_from_q():
+    """The two exact formulas (fixed drafts; drafts ~ q) are written independently: averaging the first
+    over drafts drawn from q must give the second."""
+    import itertools
+
+    k, V = 2, 3
+    p, q = simplex(k + 1, V, seed=40), simplex(k, V, seed=41)
+    mixed: dict[tuple, float] = Counter()
+    for drafts in itertools.product(range(V), repeat=k):
+        weight = float(torch.prod(q[torch.arange(k), torch.tensor(drafts)]))
+        for seq, prob in exact.standard_given_drafts(p, q, list(drafts)).items():
+            mixed[seq] += weight * prob
+    direct = exact.standard_sequences(p, q)
+    assert set(k for k, v in mixed.items() if v > 1e-15) == set(direct)
+    for seq, prob in direct.items():
+        assert math.isclose(mixed[seq], prob, rel_tol=1e-9, abs_tol=1e-15), seq
+
+
+def test_greedy_is_deterministic_and_breaks_ties_at_the_lowest_index():
+    """Greedy requests use no noise, and among tied maxima the lowest index wins (also in the bonus row)."""
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, -1.0, 2.0], [0.5, 0.5, 0.5, 0.5]])
+    assert exact.greedy_output(logits, [1, 0]) == (1, 0, 0)
+    assert exact.greedy_output(logits, [2, 0]) == (1,)
+    batch = SpecBatch(torch.tensor([2, 2]), torch.tensor([1, 0, 2, 0]), torch.cat([logits, logits]), None,
+                      torch.zeros(2))
+    runs = [reference.sample(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(s))).emitted()
+            for s in range(3)]
+    assert runs == [[[1, 0, 0], [1]]] * 3
+
+
+# ---- synthetic parameters ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("rate", [0.0, 0.1, 0.37, 0.5, 0.8, 0.925, 0.99, 1.0])
+def test_synthetic_mean_joint_acceptance_equals_the_configured_rate(rate, n):
+    """mean_{j<n} prod_{i<=j} c_i = r, computed from the conditional rates (not the module's own sum),
+    with g the smallest decay in [0.85, 1] that reaches r."""
+    a0, g = synthetic.synthetic_params(rate, n)
+    assert 0.0 <= a0 <= 1.0 and synthetic.MIN_DECAY <= g <= 1.0
+    c = synthetic.conditional_rates(rate, n)
+    assert math.isclose(float(torch.cumprod(c, 0).mean()), rate, abs_tol=1e-9)
+    if g > synthetic.MIN_DECAY + 1e-9:  # a larger decay is only taken when a0 = 1 cannot reach r with less
+        assert math.isclose(a0, 1.0, abs_tol=1e-9)
+        assert float(torch.cumprod(torch.full((n,), g - 1e-6, dtype=torch.float64) ** torch.arange(n), 0).mean()) < rate
+
+
+@pytest.mark.parametrize("rate, n, expected", [
+    (0.0, 1, (0.0, 0.85)), (0.0, 4, (0.0, 0.85)),
+    (1.0, 2, (1.0, 1.0)), (1.0, 5, (1.0, 1.0)),
+    (0.3, 1, (0.3, 0.85)), (0.77, 1, (0.77, 0.85)), (1.0, 1, (1.0, 0.85)),
+    # n = 2: mean(a, g a^2) = r, so a = (sqrt(1 + 8 g r) - 1) / (2 g) while g = 0.85 suffices (r <= 0.925).
+    (0.5, 2, ((math.sqrt(1 + 8 * 0.85 * 0.5) - 1) / (2 * 0.85), 0.85)),
+    # r = 0.95 > 0.925: a = 1 and (1 + g) / 2 = 0.95.
+    (0.95, 2, (1.0, 0.9)),
+])
+def test_synthetic_params_match_hand_computed_values(rate, n, expected):
+    """Values derived by hand from SPEC section 3, independently of the module's bisection."""
+    a0, g = synthetic.synthetic_params(rate, n)
+    assert math.isclose(a0, expected[0], abs_tol=1e-9) and math.isclose(g, expected[1], abs_tol=1e-9)
+
+
+def test_synthetic_params_decay_found_by_an_independent_root_finder():
+    """n = 3, r = 0.9: (1 + g + g^3) / 3 = 0.9 has no closed form; scipy's brentq solves it."""
+    g_true = optimize.brentq(lambda g: (1 + g + g ** 3) / 3 - 0.9, 0.85, 1.0, xtol=1e-14)
+    a0, g = synthetic.synthetic_params(0.9, 3)
+    assert math.isclose(g, g_true, abs_tol=1e-9) and math.isclose(a0, 1.0, abs_tol=1e-9)
+
+
+# ---- one-hot drafters -----------------------------------------------------------------------------------
+def test_none_draft_probs_behaves_as_explicit_one_hot_q():
+    """A deterministic drafter (None) must give exactly what an explicit one-hot q gives, noise for noise."""
+    g = torch.Generator().manual_seed(50)
+    batch = random_batch(g, num_requests=16, vocab_size=6, drafter="none")
+    one_hot = torch.nn.functional.one_hot(batch.draft_token_ids, 6).float()
+    explicit = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, one_hot, batch.temperature)
+    for s in range(4):
+        noise = Noise.draw(batch, g)
+        a, b = reference.sample(batch, noise=noise), reference.sample(explicit, noise=noise)
+        assert torch.equal(a.token_ids, b.token_ids) and torch.equal(a.num_accepted, b.num_accepted)
+
+
+def test_none_draft_probs_residual_is_p_without_the_draft_token():
+    """k = 1, q one-hot at x: rejection (probability 1 - p(x)) must emit y != x with probability p(y)."""
+    p = simplex(2, 5, seed=51, zeros=0)
+    x = 2
+    law = exact.standard_given_drafts(p, None, [x])
+    for y in range(5):
+        if y != x:
+            assert math.isclose(law[(y,)], float(p[0, y]), rel_tol=1e-12)
+    assert (x,) not in law
+    assert math.isclose(float(leviathan.residual(p[0], leviathan.one_hot(x, 5))[x]), 0.0)
+
+
+# ---- ragged layouts -------------------------------------------------------------------------------------
+def _ragged_batch(counts: list[int], V: int = 7, seed: int = 60) -> SpecBatch:
+    g = torch.Generator().manual_seed(seed)
+    k = torch.tensor(counts, dtype=torch.int64)
+    T, B = int(k.sum()), len(counts)
+    q = torch.softmax(torch.randn(T, V, generator=g), dim=-1)
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(1) if T else torch.zeros(0, dtype=torch.int64)
+    return SpecBatch(k, drafts, torch.randn(T + B, V, generator=g) * 2, q,
+                     torch.tensor([0.9, 0.0, 1.2, 0.6][:B] + [1.0] * max(0, B - 4)))
+
+
+@pytest.mark.parametrize("counts", [[0, 2, 1], [2, 0, 1], [2, 1, 0], [0, 3, 0, 1], [0, 0, 0]],
+                         ids=["start", "middle", "end", "several", "all-zero"])
+def test_zero_draft_requests_anywhere_emit_one_token_and_leave_others_unchanged(counts):
+    """A zero-draft request emits one token with num_accepted 0, and every request's output equals the
+    output it gets alone (a zero-draft neighbour must not shift anyone's rows or noise)."""
+    batch = _ragged_batch(counts)
+    noise = Noise.draw(batch, torch.Generator().manual_seed(61))
+    out = reference.sample(batch, noise=noise)
+    assert tuple(out.token_ids.shape) == (len(counts), max(counts) + 1)
+    for b, k in enumerate(counts):
+        row, n = out.token_ids[b].tolist(), int(out.num_accepted[b])
+        assert 0 <= n <= k and all(t == -1 for t in row[n + 1:]) and 0 <= row[n] < batch.vocab_size
+        if k == 0:
+            assert n == 0
+        alone_idx = torch.tensor([b])
+        alone = reference.sample(select_requests(batch, alone_idx), noise=noise.select(batch, alone_idx))
+        assert alone.emitted() == [out.emitted()[b]]
+
+
+def test_empty_batch_gives_empty_outputs():
+    """B = 0 is legal: token_ids [0, 1], num_accepted [0]."""
+    batch = SpecBatch(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), torch.zeros(0, 5),
+                      None, torch.zeros(0))
+    out = reference.sample(batch, seed=0)
+    assert tuple(out.token_ids.shape) == (0, 1) and tuple(out.num_accepted.shape) == (0,)
+
+
+# ---- validation -----------------------------------------------------------------------------------------
+def _fields(**overrides) -> dict:
+    V = 4
+    base = dict(num_draft_tokens=torch.tensor([2, 0, 1]), draft_token_ids=torch.tensor([1, 3, 0]),
+                target_logits=torch.zeros(6, V), draft_probs=torch.full((3, V), 0.25), temperature=torch.ones(3))
+    base.update(overrides)
+    return base
+
+
+def _bf16_probs():
+    return torch.full((3, 4), 0.25, dtype=torch.bfloat16)
+
+
+BAD_BATCHES = {
+    "logit row count": (dict(target_logits=torch.zeros(5, 4)), "target_logits"),
+    "draft id count": (dict(draft_token_ids=torch.tensor([1, 3])), "draft_token_ids"),
+    "temperature shape": (dict(temperature=torch.ones(2)), "temperature"),
+    "draft_probs shape": (dict(draft_probs=torch.full((3, 5), 0.2)), "draft_probs"),
+    "negative draft count": (dict(num_draft_tokens=torch.tensor([2, -1, 2])), "num_draft_tokens"),
+    "draft id negative": (dict(draft_token_ids=torch.tensor([1, -1, 0])), "draft_token_ids"),
+    "draft id equal to V": (dict(draft_token_ids=torch.tensor([1, 4, 0])), "draft_token_ids"),
+    "NaN logits": (dict(target_logits=torch.zeros(6, 4).index_fill_(1, torch.tensor([2]), float("nan"))),
+                   "target_logits"),
+    "NaN draft probs": (dict(draft_probs=torch.full((3, 4), 0.25).index_fill_(0, torch.tensor([1]), float("nan"))),
+                        "draft_probs"),
+    "negative temperature": (dict(temperature=torch.tensor([1.0, -0.5, 1.0])), "temperature"),
+    "negative draft prob": (dict(draft_probs=torch.tensor([[0.5, 0.5, 0.5, -0.5]] * 3)), "draft_probs"),
+    "draft probs not summing to 1": (dict(draft_probs=torch.full((3, 4), 0.3)), "draft_probs"),
+    "bf16 draft probs": (dict(draft_probs=_bf16_probs()), "draft_probs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BATCHES))
+def test_bad_batch_raises_value_error_naming_the_field(case):
+    """Every malformed field is a ValueError whose message names it; nothing is clipped."""
+    overrides, field = BAD_BATCHES[case]
+    with pytest.raises(ValueError, match=field):
+        SpecBatch(**_fields(**overrides))
+
+
+def test_valid_batch_fixture_is_accepted():
+    """The base of the bad-input cases is itself valid, so each failure above comes from its one change."""
+    out = reference.sample(SpecBatch(**_fields()), seed=0)
+    assert out.token_ids.shape == (3, 3)
+
+
+def _noise(uniform=None, exponential=None) -> Noise:
+    return Noise(torch.full((3,), 0.5) if uniform is None else uniform,
+                 torch.ones(3, 4) if exponential is None else exponential)
+
+
+BAD_CALLS = {
+    "uniform 0": (dict(noise=_noise(uniform=torch.tensor([0.5, 0.0, 0.5]))), "noise.uniform"),
+    "uniform 1": (dict(noise=_noise(uniform=torch.tensor([0.5, 1.0, 0.5]))), "noise.uniform"),
+    "uniform shape": (dict(noise=_noise(uniform=torch.full((2,), 0.5))), "noise.uniform"),
+    "exponential 0": (dict(noise=_noise(exponential=torch.ones(3, 4).index_fill_(1, torch.tensor([0]), 0.0))),
+                      "noise.exponential"),
+    "exponential shape": (dict(noise=_noise(exponential=torch.ones(3, 5))), "noise.exponential"),
+    "noise and seed": (dict(noise=_noise(), seed=1), "noise or seed"),
+    "unknown method": (dict(method="typical", seed=1), "method"),
+    "synthetic rate unset": (dict(method="synthetic", num_speculative_steps=2, seed=1), "synthetic_acceptance_rate"),
+    "synthetic rate negative": (dict(method="synthetic", synthetic_acceptance_rate=-0.1, num_speculative_steps=2,
+                                     seed=1), "synthetic_acceptance_rate"),
+    "synthetic rate above 1": (dict(method="synthetic", synthetic_acceptance_rate=1.5, num_speculative_steps=2,
+                                    seed=1), "synthetic_acceptance_rate"),
+    "synthetic steps unset": (dict(method="synthetic", synthetic_acceptance_rate=0.5, seed=1),
+                              "num_speculative_steps"),
+    "synthetic steps below drafts": (dict(method="synthetic", synthetic_acceptance_rate=0.5, num_speculative_steps=1,
+                                          seed=1), "num_speculative_steps"),
+    "rate with standard method": (dict(synthetic_acceptance_rate=0.5, seed=1), "synthetic_acceptance_rate"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_bad_call_raises_value_error_naming_the_setting(case):
+    """Bad noise and bad settings are ValueErrors naming the setting; the synthetic rate never defaults."""
+    kwargs, field = BAD_CALLS[case]
+    with pytest.raises(ValueError, match=field):
+        reference.sample(SpecBatch(**_fields()), **kwargs)
+
+
+# ---- request alignment ----------------------------------------------------------------------------------
+def _cache():
+    return torch.arange(3 * 2 * 4, dtype=torch.float32).reshape(3, 2, 4)  # [R=3, K=2, V=4]: rows a, b, c
+
+
+def test_alignment_skips_zero_draft_requests():
+    """SPEC 4.8's example: cached [a, b, c], drafts [2, 0, 1] -> [a[:2], c[:1]]."""
+    cache = _cache()
+    got = align_draft_probs(cache, ["a", "b", "c"], ["a", "b", "c"], torch.tensor([2, 0, 1]))
+    assert torch.equal(got, torch.cat([cache[0, :2], cache[2, :1]]))
+
+
+def test_alignment_follows_the_current_batch_order():
+    """The current batch may be in any order; rows follow it, not the cache's order."""
+    cache = _cache()
+    got = align_draft_probs(cache, ["a", "b", "c"], ["c", "a"], torch.tensor([1, 2]))
+    assert torch.equal(got, torch.cat([cache[2, :1], cache[0, :2]]))
+
+
+def test_alignment_missing_request_raises_key_error_naming_it():
+    """A request with drafts but no cached row is an explicit error, never a silent shift."""
+    with pytest.raises(KeyError, match="'d'"):
+        align_draft_probs(_cache(), ["a", "b", "c"], ["a", "d"], torch.tensor([1, 1]))
+
+
+def test_alignment_tolerates_a_missing_request_without_drafts():
+    """A zero-draft request needs no cached row at all."""
+    cache = _cache()
+    got = align_draft_probs(cache, ["a", "b", "c"], ["zz", "b"], torch.tensor([0, 2]))
+    assert torch.equal(got, cache[1, :2])
+
+
+# ---- Philox ---------------------------------------------------------------------------------------------
+# Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter (4 words), key (2 words), output.
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize("counter, key, expected", KAT, ids=["zeros", "ones", "pi"])
+def test_philox_port_matches_random123_known_answers(counter, key, expected):
+    """The seeded stream is only reproducible if the port is Philox4x32-10 bit for bit."""
+    t = [torch.tensor([w], dtype=torch.int64) for w in counter + key]
+    got = tuple(int(w) for w in philox.philox4x32(*t))
+    assert got == expected
+
+
+def test_philox_uniform_stays_in_the_open_interval_at_the_extreme_bits():
+    """bits 0 and 2**32 - 1 map to 2**-24 and 1 - 2**-24: never 0 (log(0)) and never 1."""
+    u = philox.bits_to_uniform(torch.tensor([0, 0xFFFFFFFF], dtype=torch.int64))
+    assert u.tolist() == [2.0 ** -24, 1 - 2.0 ** -24]
+
+
+def test_seeded_noise_of_a_request_does_not_depend_on_the_batch():
+    """A request's noise is keyed by its own seed and positions: the same in any batch around it."""
+    both = Noise.from_seeds(torch.tensor([5, 9]), torch.tensor([2, 3]), 6)
+    alone = Noise.from_seeds(torch.tensor([9]), torch.tensor([3]), 6)
+    assert torch.equal(both.uniform[2:], alone.uniform) and torch.equal(both.exponential[1:], alone.exponential)
+    assert not torch.equal(both.uniform[:2], alone.uniform[:2])
