@@ -1,0 +1,103 @@
+"""The mutant zoo (issue 5): deliberately buggy samplers the harness must catch, one bug class each.
+
+``MUTANTS[name]`` records how to build the mutant (``factory``: a zero-argument callable giving a backend,
+or for ``kind == "alignment"`` the buggy alignment function itself, same signature as
+``reference.align_draft_probs``), its bug class, the seed report it reproduces ("000".."004", "public"
+for the public advisory/precision issues, "classic" for textbook kernel bugs), and ``expected_checks``:
+the harness checks expected to catch it (at least one must, in the ci profile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specverify.mutants import samplers
+from specverify.mutants.alignment import align_draft_probs_skipping_nothing
+
+CHECK_NAMES = frozenset({
+    "differential_injected", "differential_seeded", "token_distribution", "acceptance_rate", "synthetic_rate",
+    "output_structure", "uninitialized_memory", "batch_invariance", "determinism", "zero_draft_layouts",
+    "interface_parity", "synthetic_validation", "request_alignment", "repeated_calls",
+})
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    factory: Callable
+    bug_class: str
+    seed: str
+    expected_checks: tuple[str, ...]
+    kind: str = "sampler"  # "sampler": factory() is a backend; "alignment": factory is the alignment function
+
+    def __post_init__(self) -> None:
+        unknown = set(self.expected_checks) - CHECK_NAMES
+        if unknown or not self.expected_checks:
+            raise ValueError(f"mutant {self.name!r}: unknown or missing expected checks {sorted(unknown)}")
+        if self.kind not in ("sampler", "alignment"):
+            raise ValueError(f"mutant {self.name!r}: kind must be 'sampler' or 'alignment', got {self.kind!r}")
+
+    def build(self):
+        """A fresh backend (sampler) or the alignment function."""
+        return self.factory() if self.kind == "sampler" else self.factory
+
+
+DIFF = ("differential_injected", "differential_seeded")
+
+
+def _sampler(cls, bug_class: str, seed: str, checks: tuple[str, ...]) -> Mutant:
+    return Mutant(cls.name, cls, bug_class, seed, checks)
+
+
+_ALL = [
+    _sampler(samplers.DraftProbsDropped, "draft probabilities dropped (one-hot q) while drafts come from a real q",
+             "002", DIFF + ("token_distribution", "acceptance_rate")),
+    _sampler(samplers.DraftProbsBf16, "draft probabilities stored in bf16", "004",
+             DIFF + ("token_distribution",)),
+    _sampler(samplers.StaleDraftProbs, "stale draft probabilities reused (CUDA-graph replay did not capture them)",
+             "004", DIFF + ("repeated_calls",)),
+    _sampler(samplers.UnwrittenOutputSlots, "output slots after the emitted tokens left unwritten", "001",
+             ("uninitialized_memory", "output_structure")),
+    _sampler(samplers.UninitializedScratch, "result depends on uninitialised scratch memory", "001",
+             ("uninitialized_memory", "output_structure")),
+    _sampler(samplers.GreedyHighestIndexTie, "greedy argmax breaks ties at the highest index", "001",
+             DIFF),
+    _sampler(samplers.GreedyLowPrecisionArgmax, "greedy argmax of probabilities rounded to bf16", "001",
+             DIFF),
+    _sampler(samplers.SyntheticRateDefaultsToZero, "unset synthetic rate defaults to 0.0 instead of an error",
+             "000", ("synthetic_validation",)),
+    _sampler(samplers.SyntheticDecayIgnored, "synthetic decay ignored (c_j = a0 at every position)", "000",
+             ("synthetic_rate",) + DIFF),
+    _sampler(samplers.SignatureLag, "signature lags the convention (no synthetic keywords): TypeError", "003",
+             ("interface_parity",)),
+    Mutant("alignment_skipping_nothing", align_draft_probs_skipping_nothing,
+           "cached draft probabilities mis-aligned when a zero-draft request precedes", "002",
+           ("request_alignment",), kind="alignment"),
+    _sampler(samplers.PaddedVocabArgmax, "padded lane of the last vocabulary tile wins the argmax (id >= V)",
+             "public", ("output_structure",) + DIFF),
+    _sampler(samplers.RaceLowPrecision, "exponential race computed in float16", "public",
+             DIFF + ("token_distribution",)),
+    _sampler(samplers.OffByOneLogitsRow, "off-by-one logits row (bonus row used for a draft position)", "classic",
+             DIFF + ("token_distribution", "acceptance_rate")),
+    _sampler(samplers.ResidualUnclamped, "residual p - q not clamped at 0", "classic",
+             DIFF + ("token_distribution",)),
+    _sampler(samplers.ResidualFromP, "residual sampled from p instead of max(p - q, 0)", "classic",
+             DIFF + ("token_distribution",)),
+    _sampler(samplers.AcceptWithZeroUniform, "acceptance uniform can be 0: accepts drafts with p = 0", "classic",
+             DIFF + ("token_distribution", "acceptance_rate")),
+    _sampler(samplers.BonusAfterRejection, "bonus token emitted after a rejection", "classic",
+             ("output_structure",) + DIFF),
+    _sampler(samplers.NumAcceptedOffByOne, "num_accepted off by one after a rejection", "classic",
+             ("output_structure",) + DIFF),
+    _sampler(samplers.TemperatureIgnored, "temperature ignored (sampled at temperature 1)", "classic",
+             DIFF + ("token_distribution",)),
+    _sampler(samplers.SharedNoiseVector, "the same exponential noise vector shared by all requests", "classic",
+             DIFF + ("batch_invariance", "token_distribution")),
+    _sampler(samplers.AcceptAgainstP, "acceptance compared against p instead of p / q", "classic",
+             DIFF + ("acceptance_rate", "token_distribution")),
+]
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
+
+__all__ = ["CHECK_NAMES", "MUTANTS", "Mutant"]

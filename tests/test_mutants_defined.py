@@ -1,0 +1,240 @@
+"""Every registered mutant is really buggy: on a seeded input chosen for its bug class it behaves unlike the
+correct CPU backend (issue 5). Whether the harness catches each one is tested with the harness itself.
+
+Scenarios run with torch poisoning uninitialised memory (as the harness does), so memory bugs show up as
+deterministically as the others.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import reference
+from reference import Noise, SpecBatch
+from specverify.generate import random_batch
+from specverify.kernels.cpu import CpuBackend
+from specverify.mutants import CHECK_NAMES, MUTANTS
+
+
+@pytest.fixture(autouse=True)
+def poisoned_memory():
+    was_det, was_fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(was_det)
+    torch.utils.deterministic.fill_uninitialized_memory = was_fill
+
+
+def _result(call):
+    """What a backend did: its outputs, or the type of error it raised."""
+    try:
+        out = call()
+    except Exception as exc:  # noqa: BLE001 - a raised error is a behaviour to compare
+        return ("raised", type(exc).__name__)
+    return ("returned", out.token_ids.tolist(), out.num_accepted.tolist())
+
+
+def _dense():
+    g = torch.Generator().manual_seed(101)
+    batch = random_batch(g, num_requests=24, vocab_size=300, max_draft=4, greedy_fraction=0.25)
+    return batch, Noise.draw(batch, g)
+
+
+def _greedy(logits: torch.Tensor, k: int) -> SpecBatch:
+    B = logits.shape[0] // (k + 1)
+    drafts = logits.view(B, k + 1, -1)[:, :k].argmax(dim=2).flatten()
+    return SpecBatch(torch.full((B,), k), drafts, logits, None, torch.zeros(B))
+
+
+def scenario_dense(backend):
+    batch, noise = _dense()
+    return backend(batch, noise=noise)
+
+
+def scenario_overlapping_drafter(backend):
+    """q = 0.7 p + 0.3 (another distribution): most drafts accepted, many accept decisions close to p/q."""
+    g = torch.Generator().manual_seed(108)
+    B, k, V = 24, 3, 50
+    logits = torch.randn(B * (k + 1), V, generator=g) * 2
+    temperature = torch.full((B,), 0.8)
+    rows = torch.ones(B * (k + 1), dtype=torch.bool)
+    rows[k::k + 1] = False
+    p = torch.softmax(logits[rows].double() / 0.8, dim=-1)
+    q = 0.7 * p + 0.3 * torch.softmax(torch.randn(B * k, V, generator=g, dtype=torch.float64), dim=-1)
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(1)
+    batch = SpecBatch(torch.full((B,), k), drafts, logits, q.float(), temperature)
+    return backend(batch, noise=Noise.draw(batch, g))
+
+
+def scenario_seeded(backend):
+    batch, _ = _dense()
+    return backend(batch, seed=5)
+
+
+def scenario_synthetic(backend):
+    batch, noise = _dense()
+    return backend(batch, noise=noise, method="synthetic", synthetic_acceptance_rate=0.5, num_speculative_steps=4)
+
+
+def scenario_synthetic_rate_unset(backend):
+    batch, noise = _dense()
+    return backend(batch, noise=noise, method="synthetic", num_speculative_steps=4)
+
+
+def scenario_all_keywords(backend):
+    """The full convention, with the synthetic keywords spelled out."""
+    batch, noise = _dense()
+    return backend(batch, method="standard", noise=noise, seed=None, synthetic_acceptance_rate=None,
+                   num_speculative_steps=None)
+
+
+def scenario_greedy_ties(backend):
+    """Integer logits: most rows have tied maxima."""
+    g = torch.Generator().manual_seed(102)
+    return backend(_greedy(torch.randint(0, 2, (8 * 3, 6), generator=g).float(), 2), seed=0)
+
+
+def scenario_greedy_near_ties(backend):
+    """The runner-up at a lower index trails the maximum by 1e-3 in logit: bf16 probabilities tie them."""
+    g = torch.Generator().manual_seed(103)
+    logits = torch.randn(8 * 3, 50, generator=g)
+    logits[:, 40] = 6.0
+    logits[:, 7] = 6.0 - 1e-3
+    return backend(SpecBatch(torch.full((8,), 2), torch.full((16,), 40), logits, None, torch.zeros(8)), seed=0)
+
+
+def scenario_greedy_negative_logits(backend):
+    """Every real logit negative; V = 200 is not a multiple of the 128-wide tile."""
+    g = torch.Generator().manual_seed(104)
+    return backend(_greedy(-1.0 - torch.rand(4 * 3, 200, generator=g), 2), seed=0)
+
+
+def scenario_second_call(backend):
+    """Two calls with equal shapes and different draft probabilities; the second call's output."""
+    g = torch.Generator().manual_seed(105)
+    first = random_batch(g, num_requests=16, vocab_size=40, greedy_fraction=0.0, zero_draft_fraction=0.0)
+    backend(first, seed=1)
+    second = SpecBatch(first.num_draft_tokens, first.draft_token_ids, first.target_logits,
+                       first.draft_probs.flip(dims=(1,)).contiguous(), first.temperature)
+    return backend(second, seed=1)
+
+
+def scenario_bf16_sensitive(backend):
+    """q(x) = 0.3 (bf16: 0.30078125), p(x) = 0.15, u = 0.4995: float32 accepts (u q = 0.14985 <= 0.15),
+    bf16 q rejects (0.15024 > 0.15)."""
+    B = 4
+    p = torch.tensor([[0.15, 0.85], [0.5, 0.5]], dtype=torch.float64).repeat(B, 1)
+    q = torch.tensor([[0.3, 0.7]]).repeat(B, 1)
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.zeros(B, dtype=torch.int64), torch.log(p).float(), q,
+                      torch.ones(B))
+    return backend(batch, noise=Noise(torch.full((B,), 0.4995), torch.ones(B, 2)))
+
+
+def scenario_tiny_residual(backend):
+    """q = (1 - 1e-5) p + 1e-5 onehot(x): rejected (u close to 1), the residual 1e-5 p ~ 3e-8 is below
+    float16's smallest normal; a float32 race samples it properly."""
+    g = torch.Generator().manual_seed(106)
+    B, V = 8, 300
+    logits = torch.randn(2 * B, V, generator=g)
+    p = torch.softmax(logits.double()[0::2], dim=-1)
+    x = torch.randint(0, V, (B,), generator=g)
+    q = ((1 - 1e-5) * p + 1e-5 * torch.nn.functional.one_hot(x, V)).float()
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), x, logits, q, torch.ones(B))
+    return backend(batch, noise=Noise(torch.full((B,), 0.9999), -torch.log(torch.rand(B, V, generator=g))))
+
+
+def scenario_zero_probability_drafts(backend):
+    """Drafts whose logit is -inf (p(x) = 0) with u = 1e-3: never acceptable."""
+    g = torch.Generator().manual_seed(107)
+    B, V = 8, 10
+    logits = torch.randn(2 * B, V, generator=g)
+    logits[:, 3] = float("-inf")
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.full((B,), 3), logits, None, torch.ones(B))
+    return backend(batch, noise=Noise(torch.full((B,), 1e-3), torch.ones(B, V)))
+
+
+SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
+    scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
+    scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
+    scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
+
+# The input on which each sampler mutant must differ from the correct backend.
+WITNESS = {
+    "draft_probs_dropped": "dense",
+    "draft_probs_bf16": "bf16_sensitive",
+    "stale_draft_probs": "second_call",
+    "unwritten_output_slots": "dense",
+    "uninitialized_scratch": "dense",
+    "greedy_highest_index_tie": "greedy_ties",
+    "greedy_low_precision_argmax": "greedy_near_ties",
+    "synthetic_rate_defaults_to_zero": "synthetic_rate_unset",
+    "synthetic_decay_ignored": "synthetic",
+    "signature_lag": "all_keywords",
+    "padded_vocab_argmax": "greedy_negative_logits",
+    "race_low_precision": "tiny_residual",
+    "off_by_one_logits_row": "overlapping_drafter",
+    "residual_unclamped": "dense",
+    "residual_from_p": "dense",
+    "accept_with_zero_uniform": "zero_probability_drafts",
+    "bonus_after_rejection": "dense",
+    "num_accepted_off_by_one": "dense",
+    "temperature_ignored": "dense",
+    "shared_noise_vector": "dense",
+    "accept_against_p": "overlapping_drafter",
+}
+
+SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_sampler_mutant_differs_from_the_correct_backend_on_its_witness_input(name):
+    """The mutant is really buggy: its witness input separates it from CpuBackend."""
+    scenario = SCENARIOS[WITNESS[name]]
+    correct = _result(lambda: scenario(CpuBackend()))
+    mutant = _result(lambda: scenario(MUTANTS[name].build()))
+    assert mutant != correct, f"{name} behaves like the correct backend on scenario {WITNESS[name]!r}"
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_correct_backend_matches_the_reference_on_every_witness_input(scenario):
+    """A witness only proves a bug if the correct backend is right there: it must equal the reference
+    (or raise the same error)."""
+    class Reference:
+        def __call__(self, batch, **kwargs):
+            return reference.sample(batch, **kwargs)
+
+    assert _result(lambda: SCENARIOS[scenario](CpuBackend())) == _result(lambda: SCENARIOS[scenario](Reference()))
+
+
+def test_every_registered_mutant_has_a_witness_and_a_well_formed_entry():
+    """No mutant enters the zoo without an input that shows its bug, a seed and known check names."""
+    assert set(SAMPLERS) == set(WITNESS)
+    for name, m in MUTANTS.items():
+        assert m.name == name and m.seed in {"000", "001", "002", "003", "004", "public", "classic"}
+        assert m.expected_checks and set(m.expected_checks) <= CHECK_NAMES
+        if m.kind == "sampler":
+            backend = m.build()
+            assert backend.name == name and backend.__doc__ and "\n\n" not in backend.__doc__.strip()
+
+
+def test_alignment_mutant_misaligns_when_a_zero_draft_request_precedes_and_only_then():
+    """SPEC 4.8's example separates it from reference.align_draft_probs; without a preceding zero-draft
+    request it agrees, which is what made the real bug hard to see."""
+    mutant = MUTANTS["alignment_skipping_nothing"]
+    assert mutant.kind == "alignment"
+    align = mutant.build()
+    cache = torch.arange(3 * 2 * 4, dtype=torch.float32).reshape(3, 2, 4)
+    ids = ["a", "b", "c"]
+    bad = torch.tensor([2, 0, 1])
+    assert not torch.equal(align(cache, ids, ids, bad), reference.align_draft_probs(cache, ids, ids, bad))
+    fine = torch.tensor([2, 1, 0])
+    assert torch.equal(align(cache, ids, ids, fine), reference.align_draft_probs(cache, ids, ids, fine))
+
+
+def test_stale_draft_probs_mutant_is_right_on_its_first_call():
+    """The stale-state bug is invisible to a single call; only repeated calls expose it."""
+    batch, noise = _dense()
+    assert _result(lambda: MUTANTS["stale_draft_probs"].build()(batch, noise=noise)) == \
+        _result(lambda: CpuBackend()(batch, noise=noise))
