@@ -37,6 +37,8 @@ class Profile:
     family_alpha: float           # family-wise false-alarm budget over all statistical checks of a run
     device: str = "cpu"
     logit_dtypes: tuple = (torch.float32, torch.bfloat16, torch.float16)
+    bulk_requests: int = 384      # the "bulk" differential case: many decisions per example
+    bulk_examples: int = 4
     large_vocabs: tuple = ()      # extra differential sizes (V) for the nightly GPU run
     large_requests: int = 0
     notes: tuple = field(default_factory=tuple)
@@ -80,6 +82,12 @@ class Example:
         return self.description
 
 
+def _styled_logits(g: torch.Generator, counts: list[int], V: int, styles: list[str]) -> torch.Tensor:
+    """[T + B, V] float64: request b's k_b + 1 rows in its own style."""
+    blocks = [_logits(g, k + 1, V, style) for k, style in zip(counts, styles)]
+    return torch.cat(blocks) if blocks else torch.zeros(0, V, dtype=torch.float64)
+
+
 def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
     if style == "normal":
         return torch.randn(rows, V, generator=g, dtype=torch.float64) * 3
@@ -104,15 +112,16 @@ def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
 
 
 @st.composite
-def spec_examples(draw, profile: Profile, *, methods=("standard",), max_vocab: int | None = None,
+def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_requests: int = 0,
                   max_requests: int | None = None, device: str = "cpu"):
-    """A batch with its noise and seeds (see the module docstring for what varies)."""
+    """A batch with its noise and seeds (see the module docstring for what varies); every request
+    draws its own logit style, temperature and draft count."""
     max_vocab = max_vocab or profile.max_vocab
-    B = draw(st.integers(0, max_requests or profile.max_requests))
+    B = draw(st.integers(min_requests, max(min_requests, max_requests or profile.max_requests)))
     V = draw(st.one_of(st.just(1), st.integers(2, 40), st.integers(2, max_vocab)))
     counts = draw(st.lists(st.integers(0, profile.max_draft), min_size=B, max_size=B))
     temps = draw(st.lists(st.sampled_from((0.0,) + TEMPERATURES), min_size=B, max_size=B))
-    style = draw(st.sampled_from(LOGIT_STYLES))
+    styles = draw(st.lists(st.sampled_from(LOGIT_STYLES), min_size=B, max_size=B))
     drafter = draw(st.sampled_from(DRAFTERS))
     dtype = draw(st.sampled_from(profile.logit_dtypes))
     seed = draw(st.integers(0, 2 ** 31 - 1))
@@ -121,7 +130,7 @@ def spec_examples(draw, profile: Profile, *, methods=("standard",), max_vocab: i
     k = torch.tensor(counts, dtype=torch.int64)
     T = int(k.sum())
     temperature = torch.tensor(temps, dtype=torch.float32)
-    logits = _logits(g, T + B, V, style).to(dtype)
+    logits = _styled_logits(g, counts, V, styles).to(dtype)
     # p as a kernel would see it, for drafters defined relative to p
     req_of_row = torch.repeat_interleave(torch.arange(B), k + 1)
     draft_row = torch.ones(T + B, dtype=torch.bool)

@@ -16,7 +16,7 @@ from specverify.checks.differential import ambiguous_bound, compare_to_reference
 from specverify.strategies import Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "large_vocab")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "large_vocab")
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -24,6 +24,9 @@ def _case_strategy(case: str, profile: Profile):
     if case == "large_vocab":
         examples = st.one_of(*(spec_examples(profile, max_vocab=v, max_requests=profile.large_requests)
                                for v in profile.large_vocabs))
+    elif case == "bulk":
+        examples = spec_examples(profile, max_vocab=64, min_requests=profile.bulk_requests // 2,
+                                 max_requests=profile.bulk_requests)
     else:
         examples = spec_examples(profile)
     if case == "synthetic":
@@ -78,8 +81,8 @@ def check_differential(backend, case: str, profile: Profile, *, seeded: bool):
             totals["examples"] += 1
             worst.extend(str(d) for d in cmp.ambiguous[:1])
 
-        message, counterexample = run_examples(_case_strategy(case, profile), profile, body,
-                                               examples=max(3, profile.examples // 5) if case == "large_vocab" else None)
+        examples = {"large_vocab": max(3, profile.examples // 5), "bulk": profile.bulk_examples}.get(case)
+        message, counterexample = run_examples(_case_strategy(case, profile), profile, body, examples=examples)
         result.samples = totals["decisions"]
         if message:
             return fail(result, message, counterexample)
