@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from reference import philox  # noqa: E402
 from specverify.kernels import triton_sampler  # noqa: E402
-from specverify.kernels.triton_sampler import plan, triton_sample_into  # noqa: E402
+from specverify.kernels.triton_sampler import launches, plan, triton_sample_into  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -215,7 +215,7 @@ def bench(Bs, Vs, dtypes, bw, l2_bytes, graphs: bool):
                 t_graph = time_graph(sets) if graphs else float("nan")
                 t_base = time_calls(lambda s: s.baseline(), sets)
                 fb_inj, fb_seed = s0.floor_bytes(True), s0.floor_bytes(False)
-                block_v, s1, _, s2, _ = plan(B, K, V, torch.device(DEVICE))
+                block_v, s1, _, s2, _, _ = plan(B, K, V, torch.device(DEVICE), logit_bytes=s0.logits.element_size())
                 row = dict(B=B, V=V, dtype=str(dtype).replace("torch.", ""), sets=len(sets), plan=(block_v, s1, s2),
                            fused_inj_us=t_inj * 1e6, fused_seed_us=t_seed * 1e6, graph_us=t_graph * 1e6,
                            baseline_us=t_base * 1e6,
@@ -258,6 +258,49 @@ def sweep(bw, l2_bytes):
     return out
 
 
+def host_profile():
+    """Host microseconds per step of one B = 1 call (wall clock, no sync inside the loop)."""
+    import time
+    out = {}
+    for B in (1, 128):
+        s = InputSet(B, 151_936, torch.float32, 0)
+        args = (s.token_ids, s.num_accepted, s.num_draft, s.drafts, s.logits, s.q, s.temperature)
+        noise = dict(uniform=s.uniform, exponential=s.exponential)
+        plan_ = launches(*args, **noise)
+
+        def wall(fn, n=400):
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            return (t1 - t0) / n * 1e6
+
+        compiled = [k[g](*a, **m) for k, g, a, m in plan_]
+        direct = [(c, g, a + tuple(v for name, v in m.items() if name != "num_warps"))
+                  for c, (k, g, a, m) in zip(compiled, plan_)]
+        steps = {
+            "torch.empty": lambda: torch.empty(16, device="cuda"),
+            "plan (cached)": lambda: plan(B, K, 151_936, torch.device("cuda"), None, None, 4, None),
+            "launches() (plan + 3 allocs)": lambda: launches(*args, **noise),
+            "pass 1 launch (JIT)": lambda: plan_[0][0][plan_[0][1]](*plan_[0][2], **plan_[0][3]),
+            "pass 2 launch (JIT)": lambda: plan_[1][0][plan_[1][1]](*plan_[1][2], **plan_[1][3]),
+            "pass 1+2 direct (CompiledKernel)": lambda: [c[g](*a) for c, g, a in direct],
+            "triton_sample_into": lambda: s.fused(),
+            "baseline": lambda: s.baseline(),
+        }
+        for name, fn in steps.items():
+            try:
+                out[f"B={B} {name}"] = wall(fn)
+            except Exception as e:  # noqa: BLE001 (a probe: report and go on)
+                out[f"B={B} {name}"] = repr(e)[:200]
+            print(f"host B={B} {name:36s} {out[f'B={B} {name}']}", flush=True)
+    return out
+
+
 def markdown(rows, bw, meta) -> str:
     lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}.",
              f"Copy bandwidth (read + write) measured in the same run: {bw / 1e12:.2f} TB/s. k = {K} for every "
@@ -278,6 +321,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="B in {1, 128}, V = 151936, fp32 only")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch-plan variants")
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--host-profile", action="store_true", help="host cost of each step of a call, then stop")
     ap.add_argument("--markdown", help="write the table here")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
@@ -292,6 +336,12 @@ def main() -> None:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
     result = dict(meta=meta, copy_bandwidth=bw)
+    if args.host_profile:
+        result["host"] = host_profile()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return
     if args.sweep:
         result["sweep"] = sweep(bw, l2)
     if args.quick:

@@ -50,9 +50,9 @@ from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
 # An index no real vocabulary entry has: it loses every lowest-index tie-break, so a padded lane can
 # never be reported as a winner (the GHSA-8wr5-jm2h-8r4f class: id >= V emitted).
-_NO_INDEX = 2**31 - 1
+_NO_INDEX = tl.constexpr(2**31 - 1)
 
-DEFAULT_BLOCK_V = 2048
+DEFAULT_BLOCK_V = 1024  # for 4-byte logits; 2048 for 2-byte ones
 # Programs per SM worth of work that the split heuristic aims for; more only adds partials.
 _WAVES = 4
 
@@ -117,12 +117,21 @@ def _request_offset(num_draft_ptr, b, BLOCK_B: tl.constexpr):
 # ----------------------------------------------------------------------------- pass 1: row stats
 @triton.jit
 def _row_stats_kernel(
-    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr,
-    part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
-    slots_ptr, ticket_ptr,
-    V, K1, S1, chunk,
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
+    V, K1, S1, n_part, ints_at, stats_at, chunk,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
+    # One int64 scratch allocation (a host allocation costs as much as a launch at B = 1):
+    # [B, 2] int64 race keys (residual race, race on p); at ints_at [n_part] int32 argmax index, then
+    # [B] int32 tickets; at stats_at [3, n_part] float32 (max, sum, argmax value).
+    slots_ptr = scratch_ptr
+    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
+    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
+    part_max_ptr = stats_ptr
+    part_sum_ptr = stats_ptr + n_part
+    part_amax_val_ptr = stats_ptr + 2 * n_part
+    part_amax_idx_ptr = ints_ptr
+    ticket_ptr = ints_ptr + n_part
     b = tl.program_id(0)
     j = tl.program_id(1)
     split = tl.program_id(2)
@@ -179,12 +188,19 @@ def _row_stats_kernel(
 def _decide_race_kernel(
     logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
     uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
-    part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
-    slots_ptr, ticket_ptr, token_ids_ptr, num_accepted_ptr,
-    V, K1, S1, S2, chunk,
+    scratch_ptr, token_ids_ptr, num_accepted_ptr,
+    V, K1, S1, n_part, ints_at, stats_at, S2, chunk,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
+    slots_ptr = scratch_ptr
+    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
+    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
+    part_max_ptr = stats_ptr
+    part_sum_ptr = stats_ptr + n_part
+    part_amax_val_ptr = stats_ptr + 2 * n_part
+    part_amax_idx_ptr = ints_ptr
+    ticket_ptr = ints_ptr + n_part
     b = tl.program_id(0)
     split = tl.program_id(1)
     k_b = tl.load(num_draft_ptr + b).to(tl.int32)
@@ -268,8 +284,9 @@ def _decide_race_kernel(
             else:
                 w = tl.where(residual & (offs == x_rejected), 0.0, p)
             # Entries of zero weight (and padded lanes) score -1 and never win (reference.race).
-            score_w = tl.where(mask & (w > 0.0), w / expo, -1.0)
-            score_p = tl.where(mask & (p > 0.0), p / expo, -1.0)
+            inv_expo = 1.0 / expo
+            score_w = tl.where(mask & (w > 0.0), w * inv_expo, -1.0)
+            score_p = tl.where(mask & (p > 0.0), p * inv_expo, -1.0)
             better_w = score_w > best_w
             best_w = tl.where(better_w, score_w, best_w)
             best_w_idx = tl.where(better_w, offs, best_w_idx)
@@ -368,12 +385,16 @@ def _sm_count(device: torch.device) -> int:
     return 4  # the interpreter runs programs one by one; a few splits exercise the merge path
 
 
+@functools.lru_cache(maxsize=4096)
 def plan(B: int, K: int, V: int, device: torch.device, block_v: int | None = None,
-         splits: tuple[int, int] | None = None) -> tuple[int, int, int, int, int]:
-    """(BLOCK_V, S1, chunk1, S2, chunk2): pass 1 splits each row into S1 chunks, pass 2 each request's
-    race row into S2, so that even B = 1 fills the GPU (a single program streams a 150k-entry row at a
-    small fraction of HBM bandwidth). Chunks are whole tiles and every split holds a real entry."""
-    block_v = block_v or min(DEFAULT_BLOCK_V, max(16, triton.next_power_of_2(V)))
+         splits: tuple[int, int] | None = None, logit_bytes: int = 4,
+         num_warps: int | None = None) -> tuple[int, int, int, int, int, int]:
+    """(BLOCK_V, S1, chunk1, S2, chunk2, num_warps). Pass 1 splits each row into S1 chunks, pass 2
+    each request's race row into S2, so that even B = 1 fills the GPU (one program streams a 150k-entry
+    row at a small fraction of HBM bandwidth). Chunks are whole tiles and every split holds a real
+    entry. A tile is 16 bytes of logits per thread of 8 warps (measured best on an H100, see
+    docs/benchmarks.md). Cached: the host path of a small call is what it costs."""
+    block_v = block_v or min(DEFAULT_BLOCK_V * 4 // logit_bytes, max(16, triton.next_power_of_2(V)))
     tiles = triton.cdiv(V, block_v)
     if splits is not None:
         want1, want2 = splits
@@ -383,7 +404,8 @@ def plan(B: int, K: int, V: int, device: torch.device, block_v: int | None = Non
         want2 = triton.cdiv(target, max(1, B))
     chunk1 = triton.cdiv(tiles, min(tiles, max(1, want1))) * block_v
     chunk2 = triton.cdiv(tiles, min(tiles, max(1, want2))) * block_v
-    return block_v, triton.cdiv(V, chunk1), chunk1, triton.cdiv(V, chunk2), chunk2
+    warps = num_warps or (8 if block_v >= 1024 else 4)
+    return block_v, triton.cdiv(V, chunk1), chunk1, triton.cdiv(V, chunk2), chunk2, warps
 
 
 def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_draft_tokens: torch.Tensor,
@@ -399,10 +421,22 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
     rates (float32 [n >= K]) selects the synthetic rule. No host sync, no data-dependent size: safe to
     capture in a CUDA graph. The caller guarantees K >= max k_b (rows past K would not be visited).
     """
+    for kernel, grid, args, meta in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids,
+                                             target_logits, draft_probs, temperature, uniform=uniform,
+                                             exponential=exponential, seeds=seeds, rates=rates, block_v=block_v,
+                                             splits=splits, num_warps=num_warps):
+        kernel[grid](*args, **meta)
+
+
+def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
+             *, uniform=None, exponential=None, seeds=None, rates=None, block_v=None, splits=None,
+             num_warps=None) -> list:
+    """The (kernel, grid, args, meta) of each launch of triton_sample_into (empty for B = 0): scratch
+    allocated, plan chosen. Separate so that the host cost of each step can be measured."""
     B, K1 = token_ids.shape
     V = target_logits.shape[1]
     if B == 0:
-        return
+        return []
     seeded = seeds is not None
     if seeded == (uniform is not None or exponential is not None):
         raise ValueError("give either (uniform, exponential) or seeds")
@@ -412,36 +446,34 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
         draft_probs = draft_probs.contiguous()
     if exponential is not None and exponential.stride(1) != 1:
         exponential = exponential.contiguous()
-    K = K1 - 1
     dev = target_logits.device
-    block_v, s1, chunk1, s2, chunk2 = plan(B, K, V, dev, block_v, splits)
-    part = torch.empty((4, B * K1 * s1), dtype=torch.float32, device=dev)
-    part_idx = torch.empty(B * K1 * s1, dtype=torch.int32, device=dev)
-    slots = torch.empty(2 * B, dtype=torch.int64, device=dev)
-    tickets = torch.empty(B, dtype=torch.int32, device=dev)
-    warps = num_warps or (8 if block_v >= 2048 else 4)
+    block_v, s1, chunk1, s2, chunk2, warps = plan(B, K1 - 1, V, dev, block_v, splits,
+                                                  target_logits.element_size(), num_warps)
+    # One allocation, no views: at B = 1 the host path is what a call costs. Offsets in int64 words.
+    n_part = B * K1 * s1
+    ints_at = 2 * B
+    stats_at = ints_at + (n_part + B + 1) // 2
+    scratch = torch.empty(stats_at + (3 * n_part + 1) // 2, dtype=torch.int64, device=dev)
     block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
-
-    _row_stats_kernel[(B, K1, s1)](
-        target_logits, target_logits.stride(0), temperature, num_draft_tokens,
-        part[0], part[1], part[2], part_idx, slots, tickets,
-        V, K1, s1, chunk1,
-        BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
-
+    stride = target_logits.stride(0)
+    pass1 = (_row_stats_kernel, (B, K1, s1),
+             (target_logits, stride, temperature, num_draft_tokens, scratch, V, K1, s1, n_part, ints_at, stats_at,
+              chunk1),
+             dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps))
     q = draft_probs if draft_probs is not None else target_logits
-    _decide_race_kernel[(B, s2)](
-        target_logits, target_logits.stride(0), _nonempty(draft_token_ids), _nonempty(q), q.stride(0),
-        temperature, num_draft_tokens,
-        _nonempty(uniform) if uniform is not None else temperature,
-        exponential if exponential is not None else temperature,
-        exponential.stride(0) if exponential is not None else 0,
-        seeds if seeded else num_draft_tokens,
-        rates if rates is not None else temperature,
-        part[0], part[1], part[2], part_idx, slots, tickets, token_ids, num_accepted,
-        V, K1, s1, s2, chunk2,
-        HAS_Q=draft_probs is not None, SEEDED=seeded, SYNTHETIC=rates is not None,
-        BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
-        BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+    pass2 = (_decide_race_kernel, (B, s2, 1),
+             (target_logits, stride, _nonempty(draft_token_ids), _nonempty(q), q.stride(0), temperature,
+              num_draft_tokens,
+              _nonempty(uniform) if uniform is not None else temperature,
+              exponential if exponential is not None else temperature,
+              exponential.stride(0) if exponential is not None else 0,
+              seeds if seeded else num_draft_tokens,
+              rates if rates is not None else temperature,
+              scratch, token_ids, num_accepted, V, K1, s1, n_part, ints_at, stats_at, s2, chunk2),
+             dict(HAS_Q=draft_probs is not None, SEEDED=seeded, SYNTHETIC=rates is not None,
+                  BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
+                  BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps))
+    return [pass1, pass2]
 
 
 @functools.lru_cache(maxsize=64)
