@@ -1,6 +1,6 @@
 """CPU backend against the reference on the CPU: median wall time of many calls, and the ratio.
 
-    python ci/bench_cpu.py [--requests 64] [--k 4] [--vocab 32000] [--repeats 15]
+    python ci/bench_cpu.py [--requests 64] [--k 4] [--vocab 32000] [--repeats 15] [--threads N]
 
 Every request proposes exactly k drafts from a dense drafter and samples at temperature 0.8 (the
 reference's slowest path: a float64 softmax, residual and race per position). Printed, never asserted.
@@ -46,7 +46,11 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--reference-repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's choice); 1 is robust on a busy machine")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cpu = get_backend("cpu")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; B={args.requests} k={args.k} V={args.vocab}")
     print(f"{'logits':8s} {'noise':9s} {'reference ms':>13s} {'cpu ms':>9s} {'ratio':>7s}")
