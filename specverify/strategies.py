@@ -170,6 +170,6 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
                       None if q32 is None else q32.to(device), temperature.to(device))
     noise = Noise.draw(batch, g)
     seeds = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
-    desc = (f"Example(B={B}, V={V}, num_draft_tokens={counts}, temperature={temps}, logits={style}, "
+    desc = (f"Example(B={B}, V={V}, num_draft_tokens={counts}, temperature={temps}, logits={styles}, "
             f"drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, seed={seed})")
     return Example(batch, noise, seeds, desc)

@@ -7,11 +7,14 @@ slips through every expected check means the harness lost power, and this test f
 
 import pytest
 
-from specverify.checks import CHECKS, FAIL, check_request_alignment, run_check
+import reference
+from specverify.backends import get_backend
+from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check
 from specverify.mutants import MUTANTS
 from specverify.strategies import get_profile
 
 PROFILE = get_profile("ci")
+CONTROL = get_backend("cpu")   # the correct backend the mutants are variations of
 
 
 def first_catch(mutant):
@@ -36,4 +39,11 @@ def test_mutant_is_caught_by_its_named_check(name):
     mutant = MUTANTS[name]
     caught = first_catch(mutant)
     assert caught is not None, f"{name} ({mutant.bug_class}) passed {mutant.expected_checks}"
+    # A catch counts only if the same check passes on the correct backend: a harness error or an
+    # over-strict check would "catch" everything.
+    if mutant.kind == "alignment":
+        control = check_request_alignment(reference.align_draft_probs)
+    else:
+        control = run_check(CONTROL, caught.check, caught.case, PROFILE)
+    assert control.status == PASS, f"control failed the catching check: {control.line()}"
     print(f"{name}: caught by {caught.id}: {caught.message[:200]}")
