@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from reference import Noise, SpecBatch
@@ -47,6 +47,9 @@ class Profile:
 PROFILES = {
     "ci": Profile("ci", examples=20, max_requests=10, max_vocab=300, max_draft=4, stat_copies=8_000,
                   family_alpha=1e-3),
+    # for slow backends (the Triton interpreter on CPU): the ci plan with fewer samples
+    "smoke": Profile("smoke", examples=10, max_requests=8, max_vocab=200, max_draft=4, stat_copies=200,
+                     family_alpha=1e-3, bulk_requests=96, bulk_examples=2),
     "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, stat_copies=50_000,
                    family_alpha=1e-3),
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
@@ -63,10 +66,12 @@ def get_profile(name: str | None = None) -> Profile:
     return PROFILES[name]
 
 
-def hypothesis_settings(profile: Profile, examples: int | None = None) -> settings:
-    """Derandomized, no example database, no deadline: a run is reproducible bit for bit."""
+def hypothesis_settings(profile: Profile, examples: int | None = None, shrink: bool = True) -> settings:
+    """Derandomized, no example database, no deadline: a run is reproducible bit for bit. Without
+    ``shrink`` a failure is reported as found (for big batches, where each replay is expensive)."""
+    phases = list(Phase) if shrink else [p for p in Phase if p not in (Phase.shrink, Phase.explain)]
     return settings(max_examples=examples or profile.examples, derandomize=True, database=None, deadline=None,
-                    print_blob=False, suppress_health_check=list(HealthCheck))
+                    print_blob=False, suppress_health_check=list(HealthCheck), phases=phases)
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,13 @@ def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
     if style == "tied":
         return torch.randint(0, 3, (rows, V), generator=g).to(torch.float64)
     if style == "near_tied":
-        # gaps of ~1e-3 relative: far above float32 rounding, below bf16 resolution
-        return 4.0 + torch.randint(0, 4, (rows, V), generator=g).to(torch.float64) * 4e-3
+        # three contenders 2^-8 apart near 0.5 (exact in every logit dtype) above a low floor: far
+        # above float32 rounding of the probabilities, within bf16 resolution of them
+        x = torch.randn(rows, V, generator=g, dtype=torch.float64) - 4.0
+        for r in range(rows):
+            top = torch.randperm(V, generator=g)[:3]
+            x[r, top] = 0.5 + torch.arange(top.numel(), dtype=torch.float64) * 2.0 ** -8
+        return x
     # masked: -inf on a random subset, never a whole row; the last tile's real entries often all masked
     x = torch.randn(rows, V, generator=g, dtype=torch.float64) * 2
     mask = torch.rand(rows, V, generator=g) < 0.5
@@ -170,6 +180,9 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
                       None if q32 is None else q32.to(device), temperature.to(device))
     noise = Noise.draw(batch, g)
     seeds = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
-    desc = (f"Example(B={B}, V={V}, num_draft_tokens={counts}, temperature={temps}, logits={styles}, "
-            f"drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, seed={seed})")
+    def shown(values):
+        return values if len(values) <= 16 else f"{values[:16]} ... ({len(values)} requests)"
+
+    desc = (f"Example(B={B}, V={V}, num_draft_tokens={shown(counts)}, temperature={shown(temps)}, "
+            f"logits={shown(styles)}, drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, seed={seed})")
     return Example(batch, noise, seeds, desc)

@@ -7,16 +7,21 @@ differential_seeded    the backend draws its own noise from per-request seeds; e
 
 from __future__ import annotations
 
+import torch
 from hypothesis import strategies as st
+
+from reference import Noise
 
 from reference.philox import seeded_noise
 from specverify.checks.common import CheckFailure, fail, not_applicable, on_device, run_examples, \
     structure_problems, timed
 from specverify.checks.differential import ambiguous_bound, compare_to_reference
-from specverify.strategies import Profile, spec_examples
+from specverify.checks.cases import STAT_CASES
+from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "large_vocab")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab")
+REPLICATED_COPIES_FRACTION = 1   # the replicated case uses stat_copies / this many copies of each statistical case
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -35,6 +40,20 @@ def _case_strategy(case: str, profile: Profile):
     else:
         kwargs = st.just(dict(method="standard"))
     return st.tuples(examples, kwargs)
+
+
+def _replicated_examples(profile: Profile, backend):
+    """Every statistical case replicated into one batch: thousands of decisions on inputs built to be
+    sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
+    copies = max(1, profile.stat_copies // REPLICATED_COPIES_FRACTION)
+    for case in STAT_CASES:
+        if case.method not in backend.capabilities.methods:
+            continue
+        g = torch.Generator().manual_seed(len(case.name) * 7919 + copies)
+        batch = case.batch(copies, g)
+        seeds = torch.randint(0, 2 ** 62, (copies,), generator=g, dtype=torch.int64)
+        yield Example(batch, Noise.draw(batch, g), seeds, f"replicated statistical case {case.name!r} x {copies}"), \
+            case.call_kwargs()
 
 
 def case_applies(case: str, profile: Profile, backend) -> str | None:
@@ -81,8 +100,18 @@ def check_differential(backend, case: str, profile: Profile, *, seeded: bool):
             totals["examples"] += 1
             worst.extend(str(d) for d in cmp.ambiguous[:1])
 
-        examples = {"large_vocab": max(3, profile.examples // 5), "bulk": profile.bulk_examples}.get(case)
-        message, counterexample = run_examples(_case_strategy(case, profile), profile, body, examples=examples)
+        if case == "replicated":
+            message = counterexample = None
+            for drawn in _replicated_examples(profile, backend):
+                try:
+                    body(drawn)
+                except CheckFailure as exc:
+                    message, counterexample = str(exc), drawn[0].description
+                    break
+        else:
+            examples = {"large_vocab": max(3, profile.examples // 5), "bulk": profile.bulk_examples}.get(case)
+            message, counterexample = run_examples(_case_strategy(case, profile), profile, body, examples=examples,
+                                                   shrink=case not in ("bulk", "large_vocab"))
         result.samples = totals["decisions"]
         if message:
             return fail(result, message, counterexample)

@@ -25,10 +25,11 @@ def on_device(batch: SpecBatch, noise: Noise | None, device: str):
     return moved, Noise(noise.uniform.to(device), noise.exponential.to(device))
 
 
-def run_examples(strategy, profile: Profile, body, examples: int | None = None) -> tuple[str | None, str | None]:
+def run_examples(strategy, profile: Profile, body, examples: int | None = None,
+                 shrink: bool = True) -> tuple[str | None, str | None]:
     """Run ``body`` on Hypothesis examples; returns (failure message, shrunk counterexample) or (None, None)."""
 
-    @hypothesis_settings(profile, examples)
+    @hypothesis_settings(profile, examples, shrink)
     @given(strategy)
     def prop(example):
         body(example)
