@@ -5,16 +5,29 @@ bugs. The checks here are the very functions the CLI and the shipped suite run; 
 slips through every expected check means the harness lost power, and this test fails.
 """
 
+from dataclasses import replace
+
 import pytest
 
 import reference
 from specverify.backends import get_backend
 from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check
 from specverify.mutants import MUTANTS
+from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.strategies import get_profile
 
-PROFILE = get_profile("ci")
 CONTROL = get_backend("cpu")   # the correct backend the mutants are variations of
+
+
+def profile_for(mutant):
+    """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names."""
+    return replace(get_profile(mutant.profile), device="cpu")
+
+
+def control_for(mutant):
+    """The correct backend with the mutant's noise path (a mutant with its own stream gets a control
+    with its own stream)."""
+    return OwnStreamCpuBackend() if mutant.build().capabilities.seeded_stream == "own" else CONTROL
 
 
 def first_catch(mutant):
@@ -25,9 +38,9 @@ def first_catch(mutant):
     backend = mutant.build()
     for check in mutant.expected_checks:
         for case in CHECKS[check].cases:
-            if case == "large_vocab":
+            if case == "large_vocab" or (mutant.cases and case not in mutant.cases):
                 continue
-            result = run_check(backend, check, case, PROFILE)
+            result = run_check(backend, check, case, profile_for(mutant))
             if result.status == FAIL:
                 return result
     return None
@@ -44,6 +57,23 @@ def test_mutant_is_caught_by_its_named_check(name):
     if mutant.kind == "alignment":
         control = check_request_alignment(reference.align_draft_probs)
     else:
-        control = run_check(CONTROL, caught.check, caught.case, PROFILE)
+        control = run_check(control_for(mutant), caught.check, caught.case, profile_for(mutant))
     assert control.status == PASS, f"control failed the catching check: {control.line()}"
     print(f"{name}: caught by {caught.id}: {caught.message[:200]}")
+
+
+def test_bf16_draft_probs_shift_exceeds_the_nightly_detectable_distance():
+    """The hardest mutant's effect (bf16 rounding of q raises acceptance on the bf16_sensitive case) is
+    larger than the distance the nightly acceptance test detects with power 0.99: the power claim is
+    computed, not hoped for. The shift is computed exactly from the case's p and q."""
+    from specverify.checks.cases import STAT_CASE_BY_NAME
+    from specverify.checks.stats import detectable_delta_binomial
+    import torch
+    case = STAT_CASE_BY_NAME["bf16_sensitive"]
+    q32, q16 = case.q[0].float().double(), case.q[0].float().to(torch.bfloat16).double()
+    alpha32 = float((case.q[0] * torch.clamp(case.p[0] / q32, max=1)).sum())
+    alpha16 = float((case.q[0] * torch.clamp(case.p[0] / q16, max=1)).sum())
+    nightly = get_profile("nightly")
+    from specverify.checks import check_alpha
+    detectable = detectable_delta_binomial(nightly.stat_copies, alpha32, check_alpha(nightly))
+    assert alpha16 - alpha32 > detectable, (alpha16 - alpha32, detectable)

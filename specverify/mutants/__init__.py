@@ -14,6 +14,7 @@ from typing import Callable
 
 from specverify.mutants import samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
+from specverify.mutants.statistical_only import DraftProbsBf16OwnStream
 
 CHECK_NAMES = frozenset({
     "differential_injected", "differential_seeded", "token_distribution", "acceptance_rate", "synthetic_rate",
@@ -30,6 +31,8 @@ class Mutant:
     seed: str
     expected_checks: tuple[str, ...]
     kind: str = "sampler"  # "sampler": factory() is a backend; "alignment": factory is the alignment function
+    profile: str = "ci"    # the profile whose sample sizes catch it
+    cases: tuple[str, ...] = ()  # restrict the expected checks to these cases (all when empty)
 
     def __post_init__(self) -> None:
         unknown = set(self.expected_checks) - CHECK_NAMES
@@ -97,6 +100,10 @@ _ALL = [
     _sampler(samplers.AcceptAgainstP, "acceptance compared against p instead of p / q", "classic",
              DIFF + ("acceptance_rate", "token_distribution")),
 ]
+
+_ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
+                   "draft probabilities stored in bf16, own noise stream: only statistics can see it", "004",
+                   ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",)))
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
