@@ -376,13 +376,7 @@ def check_synthetic_validation(backend, case: str, profile: Profile):
 # ---- request alignment ----------------------------------------------------------------------------
 def check_request_alignment(align_fn, case: str = "cached", profile: Profile | None = None, *, name: str = "align"):
     """SPEC 4.8 with ``align_fn(cached_probs, cached_ids, request_ids, num_draft_tokens) -> [T, V]``."""
-
-    class _Named:
-        pass
-
-    owner = _Named()
-    owner.name = getattr(align_fn, "name", name)
-    with timed("request_alignment", case, owner, "structural") as result:
+    with timed("request_alignment", case, getattr(align_fn, "name", name), "structural") as result:
         g = torch.Generator().manual_seed(2)
         cached = torch.rand(3, 2, 5, generator=g)
         a, b, c = cached
