@@ -1,0 +1,73 @@
+"""The harness's faces (CLI, pytest plugin + shipped suite) and its ambiguity classification.
+
+The faces are thin wrappers over the same check functions; these tests make sure the wrappers
+report failures (exit status, failing test ids, JSON) rather than only that they ran.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from reference import Noise, SpecBatch, SpecOutput
+from specverify.checks.differential import compare_to_reference
+from specverify.cli import main
+
+MUTANT = "specverify.mutants.samplers:UnwrittenOutputSlots"
+
+
+def test_cli_exits_nonzero_and_names_the_failing_check_for_a_buggy_backend(tmp_path, capsys):
+    """A backend that leaves output slots unwritten fails uninitialized_memory: exit 1, the report says
+    FAIL on that line, and the JSON records it."""
+    out = tmp_path / "r.json"
+    status = main(["check", MUTANT, "--checks", "uninitialized_memory,determinism", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL  uninitialized_memory[random]" in printed and "FAILED: 1 passed, 1 failed" in printed
+    doc = json.loads(out.read_text())
+    assert doc["passed"] is False
+    assert [r["status"] for r in doc["results"]] == ["fail", "pass"]
+
+
+def test_cli_exits_zero_for_a_correct_backend(capsys):
+    status = main(["check", "cpu", "--checks", "uninitialized_memory,interface_parity"])
+    assert status == 0 and "PASSED: 2 passed" in capsys.readouterr().out
+
+
+def test_cli_rejects_unknown_backend_and_check_with_status_2(capsys):
+    assert main(["check", "no-such-backend"]) == 2
+    assert main(["check", "cpu", "--checks", "no_such_check"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown backend 'no-such-backend'" in err and "no_such_check" in err
+
+
+def test_shipped_suite_under_xdist_fails_on_the_buggy_check_only():
+    """pytest --pyargs specverify.suite with a MODULE:ATTR backend, two xdist workers: the mutant's
+    uninitialized_memory test fails, its synthetic_validation test passes."""
+    env = dict(os.environ, SPECVERIFY_PROFILE="ci")
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "specverify.suite", f"--specverify-backend={MUTANT}",
+           "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "uninitialized_memory or synthetic_validation"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.path.dirname(__file__), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "FAILED" in proc.stdout and "uninitialized_memory" in proc.stdout
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
+
+
+def _one_request(p_x_logit: float, u: float) -> tuple[SpecBatch, Noise]:
+    """One random request, one draft (token 0) with q one-hot: accept iff u <= p(0)."""
+    logits = torch.tensor([[p_x_logit, 0.0], [0.0, 0.0]], dtype=torch.float32)
+    batch = SpecBatch(torch.tensor([1]), torch.tensor([0]), logits, None, torch.tensor([1.0]))
+    return batch, Noise(torch.tensor([u]), torch.tensor([[1.0, 2.0]]))
+
+
+def test_divergence_within_float32_rounding_is_ambiguous_and_beyond_it_is_real():
+    """p(0) = 0.5 exactly; u one float32 ulp above 0.5 makes the reference reject. A backend accepting
+    there is within rounding (ambiguous); with u = 0.6 the same acceptance is a real error."""
+    for u, ambiguous in ((0.5 + 2 ** -24, True), (0.6, False)):
+        batch, noise = _one_request(0.0, u)
+        accepted = SpecOutput(torch.tensor([[0, 1]]), torch.tensor([1]))
+        cmp = compare_to_reference(batch, accepted, noise)
+        assert len(cmp.divergences) == 1
+        assert cmp.divergences[0].ambiguous is ambiguous, cmp.divergences[0]
