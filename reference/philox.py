@@ -11,12 +11,18 @@ bit for bit, the stream is defined here, once:
     E       = -log(u)                           float32, > 0
 
 A request's noise depends only on its own seed and positions, never on the batch around it.
-uint32 arithmetic is carried in int64 tensors; products are split into 16-bit halves so that
-nothing overflows.
+
+Two implementations of the same function. ``philox4x32`` is the definition: uint32 arithmetic
+carried in int64 torch tensors, products split into 16-bit halves so that nothing overflows; it
+is checked against the Random123 known answers. ``philox4x32_numpy`` computes it on numpy uint64
+arrays, where the product of two uint32 values is exact, so mulhi and mullo are one multiply, a
+shift and a mask; the streams below use it (about 20x faster on a [B, V] exponential), and the
+tests hold the two equal bit for bit.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 MASK32 = 0xFFFFFFFF
@@ -46,17 +52,67 @@ def philox4x32(c0, c1, c2, c3, k0, k1, rounds: int = ROUNDS):
     return c0, c1, c2, c3
 
 
+def philox4x32_numpy(c0, c1, c2, c3, k0, k1, rounds: int = ROUNDS):
+    """``philox4x32`` on numpy uint64 arrays (broadcastable shapes) holding uint32 values.
+
+    The two multiplications of a round are done as one on the pair (c0, c2), and the round's outputs
+    are formed pairwise: with P = (c0 * A, c2 * B), exact in uint64, and R = (c2 * B, c0 * A) its reverse,
+
+        (c0, c2) <- (hi(c2 * B) ^ c1 ^ k0, hi(c0 * A) ^ c3 ^ k1) = (R >> 32) ^ (c1, c3) ^ (k0, k1)
+        (c1, c3) <- (lo(c2 * B),           lo(c0 * A))           =  R & MASK32
+
+    which is the round of ``philox4x32`` word for word, in five array operations instead of ten.
+    """
+    u64 = np.uint64
+    shape = np.broadcast_shapes(*(np.shape(w) for w in (c0, c1, c2, c3, k0, k1)))
+    key_shape = np.broadcast_shapes(np.shape(k0), np.shape(k1))  # the key stays small: [R, 1] for a key per row
+
+    def pair(a, b, to_shape):
+        return np.stack([np.broadcast_to(u64(w) & u64(MASK32), to_shape) for w in (a, b)])
+
+    even, odd = pair(c0, c2, shape), pair(c1, c3, shape)        # (c0, c2) and (c1, c3), [2, *shape]
+    key = pair(k0, k1, key_shape).reshape((2,) + (1,) * (len(shape) - len(key_shape)) + key_shape)  # (k0, k1)
+    key_step = np.array([KEY_A, KEY_B], dtype=u64).reshape((2,) + (1,) * len(shape))
+    multiplier = np.array([ROUND_A, ROUND_B], dtype=u64).reshape(key_step.shape)
+    product = np.empty_like(even)
+    for _ in range(rounds):
+        np.multiply(even, multiplier, out=product)              # (c0 * A, c2 * B)
+        swapped = product[::-1]                                 # (c2 * B, c0 * A)
+        np.right_shift(swapped, u64(32), out=even)
+        even ^= odd
+        even ^= key
+        np.bitwise_and(swapped, u64(MASK32), out=odd)
+        key = (key + key_step) & u64(MASK32)
+    return even[0], odd[0], even[1], odd[1]
+
+
 def bits_to_uniform(bits: torch.Tensor) -> torch.Tensor:
     """uint32 bits (in int64) -> float32 in (0, 1), the same 23-bit grid the kernels use."""
     return ((bits >> 9).to(torch.float32) + 0.5) * (2.0 ** -23)
 
 
+# Elements per block of the stream: the arrays of one block stay in the CPU's cache.
+STREAM_BLOCK = 1 << 14
+
+
 def _stream(seeds: torch.Tensor, index: torch.Tensor, stream: int) -> torch.Tensor:
-    seeds = seeds.to(torch.int64)
-    k0, k1 = seeds & MASK32, (seeds >> 32) & MASK32
-    zero = torch.zeros_like(index)
-    bits, _, _, _ = philox4x32(index & MASK32, zero + stream, zero, zero, k0, k1)
-    return bits_to_uniform(bits)
+    """Uniforms of ``stream`` keyed by ``seeds`` [R] at counter word 0 ``index`` ([R], or [R, N] or [1, N]):
+    word 0 of philox4x32((index, stream, 0, 0), (seed low 32 bits, seed high 32 bits)), block by block."""
+    flat = index.dim() == 1
+    seeds = seeds.to(torch.int64).numpy().view(np.uint64)[:, None]
+    index = (index[:, None] if flat else index).to(torch.int64).numpy().view(np.uint64)
+    R, N = seeds.shape[0], index.shape[1]
+    index = np.broadcast_to(index, (R, N))
+    bits = np.empty((R, N), dtype=np.uint64)
+    rows = max(1, min(R, STREAM_BLOCK // max(N, 1)))
+    cols = max(1, min(N, STREAM_BLOCK // rows))
+    for r in range(0, R, rows):
+        k0, k1 = seeds[r:r + rows], seeds[r:r + rows] >> np.uint64(32)
+        for c in range(0, N, cols):
+            bits[r:r + rows, c:c + cols], _, _, _ = philox4x32_numpy(index[r:r + rows, c:c + cols], stream, 0, 0,
+                                                                    k0, k1)
+    uniform = bits_to_uniform(torch.from_numpy(bits.view(np.int64)))
+    return uniform[:, 0] if flat else uniform
 
 
 def request_seeds(seed, num_requests: int) -> torch.Tensor:
@@ -81,8 +137,8 @@ def seeded_noise(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size
     start = torch.cumsum(k, 0) - k
     pos = torch.arange(req.shape[0]) - start[req]
     uniform = _stream(seeds[req], pos, STREAM_UNIFORM)
-    vocab = torch.arange(vocab_size, dtype=torch.int64).expand(B, vocab_size)
-    exponential = -torch.log(_stream(seeds[:, None].expand(B, vocab_size), vocab, STREAM_EXPONENTIAL))
+    vocab = torch.arange(vocab_size, dtype=torch.int64)[None, :]
+    exponential = -torch.log(_stream(seeds, vocab, STREAM_EXPONENTIAL))
     return Noise(uniform, exponential)
 
 
