@@ -70,7 +70,11 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
 
 
 class Backend:
-    """Base class: validation and capability checks, then ``_sample``, which subclasses implement."""
+    """Base class: validation and capability checks, then ``_sample``, which subclasses implement.
+
+    A backend that declares ``capabilities.cuda_graphs`` also implements ``sample_into`` (below): the
+    graph-capturable entry the ``cuda_graphs`` check captures and replays.
+    """
 
     name: str = "backend"
     capabilities: Capabilities = Capabilities()
@@ -91,6 +95,18 @@ class Backend:
     def _sample(self, batch: SpecBatch, *, method: str, noise: Noise | None, seed,
                 synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> SpecOutput:
         raise NotImplementedError
+
+    def sample_into(self, out: SpecOutput, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None,
+                    seed_tensor=None, rates=None) -> None:
+        """Graph-capturable call: write ``out.token_ids`` [B, K + 1] and ``out.num_accepted`` [B] in place.
+
+        No validation, no host sync, no data-dependent allocation (it runs under CUDA-graph capture;
+        replays read whatever the caller copied into ``batch``'s tensors). Noise: ``noise`` (injected),
+        or ``seed_tensor`` [B] int64 per-request Philox keys (``reference.philox.request_seeds``) on the
+        device. ``rates``: float32 [n >= K] synthetic conditional rates c_j on the device (method
+        "synthetic"). Backends that declare ``capabilities.cuda_graphs`` override this.
+        """
+        raise UnsupportedError(self.name, "sample_into (CUDA-graph capture)", [])
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"

@@ -8,6 +8,7 @@ slips through every expected check means the harness lost power, and this test f
 from dataclasses import replace
 
 import pytest
+import torch
 
 import reference
 from specverify.backends import get_backend
@@ -17,17 +18,32 @@ from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.strategies import get_profile
 
 CONTROL = get_backend("cpu")   # the correct backend the mutants are variations of
+CUDA = torch.cuda.is_available()
 
 
 def profile_for(mutant):
-    """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names."""
-    return replace(get_profile(mutant.profile), device="cpu")
+    """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names.
+    Mutants that require CUDA (the graph check is n/a on the CPU) run on the CUDA device."""
+    return replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu")
 
 
 def control_for(mutant):
     """The correct backend with the mutant's noise path (a mutant with its own stream gets a control
-    with its own stream)."""
+    with its own stream); the mutant's own control backend when it names one (the Triton backend for
+    the GPU mutants)."""
+    if mutant.control != "cpu":
+        return get_backend(mutant.control)
     return OwnStreamCpuBackend() if mutant.build().capabilities.seeded_stream == "own" else CONTROL
+
+
+def _param(name):
+    """Mutants that need CUDA carry it in their test id and are skipped, visibly, without it."""
+    needs = MUTANTS[name].requires
+    if needs is None:
+        return pytest.param(name, id=name)
+    return pytest.param(name, id=f"{name}-requires-{needs}",
+                        marks=pytest.mark.skipif(not CUDA, reason=f"{name} needs {needs}: runs on a GPU machine "
+                                                                  "(ci/nightly_gpu.sh), not covered here"))
 
 
 def first_catch(mutant):
@@ -46,7 +62,7 @@ def first_catch(mutant):
     return None
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", [_param(n) for n in sorted(MUTANTS)])
 def test_mutant_is_caught_by_its_named_check(name):
     """The bug class named by the mutant is detected in the ci profile by a check it lists."""
     mutant = MUTANTS[name]

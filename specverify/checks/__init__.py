@@ -12,6 +12,7 @@ from typing import Callable
 
 from specverify.checks.agreement import DIFFERENTIAL_CASES, check_differential_injected, check_differential_seeded
 from specverify.checks.cases import STAT_CASES
+from specverify.checks.graphs import GRAPH_CASES, check_cuda_graphs
 from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
 from specverify.checks.statistical import (check_acceptance_rate, check_alpha, check_synthetic_rate,
                                            check_token_distribution, statistical_test_count)
@@ -61,6 +62,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "full convention accepted; undeclared combinations raise UnsupportedError"),
     Check("synthetic_validation", "structural", check_synthetic_validation, ("bad_rates",),
           "unset or out-of-range synthetic rate is a ValueError"),
+    Check("cuda_graphs", "structural", check_cuda_graphs, GRAPH_CASES,
+          "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)"),
 )}
 
 

@@ -526,3 +526,14 @@ class TritonBackend(Backend):
                            batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
                            block_v=self.block_v, splits=self.splits, **kwargs)
         return SpecOutput(token_ids, num_accepted)
+
+    def sample_into(self, out: SpecOutput, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None,
+                    seed_tensor: torch.Tensor | None = None, rates: torch.Tensor | None = None) -> None:
+        """Graph-capturable entry (Backend.sample_into): the kernels on the given tensors, nothing else."""
+        if (method == "synthetic") != (rates is not None):
+            raise ValueError("sample_into: rates must be given exactly when method='synthetic'")
+        noise_kw = (dict(uniform=noise.uniform, exponential=noise.exponential) if noise is not None
+                    else dict(seeds=seed_tensor))
+        triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
+                           batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
+                           block_v=self.block_v, splits=self.splits, **noise_kw)

@@ -4,7 +4,9 @@
 or for ``kind == "alignment"`` the buggy alignment function itself, same signature as
 ``reference.align_draft_probs``), its bug class, the seed report it reproduces ("000".."004", "public"
 for the public advisory/precision issues, "classic" for textbook kernel bugs), and ``expected_checks``:
-the harness checks expected to catch it (at least one must, in the ci profile).
+the harness checks expected to catch it (at least one must, in the ci profile). ``requires`` names what a
+mutant needs to run ("cuda": a GPU; tests select it only where CUDA is available, the test id says so) and
+``control`` the correct built-in backend it is a variation of.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from specverify.mutants.statistical_only import DraftProbsBf16OwnStream
 CHECK_NAMES = frozenset({
     "differential_injected", "differential_seeded", "token_distribution", "acceptance_rate", "synthetic_rate",
     "output_structure", "uninitialized_memory", "batch_invariance", "determinism", "zero_draft_layouts",
-    "interface_parity", "synthetic_validation", "request_alignment", "repeated_calls",
+    "interface_parity", "synthetic_validation", "request_alignment", "repeated_calls", "cuda_graphs",
 })
 
 
@@ -30,23 +32,34 @@ class Mutant:
     bug_class: str
     seed: str
     expected_checks: tuple[str, ...]
-    kind: str = "sampler"  # "sampler": factory() is a backend; "alignment": factory is the alignment function
+    # "sampler": factory() is a backend; "alignment": factory is the alignment function; "graph": factory()
+    # is a backend whose bug lives only in its graph-capturable sample_into (its eager calls are correct)
+    kind: str = "sampler"
     profile: str = "ci"    # the profile whose sample sizes catch it
     cases: tuple[str, ...] = ()  # restrict the expected checks to these cases (all when empty)
+    requires: str | None = None  # "cuda": runs only where CUDA is available (tests say so in their id)
+    control: str = "cpu"         # the correct built-in backend it is a variation of
 
     def __post_init__(self) -> None:
         unknown = set(self.expected_checks) - CHECK_NAMES
         if unknown or not self.expected_checks:
             raise ValueError(f"mutant {self.name!r}: unknown or missing expected checks {sorted(unknown)}")
-        if self.kind not in ("sampler", "alignment"):
-            raise ValueError(f"mutant {self.name!r}: kind must be 'sampler' or 'alignment', got {self.kind!r}")
+        if self.kind not in ("sampler", "alignment", "graph"):
+            raise ValueError(f"mutant {self.name!r}: kind must be 'sampler', 'alignment' or 'graph', got {self.kind!r}")
+        if self.requires not in (None, "cuda"):
+            raise ValueError(f"mutant {self.name!r}: requires must be None or 'cuda', got {self.requires!r}")
 
     def build(self):
-        """A fresh backend (sampler) or the alignment function."""
-        return self.factory() if self.kind == "sampler" else self.factory
+        """A fresh backend (sampler, graph) or the alignment function."""
+        return self.factory if self.kind == "alignment" else self.factory()
 
 
 DIFF = ("differential_injected", "differential_seeded")
+
+
+def _graph_mutant():
+    from specverify.mutants.graphs import StaleDraftProbsGraph  # noqa: PLC0415
+    return StaleDraftProbsGraph()
 
 
 def _sampler(cls, bug_class: str, seed: str, checks: tuple[str, ...]) -> Mutant:
@@ -99,6 +112,10 @@ _ALL = [
              DIFF + ("batch_invariance", "token_distribution")),
     _sampler(samplers.AcceptAgainstP, "acceptance compared against p instead of p / q", "classic",
              DIFF + ("acceptance_rate", "token_distribution")),
+    # imported lazily: the Triton module compiles nothing at import, but keeps the zoo importable without it
+    Mutant("stale_draft_probs_graph", lambda: _graph_mutant(), "draft probabilities not written during CUDA-graph "
+           "replay (stale state in the captured graph)", "004", ("cuda_graphs",), kind="graph", requires="cuda",
+           control="triton"),
 ]
 
 _ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
