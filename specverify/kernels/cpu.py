@@ -2,7 +2,7 @@
 
 Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
 
-    batch.target_logits [T + B, V]   read once for the draft rows (p(x) only), once for the B extra rows
+    batch.target_logits [T + B, V]   read for the draft rows that decide (p(x) only), once for the B extra rows
     batch.draft_probs   [T, V]       gathered at the draft token, and at the B rejected rows
     noise.uniform       [T], noise.exponential [B, V]
 
@@ -11,9 +11,16 @@ The call is a pipeline of small methods (``temperatures``, ``layout``, ``draft_r
 ``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``, ``assemble_output``)
 so that each mutant in ``specverify.mutants`` overrides one of them and breaks exactly one thing.
 
-Why it is fast: acceptance needs only p_j(x) = 1 / sum_v exp((l_v - l_x) / t), one fused pass over a
-draft row, never the whole softmax; the full distribution (softmax, residual, exponential race) is
-built only for the one row per request that emits the extra token.
+Why it is fast:
+
+- acceptance needs only p_j(x) = 1 / sum_v exp((l_v - l_x) / t), one fused pass over a draft row, never
+  the whole softmax;
+- like the reference, which stops at a request's first rejection, only the draft rows that can matter
+  are read: draft positions are taken in position-major order, a tile of rows at a time, skipping the
+  positions of requests that already rejected an earlier draft (the loop is over tiles, never over
+  requests or positions; at low acceptance most rows after position 0 are never touched);
+- the full distribution (softmax, residual, exponential race) is built only for the one row per request
+  that emits the extra token, a tile of rows at a time, so every temporary stays in the CPU's cache.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from reference import Noise, SpecBatch, SpecOutput
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
-# Elements per row tile of the p(x) pass: large draft batches are processed in tiles of about 1 MiB
-# of float32 so that the elementwise temporaries stay in cache instead of costing a fresh mmap (and its
-# page faults) per operation; the loop is over fixed-size tiles, never over requests or positions.
-TILE_ELEMENTS = 1 << 18
+# Elements per row tile: rows are processed in tiles of about 512 KiB of float32 so that the elementwise
+# temporaries (two inputs and an output of a binary op) stay in the per-core cache instead of streaming
+# through memory; loops are over fixed-size tiles, never over requests or positions.
+TILE_ELEMENTS = 1 << 17
+# Draft rows decided per step of the position-major walk (each step costs a few small bookkeeping ops).
+DECIDE_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -70,30 +79,32 @@ class CpuBackend(Backend):
         exponential = self.exponential_for(noise).to(device=device, dtype=torch.float32)
 
         B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
+        logits = batch.target_logits
         lay = self.layout(batch)
         temperature = self.temperatures(batch)                     # [B] float32, 0 = greedy
         is_greedy = temperature == 0
         x = batch.draft_token_ids
-        draft_greedy = is_greedy[lay.request]                      # [T]
         q = self.draft_probs_for(batch)                            # [T, V] float32 or None (one-hot)
 
-        # ---- acceptance at every draft position --------------------------------------------------
+        # ---- acceptance at every draft position that can matter -----------------------------------
         if method == "synthetic":
             rates = self.synthetic_rates(synthetic_acceptance_rate, num_speculative_steps).to(device)
             accept = self.synthetic_accept(uniform, rates[lay.position])
         else:
             rows = self.draft_rows(lay)
+
+            def decide_random(idx: torch.Tensor) -> torch.Tensor:
+                p_x = self.target_token_probs(logits, rows[idx], x[idx], temperature[lay.request[idx]])
+                q_x = torch.ones_like(p_x) if q is None else q[idx, x[idx]]
+                return self.accept_mask(uniform[idx], p_x, q_x)
+
+            def decide_greedy(idx: torch.Tensor) -> torch.Tensor:
+                return x[idx] == self.greedy_argmax(logits.index_select(0, rows[idx]))
+
             accept = torch.zeros(T, dtype=torch.bool, device=device)
-            rand_idx = torch.nonzero(~draft_greedy).squeeze(1)
-            if rand_idx.numel():
-                t_rand = temperature[lay.request[rand_idx]]
-                p_x = self.target_token_probs(batch.target_logits, rows[rand_idx], x[rand_idx], t_rand)
-                q_x = torch.ones_like(p_x) if q is None else q[rand_idx, x[rand_idx]]
-                accept[rand_idx] = self.accept_mask(uniform[rand_idx], p_x, q_x)
-            greedy_idx = torch.nonzero(draft_greedy).squeeze(1)
-            if greedy_idx.numel():
-                top = self.greedy_argmax(batch.target_logits.index_select(0, rows[greedy_idx]))
-                accept[greedy_idx] = x[greedy_idx] == top
+            draft_greedy = is_greedy[lay.request]                  # [T]
+            self._decide_prefixes(accept, lay, ~draft_greedy, decide_random, B, V)
+            self._decide_prefixes(accept, lay, draft_greedy, decide_greedy, B, V)
 
         accept_padded = accept[lay.padded] & lay.valid if T else torch.zeros((B, 0), dtype=torch.bool,
                                                                                 device=device)
@@ -103,24 +114,61 @@ class CpuBackend(Backend):
         # ---- the one extra token per request: recovered at the first rejection, or the bonus ---------
         extra_row = lay.logit_offsets[:-1] + num_accepted          # [B] logit row that emits it
         extra = torch.empty(B, dtype=torch.int64, device=device)
-        greedy_req = torch.nonzero(is_greedy).squeeze(1)
-        if greedy_req.numel():
-            extra[greedy_req] = self.greedy_argmax(batch.target_logits.index_select(0, extra_row[greedy_req]))
-        rand_req = torch.nonzero(~is_greedy).squeeze(1)
-        if rand_req.numel():
-            w = self.target_probs(batch.target_logits.index_select(0, extra_row[rand_req]), temperature[rand_req])
-            if method == "standard":
-                # Only requests that rejected a draft sample the residual; the others keep the bonus p_k.
-                rej = torch.nonzero(rejected[rand_req]).squeeze(1)
-                if rej.numel():
-                    b = rand_req[rej]
+        for b in self._tiles(torch.nonzero(is_greedy).squeeze(1), V):
+            extra[b] = self.greedy_argmax(logits.index_select(0, extra_row[b]))
+        # Random requests: those that rejected a draft (standard rule) sample the residual at that position;
+        # the others sample p at their extra row (the bonus p_k, or the synthetic rule's own sample).
+        with_residual = ~is_greedy & rejected if method == "standard" else torch.zeros_like(is_greedy)
+        for residual in (False, True):
+            chosen = with_residual if residual else ~is_greedy & ~with_residual
+            for b in self._tiles(torch.nonzero(chosen).squeeze(1), V):
+                w = self.target_probs(logits.index_select(0, extra_row[b]), temperature[b])
+                if residual:
                     t_idx = lay.draft_offsets[b] + num_accepted[b]     # the rejected draft position
                     q_rej = self._one_hot(x[t_idx], V, w.dtype) if q is None else q.index_select(0, t_idx)
-                    w[rej] = self.residual(w[rej], q_rej)
-            extra[rand_req] = self.race(w, exponential.index_select(0, rand_req))
+                    w = self.residual(w, q_rej)
+                extra[b] = self.race(w, exponential.index_select(0, b))
 
         draft_padded = x[lay.padded] if T else torch.zeros((B, 0), dtype=torch.int64, device=device)
         return self.assemble_output(draft_padded, num_accepted, extra, batch.max_draft)
+
+    @staticmethod
+    def _tiles(idx: torch.Tensor, V: int, elements: int = TILE_ELEMENTS) -> list[torch.Tensor]:
+        """``idx`` split into consecutive pieces of about ``elements`` / V rows (a row is V elements)."""
+        step = max(1, elements // max(V, 1))
+        return [idx[i:i + step] for i in range(0, idx.shape[0], step)]
+
+    @staticmethod
+    def _decide_prefixes(accept: torch.Tensor, lay: Layout, member: torch.Tensor, decide, B: int, V: int) -> None:
+        """Fill accept [T] at the draft positions ``member`` [T] with ``decide(idx) -> bool [len(idx)]``, as
+        far as it can matter: count_accepted reads only each request's accepted prefix, so a position after
+        a rejection of its request is skipped (left False), as the reference stops at the first rejection.
+
+        Positions are walked in position-major order (all first drafts, then all second drafts, ...), a
+        tile of up to DECIDE_ELEMENTS / V live positions at a time; a position is live while its request
+        has no known rejection. A tile may hold two positions of one request: the later one is decided in
+        vain but harmlessly. Every position before a live one was decided in an earlier tile or this one,
+        so exactly the prefix up to each request's first rejection is decided, whatever the tiling.
+        """
+        by_position = torch.argsort(lay.position, stable=True)   # stable: request order within a position
+        order = by_position[member[by_position]]
+        n, step = order.shape[0], max(1, DECIDE_ELEMENTS // max(V, 1))
+        alive = torch.ones(B, dtype=torch.bool, device=accept.device)
+        start = 0
+        while start < n:
+            window = order[start:start + 4 * step]
+            live = torch.nonzero(alive[lay.request[window]]).squeeze(1)
+            if live.shape[0] > step:
+                live = live[:step]
+                start += int(live[-1]) + 1
+            else:
+                start += window.shape[0]
+            if live.shape[0] == 0:
+                continue
+            idx = window[live]
+            ok = decide(idx)
+            accept[idx] = ok
+            alive[lay.request[idx[~ok]]] = False
 
     # ---- overridable pieces (each mutant replaces one) ---------------------------------------------
     def temperatures(self, batch: SpecBatch) -> torch.Tensor:
@@ -172,8 +220,15 @@ class CpuBackend(Backend):
         return torch.where(torch.isneginf(l_x), torch.zeros_like(out), out)
 
     def target_probs(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-        """[R, V] float32 p = softmax(logits / t) for logit rows [R, V] and temperatures [R] (> 0)."""
-        return torch.softmax(logits.to(torch.float32) / temperature[:, None], dim=-1)
+        """[R, V] float32 p = softmax(logits / t) for logit rows [R, V] and temperatures [R] (> 0).
+
+        One new float32 tensor (the division converts any logit dtype), then in place: exp(z - max z)
+        and its normalisation, the softmax formula (each row has a finite logit: batch validation)."""
+        z = torch.div(logits, temperature.to(torch.float32)[:, None])
+        if z.dtype != torch.float32:  # float64 logits are reference-only, but keep the contract
+            z = z.to(torch.float32)
+        z.sub_(z.amax(dim=1, keepdim=True)).exp_()
+        return z.div_(z.sum(dim=1, keepdim=True))
 
     def accept_mask(self, u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
         """Standard rule: accept iff q(x) > 0 and u * q(x) <= p(x), i.e. with probability min(1, p/q)."""
@@ -224,5 +279,8 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _one_hot(x: torch.Tensor, V: int, dtype) -> torch.Tensor:
-        """[R, V] one-hot rows at x [R]: the q of a deterministic drafter (elementwise, no scatter)."""
-        return (torch.arange(V, device=x.device)[None, :] == x[:, None]).to(dtype)
+        """[R, V] one-hot rows at x [R]: the q of a deterministic drafter (zeros, then one write per row
+        at distinct positions, so the indexed write is deterministic)."""
+        one_hot = torch.zeros((x.shape[0], V), dtype=dtype, device=x.device)
+        one_hot[torch.arange(x.shape[0], device=x.device), x] = 1
+        return one_hot
