@@ -206,7 +206,7 @@ def check_cuda_graphs(backend, case: str, profile: Profile):
                           f"{totals['ambiguous']} ambiguous (bound {bound})")
         if totals["ambiguous"] > bound:
             return fail(result, result.message)
-        return result
+    return result   # also when ``timed`` turned an exception into a failure
 
 
 __all__ = ["GRAPH_CASES", "SHAPES", "check_cuda_graphs"]

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Nightly GPU run (issue 6): conformance suite (nightly profile, Triton on CUDA, one xdist worker per
+# GPU), the CUDA-graph property and its mutant, compute-sanitizer (memcheck, initcheck, racecheck), the
+# GPU benchmark (quick mode), and a report with plots.
+#
+#   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
+#
+# Needs: CUDA GPUs, python with torch, triton, pytest, pytest-xdist, hypothesis and scipy already
+# installed (matplotlib optional: without it the report has no pictures). No network: the project is
+# installed from the checkout with --no-deps --no-build-isolation --no-index, or used through
+# PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
+# Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
+# SKIP_SANITIZER=1 to skip compute-sanitizer. Exit status 0 only when every step passed.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+RESULTS="${1:-${RESULTS:-results/nightly-$(date +%Y%m%d)}}"
+mkdir -p "$RESULTS"
+RESULTS="$(cd "$RESULTS" && pwd)"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+STEPS="$RESULTS/steps.tsv"
+printf 'step\tstatus\tseconds\n' > "$STEPS"
+START=$(date +%s)
+FAILED=0
+
+step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time
+  local name="$1" log="$2"; shift 2
+  local t0=$(date +%s)
+  echo "=== $name: $*" | tee -a "$RESULTS/nightly.log"
+  "$@" > "$RESULTS/$log" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  local status=pass; [ $rc -eq 0 ] || { status="fail(rc=$rc)"; FAILED=1; }
+  printf '%s\t%s\t%s\n' "$name" "$status" "$dt" >> "$STEPS"
+  echo "=== $name: $status in ${dt}s (log: $log)" | tee -a "$RESULTS/nightly.log"
+  return $rc
+}
+
+# ---- environment and install (no downloads) --------------------------------------------------
+{
+  date -u +%FT%TZ; hostname; nvidia-smi -L || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'
+  command -v compute-sanitizer && compute-sanitizer --version | tail -1
+  "$PY" -c 'import matplotlib; print("matplotlib", matplotlib.__version__)' 2>/dev/null || echo "matplotlib: not installed (report without pictures)"
+  git -C "$ROOT" rev-parse HEAD 2>/dev/null || true
+} > "$RESULTS/env.txt" 2>&1
+"$PY" -m pip install --no-deps --no-build-isolation --no-index -q -e "$ROOT" > "$RESULTS/install.log" 2>&1 \
+  || echo "pip install -e failed (see install.log): using PYTHONPATH" | tee -a "$RESULTS/nightly.log"
+PLUGIN=()
+if ! "$PY" - <<'PYEOF'
+import importlib.metadata as m, sys
+sys.exit(0 if any(e.value == "specverify.plugin" for e in m.entry_points(group="pytest11")) else 1)
+PYEOF
+then
+  PLUGIN=(-p specverify.plugin)
+fi
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+[ "${NGPU:-0}" -ge 1 ] || NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+[ "${NGPU:-0}" -ge 1 ] || { echo "no CUDA GPU found" | tee -a "$RESULTS/nightly.log"; exit 2; }
+WORKERS=$(( NGPU * ${WORKERS_PER_GPU:-1} ))
+echo "GPUs: $NGPU, xdist workers: $WORKERS, plugin args: ${PLUGIN[*]:-(entry point)}" | tee -a "$RESULTS/nightly.log"
+
+# ---- 1. sanitizer driver without the sanitizer: correctness, and warms Triton's cache ----------
+step driver driver.log "$PY" ci/sanitizer_driver.py
+
+# ---- 2. conformance suite, nightly profile, Triton on CUDA, one worker per GPU -----------------
+step suite suite.log "$PY" -m pytest "${PLUGIN[@]}" --pyargs specverify.suite -p no:cacheprovider \
+  --specverify-backend=triton --specverify-profile=nightly -n "$WORKERS" --specverify-gpus=auto \
+  --specverify-json="$RESULTS/suite.json" --junitxml="$RESULTS/suite.xml" -q -rA --durations=15
+
+# ---- 3. the GPU-only mutants (the CUDA-graph one) are caught, the Triton control passes ---------
+step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caught.py -p no:cacheprovider \
+  -k requires -q -rA
+
+# ---- 4. compute-sanitizer over the driver --------------------------------------------------------
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  for tool in memcheck initcheck racecheck; do
+    step "sanitizer-$tool" "sanitizer-$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      --print-limit 50 "$PY" ci/sanitizer_driver.py
+  done
+fi
+
+# ---- 5. benchmark ---------------------------------------------------------------------------------
+# shellcheck disable=SC2086
+step bench bench.log "$PY" ci/bench_gpu.py ${BENCH_ARGS:---quick} --json "$RESULTS/bench.json" \
+  --markdown "$RESULTS/bench.md"
+
+# ---- 6. report --------------------------------------------------------------------------------------
+ELAPSED=$(( $(date +%s) - START ))
+step report report.log "$PY" ci/nightly_report.py "$RESULTS" --elapsed "$ELAPSED"
+TOTAL=$(( $(date +%s) - START ))
+echo "nightly: $([ $FAILED -eq 0 ] && echo PASSED || echo FAILED) in ${TOTAL}s; results in $RESULTS" \
+  | tee -a "$RESULTS/nightly.log"
+exit $FAILED

@@ -1,0 +1,131 @@
+"""A small driver over every path of the fused Triton sampler, for compute-sanitizer.
+
+    python ci/sanitizer_driver.py                      # once without the sanitizer: warms Triton's cache
+    compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitizer_driver.py
+
+Paths: standard / greedy / mixed / synthetic rules, injected and seeded noise, float32 / bfloat16 /
+float16 logits, dense and one-hot (None) drafters, V not a multiple of the block, zero-draft requests
+(first, middle, last, all), B = 0 and B = 1, forced split-V launch plans (several splits per row, so the
+partial merge and the atomic rendezvous run), and the two helper kernels (seeded noise, -log u).
+Inputs are built on the CPU and copied over, so the sanitizer sees almost only the sampler's kernels.
+Every call is also compared with the reference (real divergences are an error), so a run that the
+sanitizer passes is also a correct one. Exit status 0 when all calls agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from reference import Noise, SpecBatch, SpecOutput  # noqa: E402
+from reference.philox import request_seeds, seeded_noise as ref_seeded_noise  # noqa: E402
+from reference.sample import synthetic_rates_f32  # noqa: E402
+from specverify.checks.differential import compare_to_reference  # noqa: E402
+from specverify.kernels.triton_sampler import negative_log, seeded_noise, triton_sample_into  # noqa: E402
+
+
+def batch_of(g, counts, V, dtype, drafter, greedy):
+    """counts: draft counts; greedy: 'all', 'none' or 'mixed' temperatures."""
+    B, T = len(counts), sum(counts)
+    k = torch.tensor(counts, dtype=torch.int64)
+    logits = torch.randn(T + B, V, generator=g, dtype=torch.float64) * 3
+    if V > 16:
+        logits[:, -(V % 16 or 16):] = float("-inf")   # the last tile's real entries masked
+        logits[:, 0] = 0.0
+    temperature = torch.full((B,), 0.8)
+    if greedy == "all":
+        temperature.zero_()
+    elif greedy == "mixed":
+        temperature[::2] = 0.0
+    if drafter == "dense" and T:
+        q = torch.softmax(torch.randn(T, V, generator=g, dtype=torch.float64) * 2, dim=-1).float()
+        q = q / q.sum(dim=1, keepdim=True)
+        drafts = torch.multinomial(q.double(), 1, generator=g).squeeze(1)
+    else:
+        q = torch.zeros(0, V) if drafter == "dense" else None
+        drafts = torch.randint(0, V, (T,), generator=g)
+    return SpecBatch(k, drafts, logits.to(dtype), q, temperature)
+
+
+CASES = [
+    # counts, V, dtype, drafter, greedy, method, block_v / splits (None: the default plan)
+    ([3, 0, 2, 1], 1_000, torch.float32, "dense", "mixed", "standard", None),
+    ([0, 2, 4], 777, torch.bfloat16, "dense", "none", "standard", (64, (3, 4))),
+    ([1, 0, 3, 0], 1_031, torch.float16, "none", "mixed", "standard", (128, (2, 5))),
+    ([2, 2, 0], 333, torch.float32, "dense", "all", "standard", (64, (3, 3))),
+    ([0], 129, torch.float32, "dense", "none", "standard", None),           # B = 1, zero drafts
+    ([4], 5_003, torch.bfloat16, "dense", "none", "standard", (256, (4, 8))),  # B = 1, split-V
+    ([0, 0, 0], 50, torch.float16, "none", "mixed", "standard", None),      # all-zero batch
+    ([], 64, torch.float32, "dense", "none", "standard", None),             # B = 0
+    ([1, 3, 0, 2], 901, torch.float32, "dense", "mixed", "synthetic", (64, (2, 3))),
+    ([2, 0, 1], 2_049, torch.bfloat16, "none", "none", "synthetic", None),
+]
+
+
+def run(device: str) -> int:
+    g = torch.Generator().manual_seed(2026)
+    errors = 0
+    for counts, V, dtype, drafter, greedy, method, launch in CASES:
+        batch = batch_of(g, counts, V, dtype, drafter, greedy)
+        B, K = batch.num_requests, batch.max_draft
+        dev = batch.to(device)
+        steps = max(K, 1)
+        rates = synthetic_rates_f32(0.6, steps) if method == "synthetic" else None
+        kwargs = dict(method="synthetic", synthetic_acceptance_rate=0.6, num_speculative_steps=steps) \
+            if method == "synthetic" else dict(method="standard")
+        block_v, splits = launch if launch else (None, None)
+        for path in ("injected", "seeded"):
+            seeds = request_seeds(1234 + len(counts), B)
+            noise = ref_seeded_noise(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
+            noise_kw = dict(seeds=seeds.to(device)) if path == "seeded" else \
+                dict(uniform=noise.uniform.to(device), exponential=noise.exponential.to(device))
+            token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=device)
+            num_accepted = torch.empty(B, dtype=torch.int64, device=device)
+            triton_sample_into(token_ids, num_accepted, dev.num_draft_tokens, dev.draft_token_ids, dev.target_logits,
+                               dev.draft_probs, dev.temperature, rates=None if rates is None else rates.to(device),
+                               block_v=block_v, splits=splits, **noise_kw)
+            out = SpecOutput(token_ids.cpu(), num_accepted.cpu())
+            cmp = compare_to_reference(batch, out, noise, **kwargs)
+            what = f"B={B} V={V} {str(dtype)[6:]} {drafter} greedy={greedy} {method} {path} launch={launch}"
+            print(f"{what}: {cmp.decisions} decisions, {len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous "
+                  "divergences", flush=True)
+            if cmp.real:
+                print(f"  ERROR: {cmp.real[0]}", flush=True)
+                errors += 1
+    # helper kernels
+    k = torch.tensor([2, 0, 3], dtype=torch.int64)
+    seeds = request_seeds(99, 3)
+    got = seeded_noise(seeds.to(device), k.to(device), 1_001)
+    want = ref_seeded_noise(seeds, k, 1_001)
+    if not torch.equal(got.uniform.cpu(), want.uniform):
+        print("ERROR: seeded_noise uniforms differ from reference.philox", flush=True)
+        errors += 1
+    u = torch.rand(3_000, generator=g).clamp(1e-7, 1 - 1e-7)
+    e = negative_log(u.to(device)).cpu()
+    if not torch.allclose(e.double(), -torch.log(u.double()), rtol=1e-5, atol=1e-7):
+        print("ERROR: negative_log is off", flush=True)
+        errors += 1
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return errors
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    errors = run(args.device)
+    print(f"sanitizer driver: {len(CASES)} cases x 2 noise paths + 2 helper kernels, {errors} error(s), "
+          f"{time.perf_counter() - start:.1f}s", flush=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
