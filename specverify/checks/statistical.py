@@ -22,9 +22,10 @@ import torch
 from scipy import stats as sps
 
 from reference import Noise, exact
+from reference.sample import synthetic_rates_f32
 from specverify.checks import stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
-from specverify.checks.common import fail, not_applicable, on_device, structure_problems, timed
+from specverify.checks.common import fail, not_applicable, on_device, timed
 from specverify.strategies import Profile
 
 STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate")
@@ -81,115 +82,106 @@ def _shape_problem(batch, out) -> str | None:
     return None
 
 
-def check_token_distribution(backend, case_name: str, profile: Profile, run_seed: int = 0):
-    """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
+def _run(check: str, backend, case_name: str, profile: Profile, run_seed: int, evaluate):
+    """The frame every statistical check shares: applicability, one sampled launch, a structure guard,
+    then ``evaluate(result, case, out)``, which fills the statistics and calls ``fail`` if it must."""
     case = STAT_CASE_BY_NAME[case_name]
-    with timed("token_distribution", case_name, backend, "statistical") as result:
-        why = _applies(backend, case, "token_distribution", profile)
+    with timed(check, case_name, backend, "statistical") as result:
+        why = _applies(backend, case, check, profile)
         if why:
             return not_applicable(result, why)
-        alpha = check_alpha(profile)
-        batch, out = sample_case(backend, case, profile, "token_distribution", run_seed)
+        result.alpha = check_alpha(profile)
+        batch, out = sample_case(backend, case, profile, check, run_seed)
         bad = _shape_problem(batch, out)
         if bad:
             return fail(result, f"output structure: {bad}")
-        ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
-        V = case.vocab_size
-        p_values, worst = [], None
-        for j in range(case.k + 1):
-            reached = n >= j
-            tokens = ids[reached, j]
-            if tokens.numel() == 0:
-                continue
-            if bool(((tokens < 0) | (tokens >= V)).any()):
-                return fail(result, f"position {j}: emitted ids outside [0, {V}): {tokens[(tokens < 0) | (tokens >= V)][:5].tolist()}")
-            counts = torch.bincount(tokens, minlength=V).tolist()
-            expected = exact.position_token_distribution(case.sequences, j, V).tolist()
-            gof = stats.chi_square_gof(dict(enumerate(expected)), dict(enumerate(counts)))
-            if gof.impossible:
-                return fail(result, f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
-            p_values.append(gof.p_value)
-            if j == 0:
-                result.detectable_tv = stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1))
-                result.samples = gof.samples
-            if worst is None or gof.p_value < worst[1].p_value:
-                worst = (j, gof)
-        result.alpha = alpha
-        result.p_value = stats.bonferroni(p_values)
-        result.statistic = worst[1].statistic if worst else None
-        result.message = (f"{len(p_values)} positions; least likely position {worst[0]}: chi2={worst[1].statistic:.2f} "
-                          f"on {worst[1].dof} dof" if worst else "no samples")
-        if result.p_value < alpha:
-            return fail(result, "token distribution differs from the exact one: " + result.message)
+        evaluate(result, case, out)
         return result
+
+
+def _token_distribution(result, case: StatCase, out) -> None:
+    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
+    V, alpha = case.vocab_size, result.alpha
+    p_values, worst = [], None
+    for j in range(case.k + 1):
+        tokens = ids[n >= j, j]
+        if tokens.numel() == 0:
+            continue
+        outside = (tokens < 0) | (tokens >= V)
+        if bool(outside.any()):
+            fail(result, f"position {j}: emitted ids outside [0, {V}): {tokens[outside][:5].tolist()}")
+            return
+        counts = torch.bincount(tokens, minlength=V).tolist()
+        expected = exact.position_token_distribution(case.sequences, j, V).tolist()
+        gof = stats.chi_square_gof(dict(enumerate(expected)), dict(enumerate(counts)))
+        if gof.impossible:
+            fail(result, f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
+            return
+        p_values.append(gof.p_value)
+        if j == 0:
+            result.detectable_tv = stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1))
+            result.samples = gof.samples
+        if worst is None or gof.p_value < worst[1].p_value:
+            worst = (j, gof)
+    result.p_value = stats.bonferroni(p_values)
+    result.statistic = worst[1].statistic if worst else None
+    result.message = (f"{len(p_values)} positions; least likely position {worst[0]}: chi2={worst[1].statistic:.2f} "
+                      f"on {worst[1].dof} dof" if worst else "no samples")
+    if result.p_value < alpha:
+        fail(result, "token distribution differs from the exact one: " + result.message)
+
+
+def _acceptance_rate(result, case: StatCase, out) -> None:
+    n = out.num_accepted.cpu()
+    expected = exact.acceptance_by_position(case.sequences, case.k)
+    p_values, lines = [], []
+    for j in range(case.k):
+        trials, accepted = int((n >= j).sum()), int((n > j).sum())
+        if trials == 0:
+            continue
+        p_values.append(stats.binomial_test(accepted, trials, float(expected[j])))
+        lines.append(f"pos {j}: {accepted}/{trials}={accepted / trials:.4f} vs {float(expected[j]):.4f}")
+        if j == 0:
+            result.samples, result.statistic = trials, accepted / trials
+            result.detectable_tv = stats.detectable_delta_binomial(trials, float(expected[0]), result.alpha / case.k)
+    result.p_value = stats.bonferroni(p_values)
+    result.message = "; ".join(lines)
+    if result.p_value < result.alpha:
+        fail(result, "acceptance rate differs from theory: " + result.message)
+
+
+def _synthetic_rate(result, case: StatCase, out) -> None:
+    n = out.num_accepted.cpu().double()
+    dist = exact.synthetic_num_accepted(synthetic_rates_f32(case.rate, case.steps).double(), case.k)
+    m = torch.arange(case.k + 1, dtype=torch.float64)
+    mean = float((dist * m).sum())
+    var = float((dist * (m - mean) ** 2).sum())
+    N, observed = n.numel(), float(n.mean())
+    z = (observed - mean) / math.sqrt(max(var, 1e-300) / N)
+    result.samples, result.statistic = N, z
+    result.p_value = float(2 * sps.norm.sf(abs(z)))
+    z_need = sps.norm.isf(result.alpha / 2) + sps.norm.isf(1 - stats.POWER)
+    result.detectable_tv = z_need * math.sqrt(var / N) / case.steps
+    result.message = (f"mean joint acceptance {observed / case.steps:.4f} vs configured r={case.rate} "
+                      f"(exact mean num_accepted {mean:.4f})")
+    if result.p_value < result.alpha:
+        fail(result, "synthetic rate differs: " + result.message)
+
+
+def check_token_distribution(backend, case_name: str, profile: Profile, run_seed: int = 0):
+    """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
+    return _run("token_distribution", backend, case_name, profile, run_seed, _token_distribution)
 
 
 def check_acceptance_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
     """Acceptances at each position ~ Binomial(reached, alpha_j) (or c_j for the synthetic rule)."""
-    case = STAT_CASE_BY_NAME[case_name]
-    with timed("acceptance_rate", case_name, backend, "statistical") as result:
-        why = _applies(backend, case, "acceptance_rate", profile)
-        if why:
-            return not_applicable(result, why)
-        alpha = check_alpha(profile)
-        batch, out = sample_case(backend, case, profile, "acceptance_rate", run_seed)
-        bad = _shape_problem(batch, out)
-        if bad:
-            return fail(result, f"output structure: {bad}")
-        n = out.num_accepted.cpu()
-        expected = exact.acceptance_by_position(case.sequences, case.k)
-        p_values, lines = [], []
-        for j in range(case.k):
-            trials = int((n >= j).sum())
-            accepted = int((n > j).sum())
-            if trials == 0:
-                continue
-            pv = stats.binomial_test(accepted, trials, float(expected[j]))
-            p_values.append(pv)
-            lines.append(f"pos {j}: {accepted}/{trials}={accepted / trials:.4f} vs {float(expected[j]):.4f}")
-            if j == 0:
-                result.samples = trials
-                result.statistic = accepted / trials
-                result.detectable_tv = stats.detectable_delta_binomial(trials, float(expected[0]), alpha / case.k)
-        result.alpha = alpha
-        result.p_value = stats.bonferroni(p_values)
-        result.message = "; ".join(lines)
-        if result.p_value < alpha:
-            return fail(result, "acceptance rate differs from theory: " + result.message)
-        return result
+    return _run("acceptance_rate", backend, case_name, profile, run_seed, _acceptance_rate)
 
 
 def check_synthetic_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
     """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
-    case = STAT_CASE_BY_NAME[case_name]
-    with timed("synthetic_rate", case_name, backend, "statistical") as result:
-        why = _applies(backend, case, "synthetic_rate", profile)
-        if why:
-            return not_applicable(result, why)
-        alpha = check_alpha(profile)
-        batch, out = sample_case(backend, case, profile, "synthetic_rate", run_seed)
-        bad = _shape_problem(batch, out)
-        if bad:
-            return fail(result, f"output structure: {bad}")
-        n = out.num_accepted.cpu().double()
-        from reference.sample import synthetic_rates_f32  # noqa: PLC0415
-        dist = exact.synthetic_num_accepted(synthetic_rates_f32(case.rate, case.steps).double(), case.k)
-        m = torch.arange(case.k + 1, dtype=torch.float64)
-        mean, var = float((dist * m).sum()), float((dist * (m - (dist * m).sum()) ** 2).sum())
-        N = n.numel()
-        observed = float(n.mean())
-        z = (observed - mean) / math.sqrt(max(var, 1e-300) / N)
-        result.alpha, result.samples = alpha, N
-        result.statistic = z
-        result.p_value = float(2 * sps.norm.sf(abs(z)))
-        z_need = sps.norm.isf(alpha / 2) + sps.norm.isf(1 - stats.POWER)
-        result.detectable_tv = z_need * math.sqrt(var / N) / case.steps
-        result.message = (f"mean joint acceptance {observed / case.steps:.4f} vs configured r={case.rate} "
-                          f"(exact mean num_accepted {mean:.4f})")
-        if result.p_value < alpha:
-            return fail(result, "synthetic rate differs: " + result.message)
-        return result
+    return _run("synthetic_rate", backend, case_name, profile, run_seed, _synthetic_rate)
 
 
 __all__ = ["STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
-           "check_token_distribution", "sample_case", "statistical_test_count", "structure_problems"]
+           "check_token_distribution", "sample_case", "statistical_test_count"]

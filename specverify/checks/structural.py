@@ -68,6 +68,18 @@ def _call(backend, example, profile: Profile, *, prefer_seeded: bool = True, **k
     return backend(batch, noise=noise, **kwargs)
 
 
+def _call_with_shared_noise(backend, batch: SpecBatch, noise: Noise, seeds: torch.Tensor, profile: Profile):
+    """Call with ``noise`` if the backend takes injected noise, else with ``seeds``. Returns the output
+    and the noise the reference must use to reproduce it (None when the backend's stream is its own)."""
+    caps = backend.capabilities
+    if "injected" in caps.noise:
+        dev_batch, dev_noise = on_device(batch, noise, profile.device)
+        return backend(dev_batch, noise=dev_noise), noise
+    out = backend(on_device(batch, None, profile.device)[0], seed=seeds)
+    shared = Noise.from_seeds(seeds, batch.num_draft_tokens, batch.vocab_size) if caps.seeded_stream == "philox" else None
+    return out, shared
+
+
 def _outputs_equal(a, b) -> bool:
     return a.emitted() == b.emitted() and torch.equal(a.num_accepted.cpu(), b.num_accepted.cpu())
 
@@ -247,19 +259,12 @@ def check_zero_draft_layouts(backend, case: str, profile: Profile):
         for label, counts in ZERO_DRAFT_LAYOUTS.items():
             for greedy in (False, True):
                 batch = _layout_batch(counts, 37, g, greedy)
-                noise = Noise.draw(batch, g)
                 seeds = torch.arange(len(counts), dtype=torch.int64) * 7919 + 1
-                if "injected" in caps.noise:
-                    dev_batch, dev_noise = on_device(batch, noise, profile.device)
-                    out = backend(dev_batch, noise=dev_noise)
-                else:
-                    dev_batch, _ = on_device(batch, None, profile.device)
-                    out = backend(dev_batch, seed=seeds)
-                    noise = Noise.from_seeds(seeds, batch.num_draft_tokens, batch.vocab_size)
+                out, noise = _call_with_shared_noise(backend, batch, Noise.draw(batch, g), seeds, profile)
                 problems = structure_problems(batch, out)
                 if problems:
                     return fail(result, f"{label} {counts}: " + "; ".join(problems[:3]))
-                if "injected" in caps.noise or caps.seeded_stream == "philox":
+                if noise is not None:
                     cmp = compare_to_reference(batch, out, noise, tol=caps.ambiguity_margin)
                     if cmp.real:
                         return fail(result, f"{label} {counts}: {cmp.real[0]}")
@@ -278,18 +283,12 @@ def check_repeated_calls(backend, case: str, profile: Profile):
         caps = backend.capabilities
         g = torch.Generator().manual_seed(11)
         counts = [3, 0, 2, 4, 1, 3]
+        if "injected" not in caps.noise and caps.seeded_stream != "philox":
+            return not_applicable(result, "needs injected noise or the reference's seeded stream")
         for call in range(4):
             batch = _layout_batch(counts, 23, g, greedy=False)
-            noise = Noise.draw(batch, g)
             seeds = torch.randint(0, 2 ** 40, (len(counts),), generator=g, dtype=torch.int64)
-            if "injected" in caps.noise:
-                dev_batch, dev_noise = on_device(batch, noise, profile.device)
-                out = backend(dev_batch, noise=dev_noise)
-            elif caps.seeded_stream == "philox":
-                out = backend(on_device(batch, None, profile.device)[0], seed=seeds)
-                noise = Noise.from_seeds(seeds, batch.num_draft_tokens, batch.vocab_size)
-            else:
-                return not_applicable(result, "needs injected noise or the reference's seeded stream")
+            out, noise = _call_with_shared_noise(backend, batch, Noise.draw(batch, g), seeds, profile)
             cmp = compare_to_reference(batch, out, noise, tol=caps.ambiguity_margin)
             if cmp.real:
                 return fail(result, f"call {call + 1} of 4 with fresh inputs of the same shapes: {cmp.real[0]}")
