@@ -15,6 +15,7 @@ from reference import Noise, SpecBatch
 from specverify.generate import random_batch
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants import CHECK_NAMES, MUTANTS
+from specverify.mutants.statistical_only import OwnStreamCpuBackend
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +156,19 @@ def scenario_zero_probability_drafts(backend):
     return backend(batch, noise=Noise(torch.full((B,), 1e-3), torch.ones(B, V)))
 
 
+def scenario_bf16_sensitive_seeded(backend):
+    """The bf16-sensitive request 4,000 times under seeds: bf16 q = 0.30078 rejects where float32 q = 0.3
+    accepts for u in (0.4987, 0.5], about five requests; for a backend whose only noise is its own stream."""
+    B = 4000
+    p = torch.tensor([[0.15, 0.85], [0.5, 0.5]], dtype=torch.float64).repeat(B, 1)
+    q = torch.tensor([[0.3, 0.7]]).repeat(B, 1)
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.zeros(B, dtype=torch.int64), torch.log(p).float(), q,
+                      torch.ones(B))
+    return backend(batch, seed=torch.arange(B, dtype=torch.int64))
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
+    scenario_bf16_sensitive_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -183,6 +196,7 @@ WITNESS = {
     "temperature_ignored": "dense",
     "shared_noise_vector": "dense",
     "accept_against_p": "overlapping_drafter",
+    "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
 }
 
 SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")
@@ -192,7 +206,8 @@ SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")
 def test_sampler_mutant_differs_from_the_correct_backend_on_its_witness_input(name):
     """The mutant is really buggy: its witness input separates it from CpuBackend."""
     scenario = SCENARIOS[WITNESS[name]]
-    correct = _result(lambda: scenario(CpuBackend()))
+    own_stream = MUTANTS[name].build().capabilities.seeded_stream == "own"
+    correct = _result(lambda: scenario(OwnStreamCpuBackend() if own_stream else CpuBackend()))
     mutant = _result(lambda: scenario(MUTANTS[name].build()))
     assert mutant != correct, f"{name} behaves like the correct backend on scenario {WITNESS[name]!r}"
 
