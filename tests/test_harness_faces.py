@@ -71,3 +71,34 @@ def test_divergence_within_float32_rounding_is_ambiguous_and_beyond_it_is_real()
         cmp = compare_to_reference(batch, accepted, noise)
         assert len(cmp.divergences) == 1
         assert cmp.divergences[0].ambiguous is ambiguous, cmp.divergences[0]
+
+
+class _Crashing:
+    """A backend that declares everything and crashes on every call."""
+
+    name = "crashing"
+
+    def __init__(self):
+        from specverify import Capabilities
+        self.capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), cuda_graphs=True)
+
+    def __call__(self, batch, *, method="standard", noise=None, seed=None, synthetic_acceptance_rate=None,
+                 num_speculative_steps=None):
+        raise RuntimeError("kernel launch failed")
+
+    def sample_into(self, *args, **kwargs):
+        raise RuntimeError("kernel launch failed")
+
+
+def test_a_backend_that_raises_gets_a_failed_result_from_every_check_never_none():
+    """An exception inside a check becomes a FAIL result naming it (the report must never lose a check)."""
+    from specverify.checks import plan, run_check
+    from specverify.strategies import get_profile
+    profile = get_profile("smoke")
+    for check, case in plan(profile):
+        result = run_check(_Crashing(), check, case, profile)
+        assert result is not None and result.check == check
+        if check == "cuda_graphs":
+            assert result.status == "n/a"
+        else:
+            assert result.status == "fail" and "kernel launch failed" in result.message, result.line()

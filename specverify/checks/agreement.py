@@ -122,6 +122,7 @@ def check_differential(backend, case: str, profile: Profile, *, seeded: bool):
         if totals["ambiguous"] > bound:
             raise CheckFailure(result.message + f"; e.g. {worst[0]}")
         return result
+    return result
 
 
 def check_differential_injected(backend, case: str, profile: Profile):

@@ -81,7 +81,8 @@ def structure_problems(batch: SpecBatch, out: SpecOutput) -> list[str]:
 
 @contextmanager
 def timed(check: str, case: str, backend, kind: str):
-    """Yields a CheckResult to fill; records the time, and turns an unexpected exception into a failure."""
+    """Yields a CheckResult to fill; records the time, and turns an unexpected exception into a failure.
+    The exception ends the ``with`` block, so every check returns ``result`` after it too."""
     name = backend if isinstance(backend, str) else getattr(backend, "name", repr(backend))
     result = CheckResult(check=check, case=case, backend=name, kind=kind, status=PASS)
     start = time.perf_counter()

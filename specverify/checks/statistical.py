@@ -97,6 +97,7 @@ def _run(check: str, backend, case_name: str, profile: Profile, run_seed: int, e
             return fail(result, f"output structure: {bad}")
         evaluate(result, case, out)
         return result
+    return result
 
 
 def _token_distribution(result, case: StatCase, out) -> None:

@@ -113,6 +113,7 @@ def check_output_structure(backend, case: str, profile: Profile):
         if message:
             return fail(result, message, counterexample)
         return result
+    return result
 
 
 # ---- uninitialised memory -----------------------------------------------------------------------
@@ -173,6 +174,7 @@ def check_uninitialized_memory(backend, case: str, profile: Profile):
         if message:
             return fail(result, message, counterexample)
         return result
+    return result
 
 
 # ---- batch invariance and determinism -----------------------------------------------------------
@@ -210,6 +212,7 @@ def check_batch_invariance(backend, case: str, profile: Profile):
         if message:
             return fail(result, message, counterexample)
         return result
+    return result
 
 
 def check_determinism(backend, case: str, profile: Profile):
@@ -232,6 +235,7 @@ def check_determinism(backend, case: str, profile: Profile):
         if message:
             return fail(result, message, counterexample)
         return result
+    return result
 
 
 # ---- zero-draft layouts -------------------------------------------------------------------------
@@ -270,6 +274,7 @@ def check_zero_draft_layouts(backend, case: str, profile: Profile):
                         return fail(result, f"{label} {counts}: {cmp.real[0]}")
                 result.samples += len(counts)
         return result
+    return result
 
 
 # ---- repeated calls (stale state) ---------------------------------------------------------------
@@ -294,6 +299,7 @@ def check_repeated_calls(backend, case: str, profile: Profile):
                 return fail(result, f"call {call + 1} of 4 with fresh inputs of the same shapes: {cmp.real[0]}")
             result.samples += len(counts)
         return result
+    return result
 
 
 # ---- interface parity ---------------------------------------------------------------------------
@@ -341,6 +347,7 @@ def check_interface_parity(backend, case: str, profile: Profile):
                             return fail(result, f"{what}: " + "; ".join(problems[:2]))
                         result.samples += 1
         return result
+    return result
 
 
 # ---- synthetic-rate validation ------------------------------------------------------------------
@@ -370,6 +377,7 @@ def check_synthetic_validation(backend, case: str, profile: Profile):
             return fail(result, f"rate={rate!r} was accepted (num_accepted={out.num_accepted.tolist()}); "
                                 "it must be a ValueError naming synthetic_acceptance_rate")
         return result
+    return result
 
 
 # ---- request alignment ----------------------------------------------------------------------------
@@ -399,6 +407,7 @@ def check_request_alignment(align_fn, case: str = "cached", profile: Profile | N
         else:
             return fail(result, "a request with drafts but no cached probabilities was silently filled")
         return result
+    return result
 
 
 __all__ = ["CONVENTION", "ZERO_DRAFT_LAYOUTS", "check_batch_invariance", "check_determinism",
