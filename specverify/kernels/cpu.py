@@ -38,7 +38,7 @@ from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 # through memory; loops are over fixed-size tiles, never over requests or positions.
 TILE_ELEMENTS = 1 << 17
 # Draft rows decided per step of the position-major walk (each step costs a few small bookkeeping ops).
-DECIDE_ELEMENTS = 1 << 19
+DECIDE_ELEMENTS = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -122,15 +122,28 @@ class CpuBackend(Backend):
         for residual in (False, True):
             chosen = with_residual if residual else ~is_greedy & ~with_residual
             for b in self._tiles(torch.nonzero(chosen).squeeze(1), V):
-                w = self.target_probs(logits.index_select(0, extra_row[b]), temperature[b])
+                w = self.target_probs(self._rows(logits, extra_row[b]), temperature[b])
                 if residual:
                     t_idx = lay.draft_offsets[b] + num_accepted[b]     # the rejected draft position
                     q_rej = self._one_hot(x[t_idx], V, w.dtype) if q is None else q.index_select(0, t_idx)
                     w = self.residual(w, q_rej)
-                extra[b] = self.race(w, exponential.index_select(0, b))
+                extra[b] = self.race(w, self._rows(exponential, b))
 
         draft_padded = x[lay.padded] if T else torch.zeros((B, 0), dtype=torch.int64, device=device)
         return self.assemble_output(draft_padded, num_accepted, extra, batch.max_draft)
+
+    @staticmethod
+    def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """t[idx] for an index tensor [R], R >= 1: a view when idx is an arithmetic progression (consecutive
+        rows, or the same position of requests with equal draft counts), else a gathered copy. Callers
+        never write into the result."""
+        first, n = int(idx[0]), idx.shape[0]
+        if n == 1:
+            return t[first:first + 1]
+        step = int(idx[1]) - first
+        if step > 0 and bool((idx[1:] - idx[:-1] == step).all()):
+            return t[first:first + step * (n - 1) + 1:step]
+        return t.index_select(0, idx)
 
     @staticmethod
     def _tiles(idx: torch.Tensor, V: int, elements: int = TILE_ELEMENTS) -> list[torch.Tensor]:
@@ -214,21 +227,23 @@ class CpuBackend(Backend):
         step = max(1, TILE_ELEMENTS // max(V, 1))
         for start in range(0, R, step):
             s = slice(start, start + step)
-            z = logits.index_select(0, rows[s]).to(torch.float32)
-            z.sub_(l_x[s, None]).mul_(inv_t[s, None]).exp_()
+            z = torch.sub(self._rows(logits, rows[s]), l_x[s, None])  # a new float32 tile
+            z.mul_(inv_t[s, None]).exp_()
             out[s] = z.sum(1).reciprocal_()
         return torch.where(torch.isneginf(l_x), torch.zeros_like(out), out)
 
     def target_probs(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
         """[R, V] float32 p = softmax(logits / t) for logit rows [R, V] and temperatures [R] (> 0).
 
-        One new float32 tensor (the division converts any logit dtype), then in place: exp(z - max z)
-        and its normalisation, the softmax formula (each row has a finite logit: batch validation)."""
-        z = torch.div(logits, temperature.to(torch.float32)[:, None])
-        if z.dtype != torch.float32:  # float64 logits are reference-only, but keep the contract
-            z = z.to(torch.float32)
-        z.sub_(z.amax(dim=1, keepdim=True)).exp_()
-        return z.div_(z.sum(dim=1, keepdim=True))
+        exp((l - max l) / t), normalised: one new float32 tensor, everything else in place (each row has
+        a finite logit: batch validation). The maximum of l / t is at the maximum of l since t > 0."""
+        if logits.dtype == torch.float32:
+            z = logits - logits.amax(dim=1, keepdim=True)
+        else:  # one conversion, then in place (reductions over bf16/fp16 are slow on the CPU)
+            z = logits.to(torch.float32)
+            z.sub_(z.amax(dim=1, keepdim=True))
+        z.mul_((1.0 / temperature.to(torch.float32))[:, None]).exp_()
+        return z.mul_(z.sum(dim=1, keepdim=True).reciprocal_())
 
     def accept_mask(self, u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
         """Standard rule: accept iff q(x) > 0 and u * q(x) <= p(x), i.e. with probability min(1, p/q)."""
@@ -260,8 +275,9 @@ class CpuBackend(Backend):
 
     def race(self, w: torch.Tensor, exponential: torch.Tensor) -> torch.Tensor:
         """[R] exponential race argmax_v w(v) / E(v): a sample of w / sum(w). Entries with w = 0 score 0
-        and cannot beat a positive one; ties go to the lowest index, as in the reference."""
-        return (w / exponential).max(dim=1).indices
+        and cannot beat a positive one; ties go to the lowest index, as in the reference. ``w`` is the
+        caller's scratch tile and is overwritten with the scores."""
+        return torch.div(w, exponential, out=w).max(dim=1).indices
 
     def assemble_output(self, draft_padded: torch.Tensor, num_accepted: torch.Tensor, extra: torch.Tensor,
                         K: int) -> SpecOutput:
