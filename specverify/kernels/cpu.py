@@ -2,25 +2,27 @@
 
 Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
 
-    batch.target_logits [T + B, V]   read for the draft rows that decide (p(x) only), once for the B extra rows
+    batch.target_logits [T + B, V]   read once for each draft row that decides, and for the bonus rows used
     batch.draft_probs   [T, V]       gathered at the draft token, and at the B rejected rows
     noise.uniform       [T], noise.exponential [B, V]
 
 The call is a pipeline of small methods (``temperatures``, ``layout``, ``draft_rows``, ``draft_probs_for``,
-``exponential_for``, ``target_token_probs``, ``target_probs``, ``accept_mask``, ``greedy_argmax``,
+``exponential_for``, ``target_probs``, ``accept_mask``, ``greedy_argmax``,
 ``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``, ``assemble_output``)
 so that each mutant in ``specverify.mutants`` overrides one of them and breaks exactly one thing.
 
 Why it is fast:
 
-- acceptance needs only p_j(x) = 1 / sum_v exp((l_v - l_x) / t), one fused pass over a draft row, never
-  the whole softmax;
+- a decided draft row's softmax is computed once, in cache-sized tiles: p_j(x) for the acceptance test,
+  and, at a request's first rejection, the residual and the exponential race right away, so that row is
+  never read again;
 - like the reference, which stops at a request's first rejection, only the draft rows that can matter
   are read: draft positions are taken in position-major order, a tile of rows at a time, skipping the
   positions of requests that already rejected an earlier draft (the loop is over tiles, never over
   requests or positions; at low acceptance most rows after position 0 are never touched);
-- the full distribution (softmax, residual, exponential race) is built only for the one row per request
-  that emits the extra token, a tile of rows at a time, so every temporary stays in the CPU's cache.
+- the remaining extra tokens (bonus rows, greedy requests, the synthetic rule) are drawn a tile of rows
+  at a time too, so every temporary stays in the CPU's cache; evenly spaced rows are read as strided
+  views, not gathered.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ class CpuBackend(Backend):
         q = self.draft_probs_for(batch)                            # [T, V] float32 or None (one-hot)
 
         # ---- acceptance at every draft position that can matter -----------------------------------
+        extra = torch.empty(B, dtype=torch.int64, device=device)
+        # fused_at[b] = j when request b's extra token was already drawn while deciding its position j (the
+        # first rejection, from the distribution just computed for the acceptance test); -1 otherwise.
+        fused_at = torch.full((B,), -1, dtype=torch.int64, device=device)
         if method == "synthetic":
             rates = self.synthetic_rates(synthetic_acceptance_rate, num_speculative_steps).to(device)
             accept = self.synthetic_accept(uniform, rates[lay.position])
@@ -94,9 +100,27 @@ class CpuBackend(Backend):
             rows = self.draft_rows(lay)
 
             def decide_random(idx: torch.Tensor) -> torch.Tensor:
-                p_x = self.target_token_probs(logits, rows[idx], x[idx], temperature[lay.request[idx]])
-                q_x = torch.ones_like(p_x) if q is None else q[idx, x[idx]]
-                return self.accept_mask(uniform[idx], p_x, q_x)
+                ok = torch.empty(idx.shape[0], dtype=torch.bool, device=device)
+                for s in self._tiles(torch.arange(idx.shape[0], device=device), V):
+                    t = idx[s]
+                    b = lay.request[t]
+                    p = self.target_probs(self._rows(logits, rows[t]), temperature[b])
+                    p_x = p.gather(1, x[t][:, None]).squeeze(1)
+                    q_x = torch.ones_like(p_x) if q is None else q[t, x[t]]
+                    ok[s] = ok_t = self.accept_mask(uniform[t], p_x, q_x)
+                    # A request's first rejection emits its recovered token from this very distribution,
+                    # while it is in cache: rejected here, no extra token yet, no earlier rejected position
+                    # of the same request in this tile, and p is its logit row (draft_rows not overridden).
+                    first = ~ok_t & (fused_at[b] < 0) & (rows[t] == lay.logit_offsets[b] + lay.position[t])
+                    first &= ~((b[:, None] == b[None, :]) & ~ok_t[None, :]).tril(-1).any(1)
+                    f = torch.nonzero(first).squeeze(1)
+                    if f.shape[0]:
+                        t_f, b_f = t[f], b[f]
+                        w = p if f.shape[0] == t.shape[0] else p.index_select(0, f)
+                        q_rej = self._one_hot(x[t_f], V, w.dtype) if q is None else q.index_select(0, t_f)
+                        extra[b_f] = self.race(self.residual(w, q_rej), self._rows(exponential, b_f))
+                        fused_at[b_f] = lay.position[t_f]
+                return ok
 
             def decide_greedy(idx: torch.Tensor) -> torch.Tensor:
                 return x[idx] == self.greedy_argmax(logits.index_select(0, rows[idx]))
@@ -113,14 +137,14 @@ class CpuBackend(Backend):
 
         # ---- the one extra token per request: recovered at the first rejection, or the bonus ---------
         extra_row = lay.logit_offsets[:-1] + num_accepted          # [B] logit row that emits it
-        extra = torch.empty(B, dtype=torch.int64, device=device)
         for b in self._tiles(torch.nonzero(is_greedy).squeeze(1), V):
             extra[b] = self.greedy_argmax(logits.index_select(0, extra_row[b]))
-        # Random requests: those that rejected a draft (standard rule) sample the residual at that position;
-        # the others sample p at their extra row (the bonus p_k, or the synthetic rule's own sample).
+        # Random requests: those that rejected a draft (standard rule) sample the residual at that position
+        # (unless it was drawn while deciding it); the others sample p at their extra row (the bonus p_k,
+        # or the synthetic rule's own sample).
         with_residual = ~is_greedy & rejected if method == "standard" else torch.zeros_like(is_greedy)
         for residual in (False, True):
-            chosen = with_residual if residual else ~is_greedy & ~with_residual
+            chosen = (with_residual & (fused_at != num_accepted)) if residual else ~is_greedy & ~with_residual
             for b in self._tiles(torch.nonzero(chosen).squeeze(1), V):
                 w = self.target_probs(self._rows(logits, extra_row[b]), temperature[b])
                 if residual:
@@ -212,25 +236,6 @@ class CpuBackend(Backend):
     def exponential_for(self, noise: Noise) -> torch.Tensor:
         """[B, V] the exponential vector of each request (one per request: it emits one extra token)."""
         return noise.exponential
-
-    def target_token_probs(self, logits: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor,
-                           temperature: torch.Tensor) -> torch.Tensor:
-        """[R] float32 p(tokens) for the logit ``rows`` [R] at ``temperature`` [R] (> 0).
-
-        p(x) = 1 / sum_v exp((l_v - l_x) / t): one pass, no max needed; overflow gives exp = inf and
-        p(x) = 0, the right limit. l_x = -inf (x outside the support) gives p(x) = 0 exactly.
-        """
-        R, V = rows.shape[0], logits.shape[1]
-        l_x = logits[rows, tokens].to(torch.float32)
-        inv_t = 1.0 / temperature
-        out = torch.empty(R, dtype=torch.float32, device=logits.device)
-        step = max(1, TILE_ELEMENTS // max(V, 1))
-        for start in range(0, R, step):
-            s = slice(start, start + step)
-            z = torch.sub(self._rows(logits, rows[s]), l_x[s, None])  # a new float32 tile
-            z.mul_(inv_t[s, None]).exp_()
-            out[s] = z.sum(1).reciprocal_()
-        return torch.where(torch.isneginf(l_x), torch.zeros_like(out), out)
 
     def target_probs(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
         """[R, V] float32 p = softmax(logits / t) for logit rows [R, V] and temperatures [R] (> 0).
