@@ -98,6 +98,7 @@ class CpuBackend(Backend):
             accept = self.synthetic_accept(uniform, rates[lay.position])
         else:
             rows = self.draft_rows(lay)
+            first_in_tile = torch.empty(B, dtype=torch.int64, device=device)   # scratch, per tile
 
             def decide_random(idx: torch.Tensor) -> torch.Tensor:
                 ok = torch.empty(idx.shape[0], dtype=torch.bool, device=device)
@@ -111,9 +112,18 @@ class CpuBackend(Backend):
                     # A request's first rejection emits its recovered token from this very distribution,
                     # while it is in cache: rejected here, no extra token yet, no earlier rejected position
                     # of the same request in this tile, and p is its logit row (draft_rows not overridden).
-                    first = ~ok_t & (fused_at[b] < 0) & (rows[t] == lay.logit_offsets[b] + lay.position[t])
-                    first &= ~((b[:, None] == b[None, :]) & ~ok_t[None, :]).tril(-1).any(1)
-                    f = torch.nonzero(first).squeeze(1)
+                    rej = torch.nonzero(~ok_t).squeeze(1)
+                    if rej.shape[0] == 0:
+                        continue
+                    # A tile lists a request's positions in increasing order, so its first rejection in
+                    # the tile is the lowest tile index among its rejections (linear, whatever the tile).
+                    b_rej = b[rej]
+                    first_in_tile[b_rej] = t.shape[0]
+                    first_in_tile.scatter_reduce_(0, b_rej, rej, "amin")
+                    rej = rej[first_in_tile[b_rej] == rej]
+                    b_rej, t_rej = b[rej], t[rej]
+                    keep = (fused_at[b_rej] < 0) & (rows[t_rej] == lay.logit_offsets[b_rej] + lay.position[t_rej])
+                    f = rej[keep]
                     if f.shape[0]:
                         t_f, b_f = t[f], b[f]
                         w = p if f.shape[0] == t.shape[0] else p.index_select(0, f)
