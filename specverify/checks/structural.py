@@ -254,24 +254,32 @@ def _layout_batch(counts: list[int], V: int, g: torch.Generator, greedy: bool) -
     return SpecBatch(k, drafts, torch.randn(T + B, V, generator=g), q, temps)
 
 
+def _first_problem(backend, batch: SpecBatch, g: torch.Generator, seeds: torch.Tensor, profile: Profile):
+    """Calls the backend with noise it shares with the reference; returns the first structural problem
+    or real (not margin-ambiguous) disagreement, or None."""
+    out, noise = _call_with_shared_noise(backend, batch, Noise.draw(batch, g), seeds, profile)
+    problems = structure_problems(batch, out)
+    if problems:
+        return "; ".join(problems[:3])
+    if noise is not None:
+        cmp = compare_to_reference(batch, out, noise, tol=backend.capabilities.ambiguity_margin)
+        if cmp.real:
+            return str(cmp.real[0])
+    return None
+
+
 def check_zero_draft_layouts(backend, case: str, profile: Profile):
     with timed("zero_draft_layouts", case, backend, "structural") as result:
         if _device_or_na(result, backend, profile):
             return result
-        caps = backend.capabilities
         g = torch.Generator().manual_seed(7)
         for label, counts in ZERO_DRAFT_LAYOUTS.items():
             for greedy in (False, True):
                 batch = _layout_batch(counts, 37, g, greedy)
                 seeds = torch.arange(len(counts), dtype=torch.int64) * 7919 + 1
-                out, noise = _call_with_shared_noise(backend, batch, Noise.draw(batch, g), seeds, profile)
-                problems = structure_problems(batch, out)
-                if problems:
-                    return fail(result, f"{label} {counts}: " + "; ".join(problems[:3]))
-                if noise is not None:
-                    cmp = compare_to_reference(batch, out, noise, tol=caps.ambiguity_margin)
-                    if cmp.real:
-                        return fail(result, f"{label} {counts}: {cmp.real[0]}")
+                problem = _first_problem(backend, batch, g, seeds, profile)
+                if problem:
+                    return fail(result, f"{label} {counts}: {problem}")
                 result.samples += len(counts)
         return result
     return result
@@ -293,10 +301,9 @@ def check_repeated_calls(backend, case: str, profile: Profile):
         for call in range(4):
             batch = _layout_batch(counts, 23, g, greedy=False)
             seeds = torch.randint(0, 2 ** 40, (len(counts),), generator=g, dtype=torch.int64)
-            out, noise = _call_with_shared_noise(backend, batch, Noise.draw(batch, g), seeds, profile)
-            cmp = compare_to_reference(batch, out, noise, tol=caps.ambiguity_margin)
-            if cmp.real:
-                return fail(result, f"call {call + 1} of 4 with fresh inputs of the same shapes: {cmp.real[0]}")
+            problem = _first_problem(backend, batch, g, seeds, profile)
+            if problem:
+                return fail(result, f"call {call + 1} of 4 with fresh inputs of the same shapes: {problem}")
             result.samples += len(counts)
         return result
     return result
