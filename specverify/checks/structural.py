@@ -94,6 +94,13 @@ def _examples(profile: Profile):
     return spec_examples(profile)
 
 
+def _run_property(result, profile: Profile, body, **kwargs):
+    """Runs ``body(example)`` over the profile's generated batches; fails ``result`` with the shrunk
+    counterexample if any example raises CheckFailure."""
+    message, counterexample = run_examples(_examples(profile), profile, body, **kwargs)
+    return fail(result, message, counterexample) if message else result
+
+
 # ---- output structure ---------------------------------------------------------------------------
 def check_output_structure(backend, case: str, profile: Profile):
     with timed("output_structure", case, backend, "structural") as result:
@@ -108,10 +115,8 @@ def check_output_structure(backend, case: str, profile: Profile):
                 raise CheckFailure("; ".join(problems[:3]))
             count["n"] += example.batch.num_requests
 
-        message, counterexample = run_examples(_examples(profile), profile, body)
+        _run_property(result, profile, body)
         result.samples = count["n"]
-        if message:
-            return fail(result, message, counterexample)
         return result
     return result
 
@@ -169,11 +174,7 @@ def check_uninitialized_memory(backend, case: str, profile: Profile):
             if not _outputs_equal(first, second):
                 raise CheckFailure(f"outputs depend on uninitialised memory: {first.emitted()} vs {second.emitted()}")
 
-        message, counterexample = run_examples(_examples(profile), profile, body,
-                                               examples=max(5, profile.examples // 2))
-        if message:
-            return fail(result, message, counterexample)
-        return result
+        return _run_property(result, profile, body, examples=max(5, profile.examples // 2))
     return result
 
 
@@ -207,11 +208,7 @@ def check_batch_invariance(backend, case: str, profile: Profile):
                         raise CheckFailure(f"{path} noise, sub-batch {label} {idx.tolist()}: outputs {got} "
                                            f"but the same requests in the full batch gave {want}")
 
-        message, counterexample = run_examples(_examples(profile), profile, body,
-                                               examples=max(5, profile.examples // 2))
-        if message:
-            return fail(result, message, counterexample)
-        return result
+        return _run_property(result, profile, body, examples=max(5, profile.examples // 2))
     return result
 
 
@@ -230,11 +227,7 @@ def check_determinism(backend, case: str, profile: Profile):
                     raise CheckFailure(f"same {'seed' if seeded else 'noise'}, different outputs: "
                                        f"{a.emitted()} vs {b.emitted()}")
 
-        message, counterexample = run_examples(_examples(profile), profile, body,
-                                               examples=max(5, profile.examples // 2))
-        if message:
-            return fail(result, message, counterexample)
-        return result
+        return _run_property(result, profile, body, examples=max(5, profile.examples // 2))
     return result
 
 
@@ -252,6 +245,17 @@ def _layout_batch(counts: list[int], V: int, g: torch.Generator, greedy: bool) -
     drafts = torch.multinomial(q, 1, generator=g).squeeze(1) if T else torch.zeros(0, dtype=torch.int64)
     temps = torch.zeros(B) if greedy else torch.full((B,), 0.8)
     return SpecBatch(k, drafts, torch.randn(T + B, V, generator=g), q, temps)
+
+
+def _check_batches(result, backend, cases, g: torch.Generator, profile: Profile):
+    """Runs ``cases`` (label, batch, seeds), in order, through ``_first_problem``; fails ``result`` at the
+    first problem, else counts the requests as samples."""
+    for label, batch, seeds in cases:
+        problem = _first_problem(backend, batch, g, seeds, profile)
+        if problem:
+            return fail(result, f"{label}: {problem}")
+        result.samples += batch.num_requests
+    return result
 
 
 def _first_problem(backend, batch: SpecBatch, g: torch.Generator, seeds: torch.Tensor, profile: Profile):
@@ -273,15 +277,10 @@ def check_zero_draft_layouts(backend, case: str, profile: Profile):
         if _device_or_na(result, backend, profile):
             return result
         g = torch.Generator().manual_seed(7)
-        for label, counts in ZERO_DRAFT_LAYOUTS.items():
-            for greedy in (False, True):
-                batch = _layout_batch(counts, 37, g, greedy)
-                seeds = torch.arange(len(counts), dtype=torch.int64) * 7919 + 1
-                problem = _first_problem(backend, batch, g, seeds, profile)
-                if problem:
-                    return fail(result, f"{label} {counts}: {problem}")
-                result.samples += len(counts)
-        return result
+        cases = ((f"{label} {counts}", _layout_batch(counts, 37, g, greedy),
+                  torch.arange(len(counts), dtype=torch.int64) * 7919 + 1)
+                 for label, counts in ZERO_DRAFT_LAYOUTS.items() for greedy in (False, True))
+        return _check_batches(result, backend, cases, g, profile)
     return result
 
 
@@ -298,14 +297,10 @@ def check_repeated_calls(backend, case: str, profile: Profile):
         counts = [3, 0, 2, 4, 1, 3]
         if "injected" not in caps.noise and caps.seeded_stream != "philox":
             return not_applicable(result, "needs injected noise or the reference's seeded stream")
-        for call in range(4):
-            batch = _layout_batch(counts, 23, g, greedy=False)
-            seeds = torch.randint(0, 2 ** 40, (len(counts),), generator=g, dtype=torch.int64)
-            problem = _first_problem(backend, batch, g, seeds, profile)
-            if problem:
-                return fail(result, f"call {call + 1} of 4 with fresh inputs of the same shapes: {problem}")
-            result.samples += len(counts)
-        return result
+        cases = ((f"call {call + 1} of 4 with fresh inputs of the same shapes", _layout_batch(counts, 23, g, False),
+                  torch.randint(0, 2 ** 40, (len(counts),), generator=g, dtype=torch.int64))
+                 for call in range(4))
+        return _check_batches(result, backend, cases, g, profile)
     return result
 
 
