@@ -114,6 +114,18 @@ def _request_offset(num_draft_ptr, b, BLOCK_B: tl.constexpr):
     return tl.sum(acc)
 
 
+@triton.jit
+def _scratch_views(scratch_ptr, n_part, ints_at, stats_at):
+    """The typed views of the one int64 scratch allocation (a host allocation costs as much as a launch
+    at B = 1): [B, 2] int64 race keys (residual race, race on p) at 0; at ints_at [n_part] int32 argmax
+    index, then [B] int32 tickets; at stats_at [3, n_part] float32 (max, sum, argmax value).
+
+    Returns (slots, part_max, part_sum, part_amax_val, part_amax_idx, ticket) pointers."""
+    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
+    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
+    return scratch_ptr, stats_ptr, stats_ptr + n_part, stats_ptr + 2 * n_part, ints_ptr, ints_ptr + n_part
+
+
 # ----------------------------------------------------------------------------- pass 1: row stats
 @triton.jit
 def _row_stats_kernel(
@@ -121,17 +133,8 @@ def _row_stats_kernel(
     V, K1, S1, n_part, ints_at, stats_at, chunk,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
-    # One int64 scratch allocation (a host allocation costs as much as a launch at B = 1):
-    # [B, 2] int64 race keys (residual race, race on p); at ints_at [n_part] int32 argmax index, then
-    # [B] int32 tickets; at stats_at [3, n_part] float32 (max, sum, argmax value).
-    slots_ptr = scratch_ptr
-    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
-    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
-    part_max_ptr = stats_ptr
-    part_sum_ptr = stats_ptr + n_part
-    part_amax_val_ptr = stats_ptr + 2 * n_part
-    part_amax_idx_ptr = ints_ptr
-    ticket_ptr = ints_ptr + n_part
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr = _scratch_views(
+        scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
     j = tl.program_id(1)
     split = tl.program_id(2)
@@ -193,14 +196,8 @@ def _decide_race_kernel(
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
-    slots_ptr = scratch_ptr
-    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
-    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
-    part_max_ptr = stats_ptr
-    part_sum_ptr = stats_ptr + n_part
-    part_amax_val_ptr = stats_ptr + 2 * n_part
-    part_amax_idx_ptr = ints_ptr
-    ticket_ptr = ints_ptr + n_part
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr = _scratch_views(
+        scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
     split = tl.program_id(1)
     k_b = tl.load(num_draft_ptr + b).to(tl.int32)
