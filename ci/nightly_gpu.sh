@@ -10,7 +10,7 @@
 # installed from the checkout with --no-deps --no-build-isolation --no-index, or used through
 # PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
 # Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
-# SKIP_SANITIZER=1 to skip compute-sanitizer. Exit status 0 only when every step passed.
+# SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has no .git. Exit status 0 only when every step passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,7 +46,8 @@ step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time
   "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'
   command -v compute-sanitizer && compute-sanitizer --version | tail -1
   "$PY" -c 'import matplotlib; print("matplotlib", matplotlib.__version__)' 2>/dev/null || echo "matplotlib: not installed (report without pictures)"
-  git -C "$ROOT" rev-parse HEAD 2>/dev/null || true
+  # A copied checkout may carry no .git: the caller can name the commit.
+  echo "commit ${SPECVERIFY_COMMIT:-$(git -C "$ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}"
 } > "$RESULTS/env.txt" 2>&1
 "$PY" -m pip install --no-deps --no-build-isolation --no-index -q -e "$ROOT" > "$RESULTS/install.log" 2>&1 \
   || echo "pip install -e failed (see install.log): using PYTHONPATH" | tee -a "$RESULTS/nightly.log"
