@@ -10,7 +10,8 @@
 # installed from the checkout with --no-deps --no-build-isolation --no-index, or used through
 # PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
 # Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
-# SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has no .git. Exit status 0 only when every step passed.
+# SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has
+# no .git. Exit status 0 only when every step passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
