@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
@@ -102,3 +103,37 @@ def test_a_backend_that_raises_gets_a_failed_result_from_every_check_never_none(
             assert result.status == "n/a"
         else:
             assert result.status == "fail" and "kernel launch failed" in result.message, result.line()
+
+
+RECORD_VISIBLE_DEVICES = '''
+import os, pathlib, pytest
+
+@pytest.mark.parametrize("i", range(8))
+def test_record(i, worker_id):
+    pathlib.Path(os.environ["PIN_OUT"], f"{worker_id}-{i}").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+'''
+
+
+@pytest.mark.parametrize("spec, visible, expected", [("3,5", None, {"gw0": "3", "gw1": "5"}),
+                                                     ("auto", "4,6", {"gw0": "4", "gw1": "6"})])
+def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expected):
+    """Nightly sharding (one xdist worker per GPU) needs worker gwN to see only GPU N mod count, set
+    before the tests run. 'auto' resolves within $CUDA_VISIBLE_DEVICES, so this runs without a GPU:
+    the plugin only sets the variable, and the recorded values show which worker saw which device."""
+    (tmp_path / "test_record.py").write_text(RECORD_VISIBLE_DEVICES)
+    out = tmp_path / "seen"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "SPECVERIFY_GPUS")}
+    env["PIN_OUT"] = str(out)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                           f"--specverify-gpus={spec}", str(tmp_path / "test_record.py")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = list(out.iterdir())
+    seen: dict[str, set[str]] = {}
+    for f in records:
+        seen.setdefault(f.name.split("-")[0], set()).add(f.read_text())
+    assert len(records) == 8
+    assert seen == {w: {d} for w, d in expected.items()}
