@@ -59,7 +59,10 @@ def _pin_gpu(config) -> None:
     spec = config.getoption("--specverify-gpus", default=None)
     if not spec:
         return
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # xdist gives its workers ``config.workerinput``; $PYTEST_XDIST_WORKER alone would also be inherited by a
+    # pytest run started from inside a worker, which is a controller of its own.
+    workerinput = getattr(config, "workerinput", None)
+    worker = workerinput["workerid"] if workerinput else None
     if worker is None:
         # The controller (or a run without xdist): resolve once; xdist workers inherit the environment.
         gpus = visible_gpus() if spec == "auto" else [d.strip() for d in spec.split(",") if d.strip()]

@@ -119,7 +119,9 @@ def test_record(i, worker_id):
 def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expected):
     """Nightly sharding (one xdist worker per GPU) needs worker gwN to see only GPU N mod count, set
     before the tests run. 'auto' resolves within $CUDA_VISIBLE_DEVICES, so this runs without a GPU:
-    the plugin only sets the variable, and the recorded values show which worker saw which device."""
+    the plugin only sets the variable, and the recorded values show which worker saw which device.
+    Under `pytest -n auto` the inner run starts inside a worker and inherits $PYTEST_XDIST_WORKER: it
+    must still act as its own controller."""
     (tmp_path / "test_record.py").write_text(RECORD_VISIBLE_DEVICES)
     out = tmp_path / "seen"
     out.mkdir()
