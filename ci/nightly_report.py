@@ -79,7 +79,6 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     import torch
     from dataclasses import replace
 
-    from reference import exact
     from specverify.checks.cases import STAT_CASE_BY_NAME
     from specverify.checks.statistical import sample_case
     from specverify.kernels.triton_sampler import TritonBackend
@@ -94,7 +93,7 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
     V = dense.vocab_size
     emp = torch.bincount(ids[:, 0], minlength=V).double() / ids.shape[0]
-    expected = exact.position_token_distribution(dense.sequences, 0, V)
+    expected = dense.position_distributions[0]
     tv = 0.5 * float((emp - expected).abs().sum())
     lines += [f"Token at position 0, case `dense_q` ({copies:,} requests, seeded Philox noise): observed TV "
               f"distance to the exact distribution {tv:.5f}.", "",
@@ -108,7 +107,7 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
         if case_name != "dense_q":
             _, out = sample_case(backend, case, profile, "plots", 0)
             n = out.num_accepted.cpu()
-        theory = exact.acceptance_by_position(case.sequences, case.k)
+        theory = case.acceptance_by_position
         observed = [float((n > j).sum()) / max(1, int((n >= j).sum())) for j in range(case.k)]
         acc_rows.append((case_name, [float(t) for t in theory], observed))
         lines.append(f"Acceptance by position, `{case_name}` ({case.method}): " + "; ".join(

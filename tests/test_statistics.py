@@ -2,8 +2,12 @@
 
 import numpy as np
 import pytest
+import torch
 
 from specverify.checks import stats
+from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES
+from specverify.checks.result import CheckResult
+from specverify.checks.statistical import EVALUATORS
 
 
 def test_sample_in_zero_probability_bin_fails_outright():
@@ -68,3 +72,38 @@ def test_binomial_with_certain_outcome_fails_on_any_contrary_sample():
 def test_wilson_interval_covers_the_observed_rate():
     lo, hi = stats.wilson_interval(3, 1000)
     assert lo < 0.003 < hi and hi < 0.01
+
+
+NULL_OUTPUTS = 300
+
+
+@pytest.mark.parametrize("case_check", [f"{case.name}:{check}" for case in STAT_CASES for check in case.checks
+                                        if check in EVALUATORS])
+def test_statistical_check_rejects_exact_null_outputs_at_its_nominal_rate(case_check):
+    """Each check's evaluation, fed outputs drawn from the case's exact joint (a perfect sampler), must
+    reject at level 0.05 about 5% of the time. A liberal test (a wrong degrees-of-freedom count, bins
+    not merged, a one-sided binomial) would raise the suite's false alarms above its stated budget.
+    300 null outputs (ci profile size) per case, fixed generator: the bound of 30 (10%) is 4.1 standard
+    deviations above 15, so a calibrated check exceeds it with probability ~3e-5; a check rejecting
+    12% of the time is caught with probability ~0.8."""
+    name, check = case_check.split(":")
+    case = STAT_CASE_BY_NAME[name]
+    g = torch.Generator().manual_seed(len(case_check))
+    rejected = 0
+    for _ in range(NULL_OUTPUTS):
+        result = CheckResult(check, name, "exact-null", "statistical", "pass", alpha=1e-4)
+        EVALUATORS[check](result, case, case.draw_exact(8_000, g))
+        rejected += result.p_value < 0.05
+    assert rejected <= 30, f"{rejected}/{NULL_OUTPUTS} exact-null outputs rejected at 0.05"
+
+
+def test_exact_null_outputs_follow_the_exact_joint():
+    """draw_exact, which the calibration relies on, must itself sample the exact joint: the empirical
+    frequency of position-0 tokens is within 5 standard errors of the exact distribution."""
+    case = STAT_CASE_BY_NAME["dense_q"]
+    out = case.draw_exact(200_000, torch.Generator().manual_seed(5))
+    emp = torch.bincount(out.token_ids[:, 0], minlength=case.vocab_size).double() / 200_000
+    want = case.position_distributions[0]
+    se = (want * (1 - want) / 200_000).sqrt()
+    assert bool(((emp - want).abs() <= 5 * se + 1e-12).all()), (emp, want)
+    assert bool(((out.token_ids >= 0).sum(1) == out.num_accepted + 1).all())

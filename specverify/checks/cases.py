@@ -12,7 +12,7 @@ from functools import cached_property
 
 import torch
 
-from reference import exact
+from reference import SpecOutput, exact
 from reference.sample import synthetic_rates_f32
 from specverify.generate import replicated_batch
 
@@ -56,6 +56,35 @@ class StatCase:
         if self.q is not None:
             return exact.standard_sequences(self.p, self.q)
         return exact.standard_given_drafts(self.p, None, list(self.drafts))
+
+    @cached_property
+    def position_distributions(self) -> list[torch.Tensor]:
+        """[k+1] x [V] float64: the exact distribution of the token emitted at position j, given the
+        request reached j (computed once per case: the statistical checks and their calibration reuse it)."""
+        return [exact.position_token_distribution(self.sequences, j, self.vocab_size) for j in range(self.k + 1)]
+
+    @cached_property
+    def acceptance_by_position(self) -> torch.Tensor:
+        """[k] float64 P(accept at j | reached j)."""
+        return exact.acceptance_by_position(self.sequences, self.k)
+
+    @cached_property
+    def _exact_table(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(weights [S], token_ids [S, k+1] padded with -1, num_accepted [S]) of the S possible outputs."""
+        items = list(self.sequences.items())
+        weights = torch.tensor([w for _, w in items], dtype=torch.float64)
+        token_ids = torch.full((len(items), self.k + 1), -1, dtype=torch.int64)
+        for i, (tokens, _) in enumerate(items):
+            token_ids[i, :len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        num_accepted = torch.tensor([len(tokens) - 1 for tokens, _ in items], dtype=torch.int64)
+        return weights, token_ids, num_accepted
+
+    def draw_exact(self, copies: int, generator: torch.Generator) -> SpecOutput:
+        """``copies`` independent outputs drawn from the exact joint distribution: what a perfect sampler
+        returns for ``self.batch(copies, ...)``. Used to calibrate the statistical checks under the null."""
+        weights, token_ids, num_accepted = self._exact_table
+        idx = torch.multinomial(weights, copies, replacement=True, generator=generator)
+        return SpecOutput(token_ids[idx], num_accepted[idx])
 
 
 def _rows(seed: int, rows: int, V: int, scale: float) -> torch.Tensor:

@@ -113,7 +113,7 @@ def _token_distribution(result, case: StatCase, out) -> None:
             fail(result, f"position {j}: emitted ids outside [0, {V}): {tokens[outside][:5].tolist()}")
             return
         counts = torch.bincount(tokens, minlength=V).tolist()
-        expected = exact.position_token_distribution(case.sequences, j, V).tolist()
+        expected = case.position_distributions[j].tolist()
         gof = stats.chi_square_gof(dict(enumerate(expected)), dict(enumerate(counts)))
         if gof.impossible:
             fail(result, f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
@@ -134,7 +134,7 @@ def _token_distribution(result, case: StatCase, out) -> None:
 
 def _acceptance_rate(result, case: StatCase, out) -> None:
     n = out.num_accepted.cpu()
-    expected = exact.acceptance_by_position(case.sequences, case.k)
+    expected = case.acceptance_by_position
     p_values, lines = [], []
     for j in range(case.k):
         trials, accepted = int((n >= j).sum()), int((n > j).sum())
@@ -169,6 +169,12 @@ def _synthetic_rate(result, case: StatCase, out) -> None:
         fail(result, "synthetic rate differs: " + result.message)
 
 
+# The statistics of each check, given a case and an output of replicated requests: the checks above and
+# ci/null_calibration.py (outputs drawn from the exact joint) share them.
+EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acceptance_rate,
+              "synthetic_rate": _synthetic_rate}
+
+
 def check_token_distribution(backend, case_name: str, profile: Profile, run_seed: int = 0):
     """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
     return _run("token_distribution", backend, case_name, profile, run_seed, _token_distribution)
@@ -184,5 +190,5 @@ def check_synthetic_rate(backend, case_name: str, profile: Profile, run_seed: in
     return _run("synthetic_rate", backend, case_name, profile, run_seed, _synthetic_rate)
 
 
-__all__ = ["STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
+__all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
            "check_token_distribution", "sample_case", "statistical_test_count"]
