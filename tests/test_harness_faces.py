@@ -4,6 +4,7 @@ The faces are thin wrappers over the same check functions; these tests make sure
 report failures (exit status, failing test ids, JSON) rather than only that they ran.
 """
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -129,7 +130,11 @@ def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expec
     env["PIN_OUT"] = str(out)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+    # Where specverify is on the path but not installed (the GPU machines), its pytest11 entry point is
+    # absent and the plugin must be named; naming it as well as the entry point would register it twice.
+    installed = any(e.value == "specverify.plugin" for e in importlib.metadata.entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "specverify.plugin"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, "-n", "2",
                            f"--specverify-gpus={spec}", str(tmp_path / "test_record.py")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
