@@ -52,14 +52,8 @@ step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time
 } > "$RESULTS/env.txt" 2>&1
 "$PY" -m pip install --no-deps --no-build-isolation --no-index -q -e "$ROOT" > "$RESULTS/install.log" 2>&1 \
   || echo "pip install -e failed (see install.log): using PYTHONPATH" | tee -a "$RESULTS/nightly.log"
-PLUGIN=()
-if ! "$PY" - <<'PYEOF'
-import importlib.metadata as m, sys
-sys.exit(0 if any(e.value == "specverify.plugin" for e in m.entry_points(group="pytest11")) else 1)
-PYEOF
-then
-  PLUGIN=(-p specverify.plugin)
-fi
+# Empty where the pytest11 entry point is installed, else "-p specverify.plugin".
+read -r -a PLUGIN <<< "$("$PY" -c 'from specverify.plugin import load_args; print(*load_args())')"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 [ "${NGPU:-0}" -ge 1 ] || NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 [ "${NGPU:-0}" -ge 1 ] || { echo "no CUDA GPU found" | tee -a "$RESULTS/nightly.log"; exit 2; }

@@ -29,6 +29,16 @@ GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
 _RESULT_KEY = "specverify_result"
 
 
+def load_args() -> list[str]:
+    """pytest arguments that load this plugin in a child pytest run: none where the ``pytest11`` entry
+    point is installed, ``-p specverify.plugin`` where specverify is only on the path (naming it as well
+    as the entry point would register it twice)."""
+    import importlib.metadata
+
+    installed = any(e.value == __name__ for e in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", __name__]
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("specverify")
     group.addoption("--specverify-backend", default=os.environ.get("SPECVERIFY_BACKEND", "cpu"),

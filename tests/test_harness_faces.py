@@ -4,7 +4,6 @@ The faces are thin wrappers over the same check functions; these tests make sure
 report failures (exit status, failing test ids, JSON) rather than only that they ran.
 """
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import torch
 from reference import Noise, SpecBatch, SpecOutput
 from specverify.checks.differential import compare_to_reference
 from specverify.cli import main
+from specverify.plugin import load_args
 
 MUTANT = "specverify.mutants.samplers:UnwrittenOutputSlots"
 
@@ -130,11 +130,7 @@ def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expec
     env["PIN_OUT"] = str(out)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    # Where specverify is on the path but not installed (the GPU machines), its pytest11 entry point is
-    # absent and the plugin must be named; naming it as well as the entry point would register it twice.
-    installed = any(e.value == "specverify.plugin" for e in importlib.metadata.entry_points(group="pytest11"))
-    plugin = [] if installed else ["-p", "specverify.plugin"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, "-n", "2",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load_args(), "-n", "2",
                            f"--specverify-gpus={spec}", str(tmp_path / "test_record.py")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

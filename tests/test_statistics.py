@@ -8,6 +8,7 @@ from specverify.checks import stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES
 from specverify.checks.result import CheckResult
 from specverify.checks.statistical import EVALUATORS
+from specverify.strategies import get_profile
 
 
 def test_sample_in_zero_probability_bin_fails_outright():
@@ -75,6 +76,7 @@ def test_wilson_interval_covers_the_observed_rate():
 
 
 NULL_OUTPUTS = 300
+CI_COPIES = get_profile("ci").stat_copies   # requests per output, as the ci profile samples them
 
 
 @pytest.mark.parametrize("case_check", [f"{case.name}:{check}" for case in STAT_CASES for check in case.checks
@@ -92,7 +94,7 @@ def test_statistical_check_rejects_exact_null_outputs_at_its_nominal_rate(case_c
     rejected = 0
     for _ in range(NULL_OUTPUTS):
         result = CheckResult(check, name, "exact-null", "statistical", "pass", alpha=1e-4)
-        EVALUATORS[check](result, case, case.draw_exact(8_000, g))
+        EVALUATORS[check](result, case, case.draw_exact(CI_COPIES, g))
         rejected += result.p_value < 0.05
     assert rejected <= 30, f"{rejected}/{NULL_OUTPUTS} exact-null outputs rejected at 0.05"
 
