@@ -7,7 +7,7 @@ Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
     noise.uniform       [T], noise.exponential [B, V]
 
 The call is a pipeline of small methods (``temperatures``, ``layout``, ``draft_rows``, ``draft_probs_for``,
-``exponential_for``, ``target_probs``, ``accept_mask``, ``greedy_argmax``,
+``exponential_for``, ``target_weights``, ``accept_mask``, ``greedy_argmax``,
 ``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``, ``assemble_output``)
 so that each mutant in ``specverify.mutants`` overrides one of them and breaks exactly one thing.
 
@@ -16,6 +16,10 @@ Why it is fast:
 - a decided draft row's softmax is computed once, in cache-sized tiles: p_j(x) for the acceptance test,
   and, at a request's first rejection, the residual and the exponential race right away, so that row is
   never read again;
+- rows are never normalised: the race is invariant to a positive scale per row, so p is carried as
+  weights w and their sum (p = w / sum w), and the residual as w - sum(w) q;
+- the exponential is exp2 (twice as fast as exp on the CPU), and the race's argmax is a vectorized
+  amax over chunks (``first_argmax``) instead of torch.max with indices;
 - like the reference, which stops at a request's first rejection, only the draft rows that can matter
   are read: draft positions are taken in position-major order, a tile of rows at a time, skipping the
   positions of requests that already rejected an earlier draft (the loop is over tiles, never over
@@ -35,12 +39,36 @@ from reference import Noise, SpecBatch, SpecOutput
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
-# Elements per row tile: rows are processed in tiles of about 512 KiB of float32 so that the elementwise
-# temporaries (two inputs and an output of a binary op) stay in the per-core cache instead of streaming
-# through memory; loops are over fixed-size tiles, never over requests or positions.
-TILE_ELEMENTS = 1 << 17
+# Elements per row tile: rows are processed in tiles of 4 MiB of float32, so that a tile's temporaries
+# stay in the last-level cache between the passes over it while each pass stays long enough to amortise
+# its dispatch (on the 2-core development VM 1 << 20 beat 1 << 18, 1 << 19 and 1 << 21 at B=64, V=32,000:
+# ci/bench_cpu.py). Loops are over fixed-size tiles, never over requests or positions.
+TILE_ELEMENTS = 1 << 20
 # Draft rows decided per step of the position-major walk (each step costs a few small bookkeeping ops).
 DECIDE_ELEMENTS = 1 << 21
+# Entries per chunk of first_argmax (a chunk's maximum is taken with vectorized amax).
+ARGMAX_CHUNK = 256
+LOG2_E = 1.4426950408889634  # 1 / ln 2: exp(y) = 2 ** (y * LOG2_E)
+
+
+def first_argmax(scores: torch.Tensor, chunk: int = ARGMAX_CHUNK) -> torch.Tensor:
+    """[R] index of each row's maximum in scores [R, V], the lowest index among ties (as torch.max).
+
+    torch.max with indices is not vectorized over a row on the CPU (about 10x slower than amax), so the
+    row is cut into chunks: a vectorized amax per chunk, then torch.max only over the chunk maxima and
+    over the one chunk holding the first maximum. The first chunk whose maximum equals the row's holds
+    the row's first maximal entry, so ties still go to the lowest index. A trailing partial chunk is
+    read through clamped indices: its repeats of index V - 1 come after the real entry and map to it."""
+    R, V = scores.shape
+    if V <= 2 * chunk:
+        return scores.max(dim=1).indices
+    full = V // chunk
+    maxima = scores[:, :full * chunk].unflatten(1, (full, chunk)).amax(dim=2)      # [R, full]
+    if V > full * chunk:
+        maxima = torch.cat([maxima, scores[:, full * chunk:].amax(dim=1, keepdim=True)], dim=1)
+    first = maxima.max(dim=1).indices                                       # [R] chunk of the maximum
+    idx = (first[:, None] * chunk + torch.arange(chunk, device=scores.device)).clamp_(max=V - 1)
+    return idx.gather(1, scores.gather(1, idx).max(dim=1).indices[:, None]).squeeze(1)
 
 
 @dataclass(frozen=True)
@@ -98,38 +126,48 @@ class CpuBackend(Backend):
             accept = self.synthetic_accept(uniform, rates[lay.position])
         else:
             rows = self.draft_rows(lay)
-            first_in_tile = torch.empty(B, dtype=torch.int64, device=device)   # scratch, per tile
+            # The recovered token is drawn from the acceptance test's own distribution only when that is the
+            # request's draft row (not when a mutant moved the rows): one check per call.
+            own_rows = T > 0 and torch.equal(rows, lay.logit_offsets[lay.request] + lay.position)
 
             def decide_random(idx: torch.Tensor) -> torch.Tensor:
-                ok = torch.empty(idx.shape[0], dtype=torch.bool, device=device)
-                for s in self._tiles(torch.arange(idx.shape[0], device=device), V):
-                    t = idx[s]
-                    b = lay.request[t]
-                    p = self.target_probs(self._rows(logits, rows[t]), temperature[b])
-                    p_x = p.gather(1, x[t][:, None]).squeeze(1)
-                    q_x = torch.ones_like(p_x) if q is None else q[t, x[t]]
-                    ok[s] = ok_t = self.accept_mask(uniform[t], p_x, q_x)
-                    # A request's first rejection emits its recovered token from this very distribution,
-                    # while it is in cache: rejected here, no extra token yet, no earlier rejected position
-                    # of the same request in this tile, and p is its logit row (draft_rows not overridden).
-                    rej = torch.nonzero(~ok_t).squeeze(1)
-                    if rej.shape[0] == 0:
+                # Everything small is gathered once per window; a tile below takes views of it.
+                n = idx.shape[0]
+                b_all, r_all, x_all = lay.request[idx], rows[idx], x[idx]
+                u_all, t_all = uniform[idx], temperature[b_all]
+                q_x_all = None if q is None else q[idx, x_all]
+                ok = torch.empty(n, dtype=torch.bool, device=device)
+                drawn = torch.empty(n, dtype=torch.int64, device=device)   # recovered token of a rejected row
+                for s in self._tiles(n, V):
+                    x_t = x_all[s]
+                    w, total = self.target_weights(self._rows(logits, r_all[s]), t_all[s])
+                    p_x = w.gather(1, x_t[:, None]).squeeze(1).div_(total)
+                    q_x = torch.ones_like(p_x) if q_x_all is None else q_x_all[s]
+                    ok[s] = ok_t = self.accept_mask(u_all[s], p_x, q_x)
+                    if not own_rows:
                         continue
-                    # A tile lists a request's positions in increasing order, so its first rejection in
-                    # the tile is the lowest tile index among its rejections (linear, whatever the tile).
-                    b_rej = b[rej]
-                    first_in_tile[b_rej] = t.shape[0]
-                    first_in_tile.scatter_reduce_(0, b_rej, rej, "amin")
-                    rej = rej[first_in_tile[b_rej] == rej]
-                    b_rej, t_rej = b[rej], t[rej]
-                    keep = (fused_at[b_rej] < 0) & (rows[t_rej] == lay.logit_offsets[b_rej] + lay.position[t_rej])
-                    f = rej[keep]
-                    if f.shape[0]:
-                        t_f, b_f = t[f], b[f]
-                        w = p if f.shape[0] == t.shape[0] else p.index_select(0, f)
-                        q_rej = self._one_hot(x[t_f], V, w.dtype) if q is None else q.index_select(0, t_f)
-                        extra[b_f] = self.race(self.residual(w, q_rej), self._rows(exponential, b_f))
-                        fused_at[b_f] = lay.position[t_f]
+                    # Each rejected row draws its recovered token now, from the distribution still in cache;
+                    # only a request's first rejection keeps it (below). When most rows of the tile reject,
+                    # all rows draw: cheaper than gathering the rejected ones.
+                    rej = torch.nonzero(~ok_t).squeeze(1)
+                    if 2 * rej.shape[0] >= w.shape[0]:
+                        t_r, b_r, rej = idx[s], b_all[s], slice(None)
+                    elif rej.shape[0]:
+                        t_r, b_r, w, total = idx[s][rej], b_all[s][rej], w.index_select(0, rej), total[rej]
+                    else:
+                        continue
+                    q_r = self._one_hot(x[t_r], V, w.dtype) if q is None else self._rows(q, t_r)
+                    drawn[s][rej] = self.race(self.residual(w, total, q_r), self._rows(exponential, b_r))
+                if own_rows:
+                    # A request's first rejection is its lowest index among this window's rejections
+                    # (position-major order); it was alive when the window began, so none came before.
+                    rej = torch.nonzero(~ok).squeeze(1)
+                    b_rej = b_all[rej]
+                    first = torch.full((B,), n, dtype=torch.int64, device=device)
+                    first.scatter_reduce_(0, b_rej, rej, "amin")
+                    f = rej[first[b_rej] == rej]
+                    extra[b_all[f]] = drawn[f]
+                    fused_at[b_all[f]] = lay.position[idx[f]]
                 return ok
 
             def decide_greedy(idx: torch.Tensor) -> torch.Tensor:
@@ -147,7 +185,9 @@ class CpuBackend(Backend):
 
         # ---- the one extra token per request: recovered at the first rejection, or the bonus ---------
         extra_row = lay.logit_offsets[:-1] + num_accepted          # [B] logit row that emits it
-        for b in self._tiles(torch.nonzero(is_greedy).squeeze(1), V):
+        greedy_requests = torch.nonzero(is_greedy).squeeze(1)
+        for s in self._tiles(greedy_requests.shape[0], V):
+            b = greedy_requests[s]
             extra[b] = self.greedy_argmax(logits.index_select(0, extra_row[b]))
         # Random requests: those that rejected a draft (standard rule) sample the residual at that position
         # (unless it was drawn while deciding it); the others sample p at their extra row (the bonus p_k,
@@ -155,12 +195,14 @@ class CpuBackend(Backend):
         with_residual = ~is_greedy & rejected if method == "standard" else torch.zeros_like(is_greedy)
         for residual in (False, True):
             chosen = (with_residual & (fused_at != num_accepted)) if residual else ~is_greedy & ~with_residual
-            for b in self._tiles(torch.nonzero(chosen).squeeze(1), V):
-                w = self.target_probs(self._rows(logits, extra_row[b]), temperature[b])
+            requests = torch.nonzero(chosen).squeeze(1)
+            for s in self._tiles(requests.shape[0], V):
+                b = requests[s]
+                w, total = self.target_weights(self._rows(logits, extra_row[b]), temperature[b])
                 if residual:
                     t_idx = lay.draft_offsets[b] + num_accepted[b]     # the rejected draft position
-                    q_rej = self._one_hot(x[t_idx], V, w.dtype) if q is None else q.index_select(0, t_idx)
-                    w = self.residual(w, q_rej)
+                    q_rej = self._one_hot(x[t_idx], V, w.dtype) if q is None else self._rows(q, t_idx)
+                    w = self.residual(w, total, q_rej)
                 extra[b] = self.race(w, self._rows(exponential, b))
 
         draft_padded = x[lay.padded] if T else torch.zeros((B, 0), dtype=torch.int64, device=device)
@@ -171,19 +213,20 @@ class CpuBackend(Backend):
         """t[idx] for an index tensor [R], R >= 1: a view when idx is an arithmetic progression (consecutive
         rows, or the same position of requests with equal draft counts), else a gathered copy. Callers
         never write into the result."""
-        first, n = int(idx[0]), idx.shape[0]
-        if n == 1:
-            return t[first:first + 1]
-        step = int(idx[1]) - first
-        if step > 0 and bool((idx[1:] - idx[:-1] == step).all()):
-            return t[first:first + step * (n - 1) + 1:step]
+        n = idx.shape[0]
+        ends = idx[::max(n - 1, 1)].tolist()                     # [first, last] (one entry when n == 1)
+        first, last = ends[0], ends[-1]
+        step = (last - first) // (n - 1) if n > 1 else 1
+        if step > 0 and first + step * (n - 1) == last and (
+                n <= 2 or torch.equal(idx, torch.arange(first, last + 1, step, device=idx.device))):
+            return t[first:last + 1:step]
         return t.index_select(0, idx)
 
     @staticmethod
-    def _tiles(idx: torch.Tensor, V: int, elements: int = TILE_ELEMENTS) -> list[torch.Tensor]:
-        """``idx`` split into consecutive pieces of about ``elements`` / V rows (a row is V elements)."""
+    def _tiles(n: int, V: int, elements: int = TILE_ELEMENTS) -> list[slice]:
+        """range(n) cut into consecutive slices of about ``elements`` / V rows each (a row is V elements)."""
         step = max(1, elements // max(V, 1))
-        return [idx[i:i + step] for i in range(0, idx.shape[0], step)]
+        return [slice(i, i + step) for i in range(0, n, step)]
 
     @staticmethod
     def _decide_prefixes(accept: torch.Tensor, lay: Layout, member: torch.Tensor, decide, B: int, V: int) -> None:
@@ -247,18 +290,21 @@ class CpuBackend(Backend):
         """[B, V] the exponential vector of each request (one per request: it emits one extra token)."""
         return noise.exponential
 
-    def target_probs(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-        """[R, V] float32 p = softmax(logits / t) for logit rows [R, V] and temperatures [R] (> 0).
+    def target_weights(self, logits: torch.Tensor, temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w [R, V], total [R]) float32 with p = softmax(logits / t) = w / total, for logit rows [R, V] and
+        temperatures [R] (> 0). Left unnormalised: every consumer either reads one entry (p(x) = w(x) / total)
+        or is invariant to a row's scale (the race), so a normalising pass would be wasted.
 
-        exp((l - max l) / t), normalised: one new float32 tensor, everything else in place (each row has
-        a finite logit: batch validation). The maximum of l / t is at the maximum of l since t > 0."""
+        w = 2 ** ((l - max l) * log2(e) / t): one new float32 tensor, everything else in place (each row has a
+        finite logit: batch validation; the maximum of l / t is at the maximum of l since t > 0). exp2 is
+        about twice as fast as exp on the CPU, and the scale folds into the 1 / t multiply."""
         if logits.dtype == torch.float32:
-            z = logits - logits.amax(dim=1, keepdim=True)
+            w = logits - logits.amax(dim=1, keepdim=True)
         else:  # one conversion, then in place (reductions over bf16/fp16 are slow on the CPU)
-            z = logits.to(torch.float32)
-            z.sub_(z.amax(dim=1, keepdim=True))
-        z.mul_((1.0 / temperature.to(torch.float32))[:, None]).exp_()
-        return z.mul_(z.sum(dim=1, keepdim=True).reciprocal_())
+            w = logits.to(torch.float32)
+            w.sub_(w.amax(dim=1, keepdim=True))
+        w.mul_((LOG2_E / temperature.to(torch.float32))[:, None]).exp2_()
+        return w, w.sum(dim=1)
 
     def accept_mask(self, u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
         """Standard rule: accept iff q(x) > 0 and u * q(x) <= p(x), i.e. with probability min(1, p/q)."""
@@ -281,18 +327,21 @@ class CpuBackend(Backend):
         """[B] length of the accepted prefix of accept_padded [B, K] (False beyond k_b)."""
         return torch.cumprod(accept_padded.to(torch.int64), dim=1).sum(dim=1)
 
-    def residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """max(p - q, 0) per row [R, V], unnormalised; a row that is all zero (p == q up to rounding,
-        where rejection has probability 0) falls back to p, as the reference does."""
-        r = (p - q).clamp_(min=0)
+    def residual(self, w: torch.Tensor, total: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """[R, V] total * (p - q) for p = w / total, the residual max(p - q, 0) up to its scale and the clamp.
+
+        The clamp is left out: the race scores an entry <= 0 at <= 0, below any positive entry, so only the
+        positive part is ever sampled. A row with no positive entry (p == q up to rounding, where rejection
+        has probability 0) falls back to p, as the reference does."""
+        r = torch.addcmul(w, q, total[:, None], value=-1)
         empty = r.amax(dim=1) <= 0
-        return torch.where(empty[:, None], p, r) if bool(empty.any()) else r
+        return torch.where(empty[:, None], w, r) if bool(empty.any()) else r
 
     def race(self, w: torch.Tensor, exponential: torch.Tensor) -> torch.Tensor:
-        """[R] exponential race argmax_v w(v) / E(v): a sample of w / sum(w). Entries with w = 0 score 0
-        and cannot beat a positive one; ties go to the lowest index, as in the reference. ``w`` is the
-        caller's scratch tile and is overwritten with the scores."""
-        return torch.div(w, exponential, out=w).max(dim=1).indices
+        """[R] exponential race argmax_v w(v) / E(v): a sample of max(w, 0) / sum(max(w, 0)) for a row with a
+        positive entry. Entries with w <= 0 score <= 0 and cannot beat a positive one; ties go to the lowest
+        index, as in the reference. ``w`` is the caller's scratch tile and is overwritten with the scores."""
+        return first_argmax(torch.div(w, exponential, out=w))
 
     def assemble_output(self, draft_padded: torch.Tensor, num_accepted: torch.Tensor, extra: torch.Tensor,
                         K: int) -> SpecOutput:

@@ -165,6 +165,10 @@ class RaceLowPrecision(CpuBackend):
 
     name = "race_low_precision"
 
+    def residual(self, w, total, q):
+        # Such a kernel holds the residual in probability units, max(p - q, 0), where it can be tiny.
+        return super().residual(w / total[:, None], torch.ones_like(total), q).clamp_(min=0)
+
     def race(self, w, exponential):
         return (w.to(torch.float16) / exponential.to(torch.float16)).argmax(dim=1)
 
@@ -180,13 +184,14 @@ class OffByOneLogitsRow(CpuBackend):
 
 
 class ResidualUnclamped(CpuBackend):
-    """Residual p - q not clamped at 0; in a log-space Gumbel race log() of the negative entries is NaN,
-    which argmax takes as the maximum, so a token with q > p is emitted (classic)."""
+    """Residual p - q not clamped at 0 before a log-space Gumbel race: log() of the negative entries is NaN,
+    which argmax takes as the maximum, so a token with q > p is emitted (classic). (The correct backend's
+    race divides instead, where an unclamped entry scores <= 0 and is never picked.)"""
 
     name = "residual_unclamped"
 
-    def residual(self, p, q):
-        return p - q
+    def residual(self, w, total, q):
+        return w - total[:, None] * q
 
     def race(self, w, exponential):
         return (torch.log(w) - torch.log(exponential)).argmax(dim=1)
@@ -197,8 +202,8 @@ class ResidualFromP(CpuBackend):
 
     name = "residual_from_p"
 
-    def residual(self, p, q):
-        return p
+    def residual(self, w, total, q):
+        return w
 
 
 class AcceptWithZeroUniform(CpuBackend):
@@ -225,7 +230,7 @@ class BonusAfterRejection(CpuBackend):
         bonus_rows = batch.target_logits.index_select(0, batch.logit_offsets()[1:] - 1)
         t = self.temperatures(batch)
         is_greedy = t == 0
-        sampled = self.race(self.target_probs(bonus_rows, torch.where(is_greedy, torch.ones_like(t), t)),
+        sampled = self.race(self.target_weights(bonus_rows, torch.where(is_greedy, torch.ones_like(t), t))[0],
                             noise.exponential.to(device=device, dtype=torch.float32))
         bonus = torch.where(is_greedy, self.greedy_argmax(bonus_rows), sampled)
         k = batch.num_draft_tokens
