@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from reference import philox  # noqa: E402
 from specverify.kernels import triton_sampler  # noqa: E402
-from specverify.kernels.triton_sampler import launches, plan, triton_sample_into  # noqa: E402
+from specverify.kernels.triton_sampler import launch, launches, plan, triton_sample_into  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -289,6 +289,7 @@ def host_profile():
             "pass 1 launch (JIT)": lambda: plan_[0][0][plan_[0][1]](*plan_[0][2], **plan_[0][3]),
             "pass 2 launch (JIT)": lambda: plan_[1][0][plan_[1][1]](*plan_[1][2], **plan_[1][3]),
             "pass 1+2 direct (CompiledKernel)": lambda: [c[g](*a) for c, g, a in direct],
+            "pass 1+2 launch() (fast relaunch)": lambda: [launch(*step) for step in plan_],
             "triton_sample_into": lambda: s.fused(),
             "baseline": lambda: s.baseline(),
         }

@@ -289,3 +289,73 @@ def test_production_vocabulary_default_plan_matches_reference(vocab):
     out = backend(masked, seed=3)
     assert int(out.token_ids.max()) < vocab
     _same(reference.sample(masked, seed=3), out)
+
+
+def test_fast_launch_key_separates_what_triton_specialises_on():
+    """The fast-relaunch cache (triton_sampler.launch) may reuse a compiled kernel only for a launch that
+    Triton would compile identically: a 4-byte-offset view (not 16-byte aligned), another dtype, another
+    integer value, constexpr or device must each get their own entry; a fresh tensor with the same
+    properties must not."""
+    key = triton_sampler.specialization_key
+    kernel = triton_sampler._row_stats_kernel
+    base = torch.zeros(64)
+    meta = dict(BLOCK_V=16, num_warps=4)
+    ref = key(kernel, (base, 7, True), meta, 0)
+    assert key(kernel, (torch.zeros(64), 7, True), meta, 0) == ref
+    assert base[4:].data_ptr() % 16 == 0 and key(kernel, (base[4:], 7, True), meta, 0) == ref
+    different = [key(kernel, (base[1:], 7, True), meta, 0),                  # 4-byte offset: misaligned
+                 key(kernel, (base.double(), 7, True), meta, 0),
+                 key(kernel, (base, 16, True), meta, 0),
+                 key(kernel, (base, 1, True), meta, 0),
+                 key(kernel, (base, 7, 1), meta, 0),                          # bool and int are not the same
+                 key(kernel, (base, 7, True), dict(BLOCK_V=32, num_warps=4), 0),
+                 key(kernel, (base, 7, True), dict(BLOCK_V=16, num_warps=8), 0),
+                 key(kernel, (base, 7, True), meta, 1),
+                 key(triton_sampler._decide_race_kernel, (base, 7, True), meta, 0)]
+    assert all(k != ref for k in different)
+    assert len(set(different)) == len(different)
+
+
+@pytest.mark.skipif(not _CUDA, reason="the fast relaunch is a compiled-kernel path (off under the interpreter)")
+def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatch):
+    """Calls that hit the fast-relaunch cache give the reference's tokens: the same shapes again with fresh
+    tensors, then views offset by one element (logits, draft probs and noise 4 bytes off 16-byte alignment,
+    which a kernel compiled for aligned pointers would load with misaligned vector accesses), then aligned
+    again. The cache must have been hit, and must hold separate entries for the two alignments."""
+    monkeypatch.setattr(triton_sampler, "_compiled", {})
+    backend = TritonBackend()
+
+    def offset(t: torch.Tensor) -> torch.Tensor:
+        flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        flat[1:].copy_(t.reshape(-1))
+        return flat[1:].view(t.shape)
+
+    for round_ in range(3):
+        for misaligned in (False, True, False):
+            batch = _batch(300 + round_, "cuda", num_requests=3, vocab_size=1000, max_draft=3, zero_draft_fraction=0.0)
+            noise = Noise.draw(batch, torch.Generator().manual_seed(round_))
+            if misaligned:
+                batch = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, offset(batch.target_logits),
+                                  offset(batch.draft_probs), batch.temperature)
+                noise = Noise(offset(noise.uniform), offset(noise.exponential))
+                assert batch.target_logits.data_ptr() % 16 != 0
+            _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
+    cache = triton_sampler._compiled
+    misaligned_entries = {any(isinstance(spec[0], torch.dtype) and spec[1] is False for spec in key[3]) for key in cache}
+    assert misaligned_entries == {True, False}
+
+    # The last (aligned) call once more: both of its launches must now go through the cache.
+    hits = []
+
+    class Counting:
+        def __init__(self, compiled):
+            self.compiled = compiled
+
+        def __getitem__(self, grid):
+            hits.append(grid)
+            return self.compiled[grid]
+
+    for key, (compiled, constexprs) in list(cache.items()):
+        cache[key] = (Counting(compiled), constexprs)
+    _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
+    assert len(hits) == 2

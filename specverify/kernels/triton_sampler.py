@@ -38,6 +38,7 @@ Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kerne
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -422,7 +423,66 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
                                              target_logits, draft_probs, temperature, uniform=uniform,
                                              exponential=exponential, seeds=seeds, rates=rates, block_v=block_v,
                                              splits=splits, num_warps=num_warps):
+        launch(kernel, grid, args, meta)
+
+
+# ----------------------------------------------------------------------------- relaunch without rebinding
+# JITFunction.run binds and specialises every argument on every call, about 20 us per launch on the GPU
+# VM's host: most of a B = 1 call (docs/benchmarks.md). Once a specialisation is compiled, its
+# CompiledKernel is launched directly. The key refines Triton's specialisation -- every integer by value,
+# every tensor by dtype and 16-byte alignment, every constexpr and option, the current device -- so a hit
+# can never reuse a kernel compiled under other assumptions (a misaligned view gets its own entry).
+# Off under the interpreter and with SPECVERIFY_TRITON_FAST_LAUNCH=0.
+_FAST_LAUNCH = os.environ.get("SPECVERIFY_TRITON_FAST_LAUNCH", "1") != "0"
+_compiled: dict = {}
+
+
+def specialization_key(kernel, args: tuple, meta: dict, device: int) -> tuple:
+    """The fast-launch cache key of one launch (see above): hashable, equal only for launches that Triton
+    would compile identically."""
+    return (kernel, device, tuple(meta.items()),
+            tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a) for a in args]))
+
+
+def launch(kernel, grid: tuple, args: tuple, meta: dict) -> None:
+    """kernel[grid](*args, **meta), through the compiled kernel when this specialisation was launched before.
+
+    meta holds the kernel's constexpr parameters (which follow ``args`` in its signature) and launch options
+    such as num_warps; CompiledKernel[grid] takes every parameter positionally."""
+    if not _FAST_LAUNCH or _interpreted():
         kernel[grid](*args, **meta)
+        return
+    key = specialization_key(kernel, args, meta, torch.cuda.current_device())
+    entry = _compiled.get(key)
+    if entry is not None:
+        compiled, constexprs = entry
+        compiled[grid](*args, *constexprs)
+        return
+    compiled = kernel[grid](*args, **meta)
+    if hasattr(compiled, "__getitem__") and hasattr(compiled, "function"):
+        _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _recipe(B: int, K1: int, V: int, device: torch.device, logit_bytes: int, block_v: int | None,
+            splits: tuple[int, int] | None, num_warps: int | None, has_q: bool, seeded: bool, synthetic: bool):
+    """Everything of a launch pair that depends only on shapes and options: (grid1, grid2, scratch words,
+    pass 1 integer arguments, pass 2 integer arguments, pass 1 meta, pass 2 meta). Cached: the host path is
+    what a small call costs."""
+    block_v, s1, chunk1, s2, chunk2, warps = plan(B, K1 - 1, V, device, block_v, splits, logit_bytes, num_warps)
+    # One allocation, no views. Offsets in int64 words.
+    n_part = B * K1 * s1
+    ints_at = 2 * B
+    stats_at = ints_at + (n_part + B + 1) // 2
+    words = stats_at + (3 * n_part + 1) // 2
+    block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
+    ints1 = (V, K1, s1, n_part, ints_at, stats_at, chunk1)
+    ints2 = (V, K1, s1, n_part, ints_at, stats_at, s2, chunk2)
+    meta1 = dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+    meta2 = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic,
+                 BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
+                 BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+    return (B, K1, s1), (B, s2, 1), words, ints1, ints2, meta1, meta2
 
 
 def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
@@ -444,21 +504,14 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     if exponential is not None and exponential.stride(1) != 1:
         exponential = exponential.contiguous()
     dev = target_logits.device
-    block_v, s1, chunk1, s2, chunk2, warps = plan(B, K1 - 1, V, dev, block_v, splits,
-                                                  target_logits.element_size(), num_warps)
-    # One allocation, no views: at B = 1 the host path is what a call costs. Offsets in int64 words.
-    n_part = B * K1 * s1
-    ints_at = 2 * B
-    stats_at = ints_at + (n_part + B + 1) // 2
-    scratch = torch.empty(stats_at + (3 * n_part + 1) // 2, dtype=torch.int64, device=dev)
-    block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
+    grid1, grid2, words, ints1, ints2, meta1, meta2 = _recipe(
+        B, K1, V, dev, target_logits.element_size(), block_v, splits, num_warps, draft_probs is not None, seeded,
+        rates is not None)
+    scratch = torch.empty(words, dtype=torch.int64, device=dev)
     stride = target_logits.stride(0)
-    pass1 = (_row_stats_kernel, (B, K1, s1),
-             (target_logits, stride, temperature, num_draft_tokens, scratch, V, K1, s1, n_part, ints_at, stats_at,
-              chunk1),
-             dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps))
     q = draft_probs if draft_probs is not None else target_logits
-    pass2 = (_decide_race_kernel, (B, s2, 1),
+    pass1 = (_row_stats_kernel, grid1, (target_logits, stride, temperature, num_draft_tokens, scratch) + ints1, meta1)
+    pass2 = (_decide_race_kernel, grid2,
              (target_logits, stride, _nonempty(draft_token_ids), _nonempty(q), q.stride(0), temperature,
               num_draft_tokens,
               _nonempty(uniform) if uniform is not None else temperature,
@@ -466,10 +519,7 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
               exponential.stride(0) if exponential is not None else 0,
               seeds if seeded else num_draft_tokens,
               rates if rates is not None else temperature,
-              scratch, token_ids, num_accepted, V, K1, s1, n_part, ints_at, stats_at, s2, chunk2),
-             dict(HAS_Q=draft_probs is not None, SEEDED=seeded, SYNTHETIC=rates is not None,
-                  BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
-                  BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps))
+              scratch, token_ids, num_accepted) + ints2, meta2)
     return [pass1, pass2]
 
 
