@@ -293,27 +293,27 @@ def test_production_vocabulary_default_plan_matches_reference(vocab):
 
 def test_fast_launch_key_separates_what_triton_specialises_on():
     """The fast-relaunch cache (triton_sampler.launch) may reuse a compiled kernel only for a launch that
-    Triton would compile identically: a 4-byte-offset view (not 16-byte aligned), another dtype, another
-    integer value, constexpr or device must each get their own entry; a fresh tensor with the same
-    properties must not."""
-    key = triton_sampler.specialization_key
-    kernel = triton_sampler._row_stats_kernel
+    Triton would compile identically. Its key is the launch recipe (integers by value, dtypes, options)
+    plus the alignment mask: a 4-byte-offset view (not 16-byte aligned), another dtype, stride, shape or
+    option must each change the key; fresh tensors with the same properties must not."""
     base = torch.zeros(64)
-    meta = dict(BLOCK_V=16, num_warps=4)
-    ref = key(kernel, (base, 7, True), meta, 0)
-    assert key(kernel, (torch.zeros(64), 7, True), meta, 0) == ref
-    assert base[4:].data_ptr() % 16 == 0 and key(kernel, (base[4:], 7, True), meta, 0) == ref
-    different = [key(kernel, (base[1:], 7, True), meta, 0),                  # 4-byte offset: misaligned
-                 key(kernel, (base.double(), 7, True), meta, 0),
-                 key(kernel, (base, 16, True), meta, 0),
-                 key(kernel, (base, 1, True), meta, 0),
-                 key(kernel, (base, 7, 1), meta, 0),                          # bool and int are not the same
-                 key(kernel, (base, 7, True), dict(BLOCK_V=32, num_warps=4), 0),
-                 key(kernel, (base, 7, True), dict(BLOCK_V=16, num_warps=8), 0),
-                 key(kernel, (base, 7, True), meta, 1),
-                 key(triton_sampler._decide_race_kernel, (base, 7, True), meta, 0)]
-    assert all(k != ref for k in different)
-    assert len(set(different)) == len(different)
+    assert triton_sampler.alignment_mask(base, None, base[4:]) == 0
+    assert triton_sampler.alignment_mask(base, base[1:], None, base[2:]) == 0b1010
+
+    def recipe_id(**change):
+        args = dict(B=1, K1=5, V=1000, device=torch.device("cpu"), block_v=None, splits=None, num_warps=None,
+                    strides=(1000, 1000, 1000), dtypes=(torch.float32,) * 3, has_q=True, seeded=False,
+                    synthetic=False)
+        args.update(change)
+        return triton_sampler._recipe(**args)[0]
+
+    same = recipe_id()
+    assert recipe_id() == same
+    changed = [recipe_id(B=2), recipe_id(K1=4), recipe_id(V=1001), recipe_id(block_v=16), recipe_id(splits=(3, 2)),
+               recipe_id(num_warps=4), recipe_id(strides=(1024, 1000, 1000)),
+               recipe_id(dtypes=(torch.bfloat16,) + (torch.float32,) * 2), recipe_id(has_q=False),
+               recipe_id(seeded=True), recipe_id(synthetic=True)]
+    assert same not in changed and len(set(changed)) == len(changed)
 
 
 @pytest.mark.skipif(not _CUDA, reason="the fast relaunch is a compiled-kernel path (off under the interpreter)")
@@ -341,7 +341,7 @@ def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatc
                 assert batch.target_logits.data_ptr() % 16 != 0
             _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
     cache = triton_sampler._compiled
-    misaligned_entries = {any(isinstance(spec[0], torch.dtype) and spec[1] is False for spec in key[3]) for key in cache}
+    misaligned_entries = {key[2] != 0 for key in cache}   # key: (recipe id, device, alignment mask, pass)
     assert misaligned_entries == {True, False}
 
     # The last (aligned) call once more: both of its launches must now go through the cache.

@@ -38,6 +38,7 @@ Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kerne
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 
 import torch
@@ -419,56 +420,60 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
     rates (float32 [n >= K]) selects the synthetic rule. No host sync, no data-dependent size: safe to
     capture in a CUDA graph. The caller guarantees K >= max k_b (rows past K would not be visited).
     """
-    for kernel, grid, args, meta in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids,
-                                             target_logits, draft_probs, temperature, uniform=uniform,
-                                             exponential=exponential, seeds=seeds, rates=rates, block_v=block_v,
-                                             splits=splits, num_warps=num_warps):
-        launch(kernel, grid, args, meta)
+    for kernel, grid, args, meta, key in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids,
+                                                  target_logits, draft_probs, temperature, uniform=uniform,
+                                                  exponential=exponential, seeds=seeds, rates=rates,
+                                                  block_v=block_v, splits=splits, num_warps=num_warps):
+        launch(kernel, grid, args, meta, key)
 
 
 # ----------------------------------------------------------------------------- relaunch without rebinding
 # JITFunction.run binds and specialises every argument on every call, about 20 us per launch on the GPU
 # VM's host: most of a B = 1 call (docs/benchmarks.md). Once a specialisation is compiled, its
-# CompiledKernel is launched directly. The key refines Triton's specialisation -- every integer by value,
-# every tensor by dtype and 16-byte alignment, every constexpr and option, the current device -- so a hit
-# can never reuse a kernel compiled under other assumptions (a misaligned view gets its own entry).
-# Off under the interpreter and with SPECVERIFY_TRITON_FAST_LAUNCH=0.
+# CompiledKernel is launched directly, under a key that refines Triton's specialisation: the launch
+# recipe (every integer argument by value, every tensor's dtype, every constexpr and option), the
+# current device, and which tensors are 16-byte aligned. A hit can never reuse a kernel compiled under
+# other assumptions (a misaligned view gets its own entry). Off under the interpreter and with
+# SPECVERIFY_TRITON_FAST_LAUNCH=0.
 _FAST_LAUNCH = os.environ.get("SPECVERIFY_TRITON_FAST_LAUNCH", "1") != "0"
 _compiled: dict = {}
+_recipe_ids = itertools.count()
 
 
-def specialization_key(kernel, args: tuple, meta: dict, device: int) -> tuple:
-    """The fast-launch cache key of one launch (see above): hashable, equal only for launches that Triton
-    would compile identically."""
-    return (kernel, device, tuple(meta.items()),
-            tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a) for a in args]))
+def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None) -> None:
+    """kernel[grid](*args, **meta), through the compiled kernel when ``key`` was launched before.
 
-
-def launch(kernel, grid: tuple, args: tuple, meta: dict) -> None:
-    """kernel[grid](*args, **meta), through the compiled kernel when this specialisation was launched before.
-
-    meta holds the kernel's constexpr parameters (which follow ``args`` in its signature) and launch options
-    such as num_warps; CompiledKernel[grid] takes every parameter positionally."""
-    if not _FAST_LAUNCH or _interpreted():
+    meta holds the kernel's constexpr parameters (which follow ``args`` in its signature) and launch
+    options such as num_warps; CompiledKernel[grid] takes every parameter positionally."""
+    if key is None or not _FAST_LAUNCH:
         kernel[grid](*args, **meta)
         return
-    key = specialization_key(kernel, args, meta, torch.cuda.current_device())
     entry = _compiled.get(key)
     if entry is not None:
-        compiled, constexprs = entry
-        compiled[grid](*args, *constexprs)
+        entry[0][grid](*args, *entry[1])
         return
     compiled = kernel[grid](*args, **meta)
     if hasattr(compiled, "__getitem__") and hasattr(compiled, "function"):
         _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
 
 
+def alignment_mask(*tensors) -> int:
+    """Bit i set when tensors[i] (None counts as aligned) does not start on a 16-byte boundary: with the
+    recipe, what Triton specialises a launch on."""
+    mask = 0
+    for i, t in enumerate(tensors):
+        if t is not None and t.data_ptr() % 16:
+            mask |= 1 << i
+    return mask
+
+
 @functools.lru_cache(maxsize=4096)
-def _recipe(B: int, K1: int, V: int, device: torch.device, logit_bytes: int, block_v: int | None,
-            splits: tuple[int, int] | None, num_warps: int | None, has_q: bool, seeded: bool, synthetic: bool):
-    """Everything of a launch pair that depends only on shapes and options: (grid1, grid2, scratch words,
-    pass 1 integer arguments, pass 2 integer arguments, pass 1 meta, pass 2 meta). Cached: the host path is
-    what a small call costs."""
+def _recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | None, splits: tuple[int, int] | None,
+            num_warps: int | None, strides: tuple, dtypes: tuple, has_q: bool, seeded: bool, synthetic: bool):
+    """Everything of a launch pair that depends only on shapes, strides, dtypes and options: (id, grid1,
+    grid2, scratch words, pass 1 integer arguments, pass 2 integer arguments, pass 1 meta, pass 2 meta).
+    Cached, with an id unique to this recipe: the host path is what a small call costs."""
+    logit_bytes = torch.empty((), dtype=dtypes[0]).element_size()
     block_v, s1, chunk1, s2, chunk2, warps = plan(B, K1 - 1, V, device, block_v, splits, logit_bytes, num_warps)
     # One allocation, no views. Offsets in int64 words.
     n_part = B * K1 * s1
@@ -482,14 +487,14 @@ def _recipe(B: int, K1: int, V: int, device: torch.device, logit_bytes: int, blo
     meta2 = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic,
                  BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
                  BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
-    return (B, K1, s1), (B, s2, 1), words, ints1, ints2, meta1, meta2
+    return next(_recipe_ids), (B, K1, s1), (B, s2, 1), words, ints1, ints2, meta1, meta2
 
 
 def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
              *, uniform=None, exponential=None, seeds=None, rates=None, block_v=None, splits=None,
              num_warps=None) -> list:
-    """The (kernel, grid, args, meta) of each launch of triton_sample_into (empty for B = 0): scratch
-    allocated, plan chosen. Separate so that the host cost of each step can be measured."""
+    """The (kernel, grid, args, meta, fast-launch key) of each launch of triton_sample_into (empty for
+    B = 0): scratch allocated, plan chosen. Separate so that the host cost of each step can be measured."""
     B, K1 = token_ids.shape
     V = target_logits.shape[1]
     if B == 0:
@@ -504,22 +509,28 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     if exponential is not None and exponential.stride(1) != 1:
         exponential = exponential.contiguous()
     dev = target_logits.device
-    grid1, grid2, words, ints1, ints2, meta1, meta2 = _recipe(
-        B, K1, V, dev, target_logits.element_size(), block_v, splits, num_warps, draft_probs is not None, seeded,
-        rates is not None)
-    scratch = torch.empty(words, dtype=torch.int64, device=dev)
-    stride = target_logits.stride(0)
     q = draft_probs if draft_probs is not None else target_logits
-    pass1 = (_row_stats_kernel, grid1, (target_logits, stride, temperature, num_draft_tokens, scratch) + ints1, meta1)
+    drafts = _nonempty(draft_token_ids)
+    uniform_arg = _nonempty(uniform) if uniform is not None else temperature
+    exp_arg = exponential if exponential is not None else temperature
+    seeds_arg = seeds if seeded else num_draft_tokens
+    rates_arg = rates if rates is not None else temperature
+    tensors = (target_logits, drafts, q, temperature, num_draft_tokens, uniform_arg, exp_arg, seeds_arg, rates_arg,
+               token_ids, num_accepted)
+    stride, q_stride, exp_stride = target_logits.stride(0), q.stride(0), exp_arg.stride(0) if exponential is not None else 0
+    recipe_id, grid1, grid2, words, ints1, ints2, meta1, meta2 = _recipe(
+        B, K1, V, dev, block_v, splits, num_warps, (stride, q_stride, exp_stride), tuple(t.dtype for t in tensors),
+        draft_probs is not None, seeded, rates is not None)
+    key = None
+    if not _INTERPRETED:
+        key = (recipe_id, torch.cuda.current_device(), alignment_mask(*tensors))
+    scratch = torch.empty(words, dtype=torch.int64, device=dev)
+    pass1 = (_row_stats_kernel, grid1, (target_logits, stride, temperature, num_draft_tokens, scratch) + ints1, meta1,
+             key and key + (1,))
     pass2 = (_decide_race_kernel, grid2,
-             (target_logits, stride, _nonempty(draft_token_ids), _nonempty(q), q.stride(0), temperature,
-              num_draft_tokens,
-              _nonempty(uniform) if uniform is not None else temperature,
-              exponential if exponential is not None else temperature,
-              exponential.stride(0) if exponential is not None else 0,
-              seeds if seeded else num_draft_tokens,
-              rates if rates is not None else temperature,
-              scratch, token_ids, num_accepted) + ints2, meta2)
+             (target_logits, stride, drafts, q, q_stride, temperature, num_draft_tokens, uniform_arg, exp_arg,
+              exp_stride, seeds_arg, rates_arg, scratch, token_ids, num_accepted) + ints2, meta2,
+             key and key + (2,))
     return [pass1, pass2]
 
 
@@ -532,6 +543,9 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- backend
 def _interpreted() -> bool:
     return type(_row_stats_kernel).__name__ == "InterpretedFunction"
+
+
+_INTERPRETED = _interpreted()
 
 
 class TritonBackend(Backend):
