@@ -279,9 +279,9 @@ def host_profile():
             torch.cuda.synchronize()
             return (t1 - t0) / n * 1e6
 
-        compiled = [k[g](*a, **m) for k, g, a, m, _ in plan_]
+        compiled = [k[g](*a, **m) for k, g, a, m, *_ in plan_]
         direct = [(c, g, a + tuple(v for name, v in m.items() if name != "num_warps"))
-                  for c, (k, g, a, m, _) in zip(compiled, plan_)]
+                  for c, (k, g, a, m, *_) in zip(compiled, plan_)]
         steps = {
             "torch.empty": lambda: torch.empty(16, device="cuda"),
             "plan (cached)": lambda: plan(B, K, 151_936, torch.device("cuda"), None, None, 4, None),

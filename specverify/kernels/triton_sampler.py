@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 
 import torch
 import triton
@@ -420,11 +421,10 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
     rates (float32 [n >= K]) selects the synthetic rule. No host sync, no data-dependent size: safe to
     capture in a CUDA graph. The caller guarantees K >= max k_b (rows past K would not be visited).
     """
-    for kernel, grid, args, meta, key in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids,
-                                                  target_logits, draft_probs, temperature, uniform=uniform,
-                                                  exponential=exponential, seeds=seeds, rates=rates,
-                                                  block_v=block_v, splits=splits, num_warps=num_warps):
-        launch(kernel, grid, args, meta, key)
+    for step in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs,
+                         temperature, uniform=uniform, exponential=exponential, seeds=seeds, rates=rates,
+                         block_v=block_v, splits=splits, num_warps=num_warps):
+        launch(*step)
 
 
 # ----------------------------------------------------------------------------- relaunch without rebinding
@@ -445,8 +445,9 @@ _compiled: dict = {}
 _recipe_ids = itertools.count()
 
 
-def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None) -> None:
-    """kernel[grid](*args, **meta), through the compiled kernel when ``key`` was launched before.
+def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None, stream=None) -> None:
+    """kernel[grid](*args, **meta), through the compiled kernel when ``key`` was launched before (on
+    ``stream``, the current stream's handle, which the caller looked up once for all its launches).
 
     meta holds the kernel's constexpr parameters (which follow ``args`` in its signature) and launch
     options such as num_warps. A hit does what CompiledKernel[grid](...) does -- launch metadata, the
@@ -464,11 +465,30 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None) -> None:
         return
     compiled, constexprs = entry
     params = args + constexprs
-    stream = _driver.active.get_current_stream(_driver.active.get_current_device())
+    if stream is None:
+        stream = _driver.active.get_current_stream(_driver.active.get_current_device())
     hooks = _knobs.runtime
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
                  compiled.launch_metadata(grid, stream, *params), hooks.launch_enter_hook, hooks.launch_exit_hook,
                  *params)
+
+
+_scratch_cache: dict = {}
+
+
+def _scratch(device: torch.device, stream, words: int) -> torch.Tensor:
+    """[>= words] int64 scratch for one call. Eager calls reuse one buffer per (thread, device, stream):
+    the launches of consecutive calls on one stream run in order, and every call writes what it reads
+    (pass 1 resets pass 2's rendezvous state), so no call sees another's data. Threads get buffers of
+    their own, since two threads may interleave their launch pairs on a shared stream; a call under
+    CUDA-graph capture gets a fresh buffer from the graph's pool."""
+    if stream is None or torch.cuda.is_current_stream_capturing():
+        return torch.empty(words, dtype=torch.int64, device=device)
+    key = (threading.get_ident(), device, stream)
+    buf = _scratch_cache.get(key)
+    if buf is None or buf.numel() < words:
+        buf = _scratch_cache[key] = torch.empty(words, dtype=torch.int64, device=device)
+    return buf
 
 
 def alignment_mask(*tensors) -> int:
@@ -507,8 +527,8 @@ def _recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | None, 
 def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
              *, uniform=None, exponential=None, seeds=None, rates=None, block_v=None, splits=None,
              num_warps=None) -> list:
-    """The (kernel, grid, args, meta, fast-launch key) of each launch of triton_sample_into (empty for
-    B = 0): scratch allocated, plan chosen. Separate so that the host cost of each step can be measured."""
+    """The (kernel, grid, args, meta, fast-launch key, stream) of each launch of triton_sample_into (empty
+    for B = 0): scratch allocated, plan chosen. Separate so that the host cost of each step can be measured."""
     B, K1 = token_ids.shape
     V = target_logits.shape[1]
     if B == 0:
@@ -535,16 +555,18 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     recipe_id, grid1, grid2, words, ints1, ints2, meta1, meta2 = _recipe(
         B, K1, V, dev, block_v, splits, num_warps, (stride, q_stride, exp_stride), tuple([t.dtype for t in tensors]),
         draft_probs is not None, seeded, rates is not None)
-    key = None
-    if not _INTERPRETED:
-        key = (recipe_id, torch.cuda.current_device(), alignment_mask(*tensors))
-    scratch = torch.empty(words, dtype=torch.int64, device=dev)
+    key = stream = None
+    if not _INTERPRETED and _driver is not None:
+        current = _driver.active.get_current_device()
+        key = (recipe_id, current, alignment_mask(*tensors))
+        stream = _driver.active.get_current_stream(current)
+    scratch = _scratch(dev, stream, words)
     pass1 = (_row_stats_kernel, grid1, (target_logits, stride, temperature, num_draft_tokens, scratch) + ints1, meta1,
-             key and key + (1,))
+             key and key + (1,), stream)
     pass2 = (_decide_race_kernel, grid2,
              (target_logits, stride, drafts, q, q_stride, temperature, num_draft_tokens, uniform_arg, exp_arg,
               exp_stride, seeds_arg, rates_arg, scratch, token_ids, num_accepted) + ints2, meta2,
-             key and key + (2,))
+             key and key + (2,), stream)
     return [pass1, pass2]
 
 
