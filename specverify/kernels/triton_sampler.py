@@ -467,10 +467,15 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None, stream=None) 
     params = args + constexprs
     if stream is None:
         stream = _driver.active.get_current_stream(_driver.active.get_current_device())
-    hooks = _knobs.runtime
+    enter, leave = _active(_knobs.runtime.launch_enter_hook), _active(_knobs.runtime.launch_exit_hook)
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                 compiled.launch_metadata(grid, stream, *params), hooks.launch_enter_hook, hooks.launch_exit_hook,
-                 *params)
+                 None if enter is None else compiled.launch_metadata(grid, stream, *params), enter, leave, *params)
+
+
+def _active(hook):
+    """A launch hook, or None when there is none to call: no hook, or an empty chain of hooks (the launcher
+    would call into Python for nothing, and build launch metadata nobody reads)."""
+    return None if hook is None or getattr(hook, "calls", None) == [] else hook
 
 
 _scratch_cache: dict = {}
