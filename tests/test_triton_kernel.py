@@ -362,3 +362,26 @@ def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatc
         cache[key] = (Counting(compiled), constexprs)
     _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
     assert len(hits) == 2
+
+
+@pytest.mark.skipif(not _CUDA, reason="the fast relaunch is a compiled-kernel path (off under the interpreter)")
+def test_fast_relaunch_still_calls_registered_launch_hooks():
+    """Profilers (proton, the Triton launch hooks) must still see every launch that skips the JIT path: a hook
+    registered on the enter chain is called once per launch, both launches of each call, cached or not."""
+    from triton import knobs
+    chain = knobs.runtime.launch_enter_hook
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata)
+
+    batch = _batch(400, "cuda", num_requests=2, vocab_size=500, max_draft=2, zero_draft_fraction=0.0)
+    backend = TritonBackend()
+    backend(batch, seed=1)  # compiled and cached before the hook is registered
+    chain.add(hook)
+    try:
+        for seed in (2, 3):
+            _same(reference.sample(batch, seed=seed), backend(batch, seed=seed))
+    finally:
+        chain.remove(hook)
+    assert len(seen) == 4
