@@ -174,3 +174,26 @@ def test_cuda_tensors_match_reference():
     want = reference.sample(batch, noise=noise)
     got = CPU(batch.to("cuda"), noise=Noise(noise.uniform.cuda(), noise.exponential.cuda()))
     assert torch.equal(got.token_ids.cpu(), want.token_ids)
+
+
+@pytest.mark.parametrize("V", [513, 768, 1000, 4097, 32_000])
+def test_chunked_argmax_picks_the_lowest_index_maximum_like_torch_max(V):
+    """first_argmax (the CPU race's argmax: amax over 256-entry chunks, then one chunk) must agree with
+    torch.max's first-index rule. Values come from a few levels, so most rows hold the maximum several
+    times: in one chunk, in several chunks, on both sides of a chunk boundary and in the partial last
+    chunk (V not a multiple of 256); rows of -inf with one finite entry, and a row that is all equal."""
+    from specverify.kernels.cpu import first_argmax
+    g = torch.Generator().manual_seed(V)
+    scores = torch.randint(0, 6, (64, V), generator=g).float()
+    scores[0] = 1.0
+    scores[1] = float("-inf")
+    scores[1, V - 1] = 0.0
+    scores[2, :] = 0.0
+    scores[2, [255, 256, V - 1]] = 7.0                      # ties across a chunk boundary and the tail
+    scores[3, :] = float("-inf")
+    scores[3, [V - 2, V - 1]] = -1.0                        # maximum only in the last (partial) chunk
+    want = scores.max(dim=1).indices
+    assert torch.equal(first_argmax(scores), want)
+    assert torch.equal(first_argmax(scores[:, :V]), want)   # strided rows: a view of a wider tensor
+    wide = torch.cat([scores, torch.zeros(64, 3)], dim=1)[:, :V]
+    assert torch.equal(first_argmax(wide), want)
