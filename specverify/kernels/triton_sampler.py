@@ -360,12 +360,9 @@ def _sample_kernel(
         b = (tile - N1) // S2
         split = (tile - N1) % S2
         target = K1 * S1
-        # Spin on plain (volatile) loads, which do not serialise in L2 the way read-modify-writes do, then
-        # one acquiring atomic so that the published partials are visible.
-        ready = tl.load(ready_ptr + b, volatile=True)
+        ready = tl.atomic_add(ready_ptr + b, 0, sem="acquire")
         while ready < target:
-            ready = tl.load(ready_ptr + b, volatile=True)
-        tl.atomic_add(ready_ptr + b, 0, sem="acquire")
+            ready = tl.atomic_add(ready_ptr + b, 0, sem="acquire")
         tl.debug_barrier()
         _decide_race(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
                      uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
