@@ -286,9 +286,10 @@ def host_profile():
             "torch.empty": lambda: torch.empty(16, device="cuda"),
             "plan (cached)": lambda: plan(B, K, 151_936, torch.device("cuda"), None, None, 4, None),
             "launches() (plan + 1 alloc)": lambda: launches(*args, **noise),
-            "launch through JITFunction.run": lambda: [k[g](*a, **m) for k, g, a, m, *_ in plan_],
-            "launch through CompiledKernel[grid]": lambda: [c[g](*a) for c, g, a in direct],
-            "launch() (fast relaunch)": lambda: [launch(*step) for step in plan_],
+            "pass 1 launch (JIT)": lambda: plan_[0][0][plan_[0][1]](*plan_[0][2], **plan_[0][3]),
+            "pass 2 launch (JIT)": lambda: plan_[1][0][plan_[1][1]](*plan_[1][2], **plan_[1][3]),
+            "pass 1+2 direct (CompiledKernel)": lambda: [c[g](*a) for c, g, a in direct],
+            "pass 1+2 launch() (fast relaunch)": lambda: [launch(*step) for step in plan_],
             "triton_sample_into": lambda: s.fused(),
             "baseline": lambda: s.baseline(),
         }

@@ -1,4 +1,4 @@
-"""Fused Triton rejection sampler: standard (Leviathan), greedy and synthetic rules in one launch.
+"""Fused Triton rejection sampler: standard (Leviathan), greedy and synthetic rules in two launches.
 
 Shapes and dtypes (SPEC section 1; B requests, request b proposing k_b drafts, T = sum k_b):
 
@@ -14,27 +14,23 @@ Shapes and dtypes (SPEC section 1; B requests, request b proposing k_b drafts, T
     token_ids (out)   [B, K + 1] int64, K >= max k_b         emitted tokens left-aligned, rest -1
     num_accepted (out)[B]        int64
 
-Launch plan: one grid of B (K + 1) S1 + B S2 programs in two phases (at B = 1 a call is launch-bound:
-one launch instead of two saves a launch's host time; at B = 128 it is memory-bound):
+Launch plan (why two launches: at B = 1 the call is launch-bound, at B = 128 it is memory-bound):
 
-    phase 1  (b, j, split)   one program per (request, row, vocabulary split): online max and sum of
-                             exp(l / T), lowest-index argmax of the raw logits. It reads every target row
-                             once and needs no noise and no draft_probs.
-    phase 2  (b, split)      waits for its request's phase 1 programs, recombines their split partials,
-                             decides the request (first rejection, acceptance count) -- redundantly, it is
-                             a few scalar loads -- then runs the exponential race over its split of the ONE
-                             row that emits the extra token (the rejected row: residual max(p - q, 0), or p
-                             for synthetic; the bonus row: p). Split winners meet in a 64-bit atomic max
-                             (score bits, then lowest index); the last program of the request (an atomic
-                             ticket) writes the whole output row.
+    pass 1  grid (B, K + 1, S1)   one program per (request, row, vocabulary split): online max and
+                                   sum of exp(l / T), lowest-index argmax of the raw logits. It reads
+                                   every target row once and needs no noise and no draft_probs.
+    pass 2  grid (B, S2)           every program recombines pass 1's split partials, decides the
+                                   request (first rejection, acceptance count) -- redundantly, it is a
+                                   few scalar loads -- then runs the exponential race over its split of
+                                   the ONE row that emits the extra token (the rejected row: residual
+                                   max(p - q, 0), or p for synthetic; the bonus row: p). Split winners
+                                   meet in a 64-bit atomic max (score bits, then lowest index); the last
+                                   program of the request (an atomic ticket) writes the whole output row.
 
-A program's phase and coordinates come from a ticket drawn from an atomic counter at its start, so a
-phase 2 program only ever waits for programs that are already running (no deadlock whatever the order in
-which the hardware schedules programs). The counters live in a small int32 state buffer that is zero
-between calls and that the launch leaves zero; the scratch needs no initialisation (phase 1 resets phase
-2's slots). draft_probs are read only at the draft token (the acceptance test) and along the one rejected
-row: an accepted position never needs q(v) for v != x, so the kernel moves fewer bytes than "read every
-input once". Nothing in the launch path syncs with the host (graph-capturable via ``triton_sample_into``).
+draft_probs are read only at the draft token (the acceptance test) and along the one rejected row:
+an accepted position never needs q(v) for v != x, so the kernel moves fewer bytes than "read every
+input once". Pass 1 zeroes pass 2's atomic slots, so no memset launch and no state between calls;
+nothing in the launch path syncs with the host (graph-capturable via ``triton_sample_into``).
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kernels run on CPU tensors.
 """
@@ -133,17 +129,20 @@ def _scratch_views(scratch_ptr, n_part, ints_at, stats_at):
     return scratch_ptr, stats_ptr, stats_ptr + n_part, stats_ptr + 2 * n_part, ints_ptr, ints_ptr + n_part
 
 
-# ----------------------------------------------------------------------------- phase 1: row stats
+# ----------------------------------------------------------------------------- pass 1: row stats
 @triton.jit
-def _row_stats(
-    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr,
-    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr,
-    b, j, split, V, K1, S1, chunk,
+def _row_stats_kernel(
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
+    V, K1, S1, n_part, ints_at, stats_at, chunk,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
-    """Phase 1 for (request b, row j, vocabulary split): partial max, sum and argmax of the split."""
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr = _scratch_views(
+        scratch_ptr, n_part, ints_at, stats_at)
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    split = tl.program_id(2)
     if (j == 0) & (split == 0):
-        # Phase 2's rendezvous state, reset here (phase 2 of this request starts after every phase 1).
+        # Pass 2's rendezvous state, reset here so that it needs no memset launch of its own.
         tl.store(slots_ptr + 2 * b, tl.zeros([], tl.int64))
         tl.store(slots_ptr + 2 * b + 1, tl.zeros([], tl.int64))
         tl.store(ticket_ptr + b, tl.zeros([], tl.int32))
@@ -190,19 +189,20 @@ def _row_stats(
         tl.store(part_amax_idx_ptr + out, amax_idx)
 
 
-# ----------------------------------------------------------------------------- phase 2: decide + race
+# ----------------------------------------------------------------------------- pass 2: decide + race
 @triton.jit
-def _decide_race(
+def _decide_race_kernel(
     logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
     uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
-    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, ready_ptr,
-    token_ids_ptr, num_accepted_ptr,
-    b, split, V, K1, S1, S2, chunk,
+    scratch_ptr, token_ids_ptr, num_accepted_ptr,
+    V, K1, S1, n_part, ints_at, stats_at, S2, chunk,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
-    """Phase 2 for (request b, split of its race row): decide the request, race over the split, and (the
-    last program of the request) write its output row and re-arm its rendezvous counter."""
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr = _scratch_views(
+        scratch_ptr, n_part, ints_at, stats_at)
+    b = tl.program_id(0)
+    split = tl.program_id(1)
     k_b = tl.load(num_draft_ptr + b).to(tl.int32)
     d_off = _request_offset(num_draft_ptr, b, BLOCK_B)
     row0 = d_off + b
@@ -320,61 +320,6 @@ def _decide_race(
         token = tl.where(cols < n_acc, x, tl.where(cols == n_acc, extra, -1).to(tl.int64))
         tl.store(token_ids_ptr + b * K1 + cols, token, mask=cols < K1)
         tl.store(num_accepted_ptr + b, n_acc.to(tl.int64))
-        # Every phase 2 program of this request is past its wait: the next call may count from zero.
-        tl.atomic_xchg(ready_ptr + b, 0, sem="relaxed")
-
-
-# ----------------------------------------------------------------------------- the one launch
-@triton.jit
-def _sample_kernel(
-    logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
-    uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
-    scratch_ptr, state_ptr, token_ids_ptr, num_accepted_ptr,
-    V, K1, S1, n_part, ints_at, stats_at, S2, chunk1, chunk2, N1, N,
-    HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-):
-    """Both phases in one grid of N programs. A program's work is its ticket from an atomic counter, not
-    its program id: tickets 0 .. N1 - 1 are phase 1 (request, row, split), the rest phase 2 (request, split).
-    A phase 2 program waits until its request's K1 * S1 phase 1 tickets have finished; those tickets
-    were all taken by programs already running (tickets are handed out in order, at program start), so
-    the wait always ends, whatever the hardware's scheduling. state_ptr [2 + B] int32 is zero between
-    calls: the dispatch counter, the finished counter, one ready counter per request; the launch
-    leaves it zero again."""
-    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr = _scratch_views(
-        scratch_ptr, n_part, ints_at, stats_at)
-    ready_ptr = state_ptr + 2
-    tile = tl.atomic_add(state_ptr, 1, sem="relaxed")
-    if tile < N1:
-        per_request = K1 * S1
-        b = tile // per_request
-        j = (tile % per_request) // S1
-        split = tile % S1
-        _row_stats(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr,
-                   slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr,
-                   b, j, split, V, K1, S1, chunk1, BLOCK_V, BLOCK_B)
-        # Every thread's partials are stored before the release that publishes them.
-        tl.debug_barrier()
-        tl.atomic_add(ready_ptr + b, 1, sem="release")
-    else:
-        b = (tile - N1) // S2
-        split = (tile - N1) % S2
-        target = K1 * S1
-        ready = tl.atomic_add(ready_ptr + b, 0, sem="acquire")
-        while ready < target:
-            ready = tl.atomic_add(ready_ptr + b, 0, sem="acquire")
-        tl.debug_barrier()
-        _decide_race(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
-                     uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
-                     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr,
-                     ready_ptr, token_ids_ptr, num_accepted_ptr,
-                     b, split, V, K1, S1, S2, chunk2,
-                     HAS_Q, SEEDED, SYNTHETIC, BLOCK_K, BLOCK_S, BLOCK_V, BLOCK_B)
-    # The last program to finish re-arms the counters (every ticket has been taken by then).
-    tl.debug_barrier()
-    if tl.atomic_add(state_ptr + 1, 1, sem="acq_rel") == N - 1:
-        tl.atomic_xchg(state_ptr + 1, 0, sem="relaxed")
-        tl.atomic_xchg(state_ptr, 0, sem="relaxed")
 
 
 # ----------------------------------------------------------------------------- seeded noise probe
@@ -533,26 +478,22 @@ def _active(hook):
     return None if hook is None or getattr(hook, "calls", None) == [] else hook
 
 
-_buffer_cache: dict = {}
+_scratch_cache: dict = {}
 
 
-def _buffers(device: torch.device, stream, words: int, B: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scratch [>= words] int64, state [>= 2 + B] int32 all zero) for one call.
-
-    Eager calls reuse one pair per (thread, device, stream). The launches of consecutive calls on one stream
-    run in order; every call writes the scratch it reads (phase 1 resets phase 2's rendezvous state), and
-    leaves the state zero as it found it. Threads get buffers of their own, since two threads may interleave
-    their launches on a shared stream. A call under CUDA-graph capture gets fresh buffers from the graph's
-    pool (the zeroing is captured with it), and so does every call under the interpreter."""
+def _scratch(device: torch.device, stream, words: int) -> torch.Tensor:
+    """[>= words] int64 scratch for one call. Eager calls reuse one buffer per (thread, device, stream):
+    the launches of consecutive calls on one stream run in order, and every call writes what it reads
+    (pass 1 resets pass 2's rendezvous state), so no call sees another's data. Threads get buffers of
+    their own, since two threads may interleave their launch pairs on a shared stream; a call under
+    CUDA-graph capture gets a fresh buffer from the graph's pool."""
     if stream is None or torch.cuda.is_current_stream_capturing():
-        return (torch.empty(words, dtype=torch.int64, device=device),
-                torch.zeros(2 + B, dtype=torch.int32, device=device))
+        return torch.empty(words, dtype=torch.int64, device=device)
     key = (threading.get_ident(), device, stream)
-    bufs = _buffer_cache.get(key)
-    if bufs is None or bufs[0].numel() < words or bufs[1].numel() < 2 + B:
-        bufs = _buffer_cache[key] = (torch.empty(words, dtype=torch.int64, device=device),
-                                     torch.zeros(2 + B, dtype=torch.int32, device=device))
-    return bufs
+    buf = _scratch_cache.get(key)
+    if buf is None or buf.numel() < words:
+        buf = _scratch_cache[key] = torch.empty(words, dtype=torch.int64, device=device)
+    return buf
 
 
 def alignment_mask(*tensors) -> int:
@@ -568,9 +509,9 @@ def alignment_mask(*tensors) -> int:
 @functools.lru_cache(maxsize=4096)
 def _recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | None, splits: tuple[int, int] | None,
             num_warps: int | None, strides: tuple, dtypes: tuple, has_q: bool, seeded: bool, synthetic: bool):
-    """Everything of a launch that depends only on shapes, strides, dtypes and options: (id, grid, scratch
-    words, integer arguments, meta). Cached, with an id unique to this recipe: the host path is what a
-    small call costs."""
+    """Everything of a launch pair that depends only on shapes, strides, dtypes and options: (id, grid1,
+    grid2, scratch words, pass 1 integer arguments, pass 2 integer arguments, pass 1 meta, pass 2 meta).
+    Cached, with an id unique to this recipe: the host path is what a small call costs."""
     logit_bytes = torch.empty((), dtype=dtypes[0]).element_size()
     block_v, s1, chunk1, s2, chunk2, warps = plan(B, K1 - 1, V, device, block_v, splits, logit_bytes, num_warps)
     # One allocation, no views. Offsets in int64 words.
@@ -579,21 +520,20 @@ def _recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | None, 
     stats_at = ints_at + (n_part + B + 1) // 2
     words = stats_at + (3 * n_part + 1) // 2
     block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
-    n1 = n_part                                   # phase 1 tickets, then B * s2 phase 2 tickets
-    n = n1 + B * s2
-    ints = (V, K1, s1, n_part, ints_at, stats_at, s2, chunk1, chunk2, n1, n)
-    meta = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic,
-                BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
-                BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
-    return next(_recipe_ids), (n, 1, 1), words, ints, meta
+    ints1 = (V, K1, s1, n_part, ints_at, stats_at, chunk1)
+    ints2 = (V, K1, s1, n_part, ints_at, stats_at, s2, chunk2)
+    meta1 = dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+    meta2 = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic,
+                 BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
+                 BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+    return next(_recipe_ids), (B, K1, s1), (B, s2, 1), words, ints1, ints2, meta1, meta2
 
 
 def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
              *, uniform=None, exponential=None, seeds=None, rates=None, block_v=None, splits=None,
              num_warps=None) -> list:
-    """The (kernel, grid, args, meta, fast-launch key, stream) of each launch of triton_sample_into (one;
-    none for B = 0): scratch and rendezvous state found, plan chosen. Separate so that the host cost of each
-    step can be measured."""
+    """The (kernel, grid, args, meta, fast-launch key, stream) of each launch of triton_sample_into (empty
+    for B = 0): scratch allocated, plan chosen. Separate so that the host cost of each step can be measured."""
     B, K1 = token_ids.shape
     V = target_logits.shape[1]
     if B == 0:
@@ -617,7 +557,7 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     tensors = (target_logits, drafts, q, temperature, num_draft_tokens, uniform_arg, exp_arg, seeds_arg, rates_arg,
                token_ids, num_accepted)
     stride, q_stride, exp_stride = target_logits.stride(0), q.stride(0), exp_arg.stride(0) if exponential is not None else 0
-    recipe_id, grid, words, ints, meta = _recipe(
+    recipe_id, grid1, grid2, words, ints1, ints2, meta1, meta2 = _recipe(
         B, K1, V, dev, block_v, splits, num_warps, (stride, q_stride, exp_stride), tuple([t.dtype for t in tensors]),
         draft_probs is not None, seeded, rates is not None)
     key = stream = None
@@ -625,10 +565,14 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
         current = _driver.active.get_current_device()
         key = (recipe_id, current, alignment_mask(*tensors))
         stream = _driver.active.get_current_stream(current)
-    scratch, state = _buffers(dev, stream, words, B)
-    return [(_sample_kernel, grid,
+    scratch = _scratch(dev, stream, words)
+    pass1 = (_row_stats_kernel, grid1, (target_logits, stride, temperature, num_draft_tokens, scratch) + ints1, meta1,
+             key and key + (1,), stream)
+    pass2 = (_decide_race_kernel, grid2,
              (target_logits, stride, drafts, q, q_stride, temperature, num_draft_tokens, uniform_arg, exp_arg,
-              exp_stride, seeds_arg, rates_arg, scratch, state, token_ids, num_accepted) + ints, meta, key, stream)]
+              exp_stride, seeds_arg, rates_arg, scratch, token_ids, num_accepted) + ints2, meta2,
+             key and key + (2,), stream)
+    return [pass1, pass2]
 
 
 @functools.lru_cache(maxsize=64)
@@ -639,7 +583,7 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- backend
 def _interpreted() -> bool:
-    return type(_sample_kernel).__name__ == "InterpretedFunction"
+    return type(_row_stats_kernel).__name__ == "InterpretedFunction"
 
 
 _INTERPRETED = _interpreted()
