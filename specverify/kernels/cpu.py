@@ -118,9 +118,8 @@ class CpuBackend(Backend):
 
         # ---- acceptance at every draft position that can matter -----------------------------------
         extra = torch.empty(B, dtype=torch.int64, device=device)
-        # fused_at[b] = j when request b's extra token was already drawn while deciding its position j (the
-        # first rejection, from the distribution just computed for the acceptance test); -1 otherwise.
-        fused_at = torch.full((B,), -1, dtype=torch.int64, device=device)
+        # True when every random request's recovered token is drawn while deciding its first rejection.
+        own_rows = False
         if method == "synthetic":
             rates = self.synthetic_rates(synthetic_acceptance_rate, num_speculative_steps).to(device)
             accept = self.synthetic_accept(uniform, rates[lay.position])
@@ -128,7 +127,7 @@ class CpuBackend(Backend):
             rows = self.draft_rows(lay)
             # The recovered token is drawn from the acceptance test's own distribution only when that is the
             # request's draft row (not when a mutant moved the rows): one check per call.
-            own_rows = T > 0 and torch.equal(rows, lay.logit_offsets[lay.request] + lay.position)
+            own_rows = T > 0 and torch.equal(rows, CpuBackend.draft_rows(self, lay))
 
             def decide_random(idx: torch.Tensor) -> torch.Tensor:
                 # Everything small is gathered once per window; a tile below takes views of it.
@@ -167,7 +166,6 @@ class CpuBackend(Backend):
                     first.scatter_reduce_(0, b_rej, rej, "amin")
                     f = rej[first[b_rej] == rej]
                     extra[b_all[f]] = drawn[f]
-                    fused_at[b_all[f]] = lay.position[idx[f]]
                 return ok
 
             def decide_greedy(idx: torch.Tensor) -> torch.Tensor:
@@ -190,11 +188,11 @@ class CpuBackend(Backend):
             b = greedy_requests[s]
             extra[b] = self.greedy_argmax(logits.index_select(0, extra_row[b]))
         # Random requests: those that rejected a draft (standard rule) sample the residual at that position
-        # (unless it was drawn while deciding it); the others sample p at their extra row (the bonus p_k,
-        # or the synthetic rule's own sample).
+        # (unless it was drawn while deciding it: own_rows); the others sample p at their extra row (the
+        # bonus p_k, or the synthetic rule's own sample).
         with_residual = ~is_greedy & rejected if method == "standard" else torch.zeros_like(is_greedy)
         for residual in (False, True):
-            chosen = (with_residual & (fused_at != num_accepted)) if residual else ~is_greedy & ~with_residual
+            chosen = (with_residual & (not own_rows)) if residual else ~is_greedy & ~with_residual
             requests = torch.nonzero(chosen).squeeze(1)
             for s in self._tiles(requests.shape[0], V):
                 b = requests[s]
