@@ -16,7 +16,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from specverify.backends import get_backend
+from specverify.registry import get_backend
 from specverify.checks import CHECKS, check_alpha, plan, run_check
 from specverify.checks.stats import wilson_interval
 from specverify.strategies import get_profile

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from specverify.backends import get_backend
+from specverify.registry import get_backend
 from specverify.checks import CHECKS, plan, run_check
 from specverify.report import header, render, summary, write_json
 from specverify.strategies import PROFILES, get_profile

@@ -167,5 +167,5 @@ def specverify_profile(request):
 
 @pytest.fixture(scope="session")
 def specverify_backend(request):
-    from specverify.backends import get_backend  # noqa: PLC0415
+    from specverify.registry import get_backend  # noqa: PLC0415
     return get_backend(request.config.getoption("--specverify-backend"))

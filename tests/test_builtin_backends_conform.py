@@ -8,7 +8,7 @@ samples per statistical case); its full-size run is the nightly GPU job.
 
 import pytest
 
-from specverify.backends import BUILTIN_BACKENDS, get_backend
+from specverify.registry import BUILTIN_BACKENDS, get_backend
 from specverify.checks import NOT_APPLICABLE, PASS, plan, run_check
 from specverify.strategies import get_profile
 

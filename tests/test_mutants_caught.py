@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import reference
-from specverify.backends import get_backend
+from specverify.registry import get_backend
 from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check
 from specverify.mutants import MUTANTS
 from specverify.mutants.statistical_only import OwnStreamCpuBackend

@@ -26,7 +26,7 @@ if not _CUDA:
 
 import reference  # noqa: E402
 from reference import Noise, SpecBatch, philox, select_requests  # noqa: E402
-from specverify.backends import UnsupportedError, get_backend  # noqa: E402
+from specverify import UnsupportedError, get_backend  # noqa: E402
 from specverify.generate import random_batch  # noqa: E402
 from specverify.kernels import triton_sampler  # noqa: E402
 
@@ -232,7 +232,7 @@ def test_cpu_batch_without_interpreter_raises_unsupported_error():
     capability check, never a crash inside Triton. Run in a fresh interpreter: this process has the
     interpreter switched on (or is the cuda run)."""
     code = ("import torch\n"
-            "from specverify.backends import get_backend, UnsupportedError\n"
+            "from specverify import get_backend, UnsupportedError\n"
             "from specverify.generate import random_batch\n"
             "b = random_batch(torch.Generator().manual_seed(0), num_requests=2, vocab_size=8)\n"
             "be = get_backend('triton')\n"
