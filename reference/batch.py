@@ -173,7 +173,8 @@ class Noise:
     @staticmethod
     def from_seeds(request_seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int) -> "Noise":
         """The in-kernel Philox stream keyed by (request seed, position in request); see reference.philox."""
-        return philox.seeded_noise(request_seeds, num_draft_tokens, vocab_size)
+        uniform, exponential = philox.seeded_stream(request_seeds, num_draft_tokens, vocab_size)
+        return Noise(uniform, exponential)
 
     def select(self, batch: SpecBatch, requests: torch.Tensor) -> "Noise":
         """The noise of a sub-batch made of ``requests`` (in that order)."""

@@ -16,8 +16,10 @@ Two implementations of the same function. ``philox4x32`` is the definition: uint
 carried in int64 torch tensors, products split into 16-bit halves so that nothing overflows; it
 is checked against the Random123 known answers. ``philox4x32_numpy`` computes it on numpy uint64
 arrays, where the product of two uint32 values is exact, so mulhi and mullo are one multiply, a
-shift and a mask; the streams below use it (about 20x faster on a [B, V] exponential), and the
-tests hold the two equal bit for bit.
+shift and a mask; the streams below use it, and the tests hold the two equal bit for bit.
+
+``seeded_stream`` returns the stream as plain tensors; ``reference.Noise.from_seeds`` wraps them, so
+this module imports nothing else of the reference.
 """
 
 from __future__ import annotations
@@ -127,10 +129,13 @@ def request_seeds(seed, num_requests: int) -> torch.Tensor:
     return torch.arange(num_requests, dtype=torch.int64) + seed
 
 
-def seeded_noise(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int):
-    """Noise (uniform [T], exponential [B, V]) of the seeded stream, on the CPU."""
-    from reference.batch import Noise  # noqa: PLC0415 (batch imports this module)
+def seeded_stream(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(uniform [T] float32, exponential [B, V] float32) of the seeded stream, on the CPU.
 
+    Draft t of request b, at position j within the request, gets the uniform of counter (j, 0) under
+    b's seed; vocabulary entry v of request b gets E = -log(u) of counter (v, 1) under b's seed.
+    ``reference.Noise.from_seeds`` wraps the pair as a Noise.
+    """
     seeds, k = seeds.cpu().to(torch.int64), num_draft_tokens.cpu()
     B = seeds.shape[0]
     req = torch.repeat_interleave(torch.arange(B), k)
@@ -139,7 +144,7 @@ def seeded_noise(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size
     uniform = _stream(seeds[req], pos, STREAM_UNIFORM)
     vocab = torch.arange(vocab_size, dtype=torch.int64)[None, :]
     exponential = -torch.log(_stream(seeds, vocab, STREAM_EXPONENTIAL))
-    return Noise(uniform, exponential)
+    return uniform, exponential
 
 
 def uniform_grid(shape, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference import philox
+from reference import Noise, philox
 
 # Random123 tests/kat_vectors, "philox4x32 10": counter (4 words), key (2 words), output (as in test_reference).
 KAT = [
@@ -72,7 +72,7 @@ def test_seeded_noise_equals_the_stream_of_the_definition(V, monkeypatch):
     monkeypatch.setattr(philox, "STREAM_BLOCK", 4096 + 3)
     seeds = torch.tensor([0, 1, -1, 2**32 + 7, 2**62, -(2**40) - 3, 123456789], dtype=torch.int64)
     k = torch.tensor([3, 0, 5, 1, 2, 4, 0], dtype=torch.int64)
-    got = philox.seeded_noise(seeds, k, V)
+    got = Noise.from_seeds(seeds, k, V)
     req = torch.repeat_interleave(torch.arange(len(k)), k)
     pos = torch.cat([torch.arange(int(n)) for n in k])
     want_u = _definition_stream(seeds[req], pos, philox.STREAM_UNIFORM)
@@ -80,3 +80,13 @@ def test_seeded_noise_equals_the_stream_of_the_definition(V, monkeypatch):
     want_e = -torch.log(_definition_stream(seeds[:, None].expand(len(k), V), vocab, philox.STREAM_EXPONENTIAL))
     assert torch.equal(got.uniform.view(torch.int32), want_u.view(torch.int32))
     assert torch.equal(got.exponential.view(torch.int32), want_e.view(torch.int32))
+
+
+def test_the_stream_is_plain_tensors_and_the_noise_wraps_them():
+    """philox knows nothing of Noise; Noise.from_seeds (and its older name philox.seeded_noise) wrap the pair."""
+    seeds, k = torch.tensor([4, 2**33 + 1], dtype=torch.int64), torch.tensor([2, 0], dtype=torch.int64)
+    uniform, exponential = philox.seeded_stream(seeds, k, 9)
+    assert type(uniform) is torch.Tensor and type(exponential) is torch.Tensor
+    for noise in (Noise.from_seeds(seeds, k, 9), philox.seeded_noise(seeds, k, 9)):
+        assert isinstance(noise, Noise)
+        assert torch.equal(noise.uniform, uniform) and torch.equal(noise.exponential, exponential)

@@ -1,4 +1,4 @@
-"""The in-kernel Philox stream of the Triton sampler against reference.philox.
+"""The in-kernel Philox stream of the Triton sampler against reference.philox (via Noise.from_seeds).
 
 The seeded path is checked exactly only because the reference reproduces its noise; this pins that
 reproduction: uniforms bit for bit, exponentials to a few ulps (the kernel's -log is its own
@@ -18,7 +18,7 @@ _CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") !=
 if not _CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
-from reference import philox  # noqa: E402
+from reference import Noise, philox  # noqa: E402
 from specverify.kernels import triton_sampler  # noqa: E402
 
 if not _CUDA and not triton_sampler._interpreted():
@@ -34,7 +34,7 @@ def test_kernel_philox_uniforms_equal_reference_bit_for_bit(device):
     seeds = torch.tensor([0, 1, -1, 2**32 + 7, 2**62, -(2**40) - 3], dtype=torch.int64)
     k = torch.tensor([3, 0, 5, 1, 2, 4], dtype=torch.int64)
     V = 1000
-    want = philox.seeded_noise(seeds, k, V)
+    want = Noise.from_seeds(seeds, k, V)
     got = triton_sampler.seeded_noise(seeds.to(device), k.to(device), V)
     assert torch.equal(got.uniform.cpu().view(torch.int32), want.uniform.view(torch.int32))
     # Exponentials: E = -log(u) with the kernel's own logarithm, within 4 ulps of torch's.
