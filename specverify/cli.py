@@ -1,44 +1,108 @@
 """``specverify check BACKEND``: run every check against a backend and print the report.
 
 BACKEND is a built-in name (reference, cpu, triton) or MODULE:ATTR naming a backend object or a
-zero-argument factory. Exit status 0 when every check passes, 1 when one fails, 2 on bad usage.
+zero-argument factory. Checks run in child processes (``-n``), each under a timeout, so a backend
+that hangs, crashes or exits becomes a FAIL line. Exit status 0 when the verdict is PASS (no check
+failed, a core property was checked, every ``--require`` met), 1 otherwise, 2 on bad usage or a
+backend that cannot be loaded, 130 when interrupted (the report of the finished checks is printed
+and the JSON written all the same).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from dataclasses import replace
 
-from specverify.registry import get_backend
-from specverify.checks import CHECKS, plan, run_check
-from specverify.report import header, render, summary, write_json
+from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
+from specverify.pool import BackendLoadError, CheckPool
+from specverify.report import document, header, render, write_json
 from specverify.strategies import PROFILES, get_profile
+from specverify.verdict import describe, parse_requirements, verdict
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-n/--workers takes a whole number >= 1 or 'auto', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"-n/--workers takes a whole number >= 1 or 'auto', got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"--timeout takes a finite number of seconds > 0, got {text!r}")
+    return value
 
 
 def _check(args) -> int:
     profile = get_profile(args.profile)
     if args.device:
-        from dataclasses import replace  # noqa: PLC0415
         profile = replace(profile, device=args.device)
-    backend = get_backend(args.backend)
     selected = args.checks.split(",") if args.checks else None
     unknown = [c for c in selected or [] if c not in CHECKS]
     if unknown:
         print(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
         return 2
+    require = parse_requirements(args.require)
     pairs = plan(profile, selected)
-    print(header(backend.name, profile), file=sys.stderr)
-    start, results = time.perf_counter(), []
-    for i, (check, case) in enumerate(pairs, 1):
-        print(f"[{i:>2}/{len(pairs)}] {check}[{case}] ...", end="", file=sys.stderr, flush=True)
-        results.append(run_check(backend, check, case, profile))
-        print(f" {results[-1].status} ({results[-1].seconds:.1f}s)", file=sys.stderr, flush=True)
+    timeout = args.timeout or profile.check_timeout
+    pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout)
+    start = time.perf_counter()
+    try:
+        loaded = pool.load()
+    except BackendLoadError as exc:
+        pool.close()
+        print(f"specverify: error: {exc}", file=sys.stderr)
+        if args.json:
+            write_json(args.json, document([], args.backend, profile, time.perf_counter() - start, error=str(exc)))
+        return 2
+    caps = describe(loaded.capabilities)
+    print(header(loaded.name, profile, caps), file=sys.stderr)
+    print(f"{len(pairs)} checks in {pool.workers} worker process(es), each under a {timeout:g} s timeout",
+          file=sys.stderr)
+    done = [0]
+
+    def progress(index: int, result: CheckResult) -> None:
+        done[0] += 1
+        check, case = pairs[index]
+        print(f"[{done[0]:>2}/{len(pairs)}] {check}[{case}] {result.status} ({result.seconds:.1f}s)",
+              file=sys.stderr, flush=True)
+
+    interrupted = False
+    try:
+        results = pool.run(pairs, on_result=progress)
+    except KeyboardInterrupt:
+        interrupted = True
+        finished = getattr(pool, "finished", {})
+        results = [finished.get(i) or CheckResult(check=c, case=k, backend=loaded.name, kind=CHECKS[c].kind,
+                                                  status=NOT_RUN, message="not finished: the run was interrupted")
+                   for i, (c, k) in enumerate(pairs)]
+    finally:
+        pool.close()
     seconds = time.perf_counter() - start
-    print(render(results, backend.name, profile, seconds))
+    outcome = verdict(results, loaded.capabilities, require)
+    if interrupted:
+        outcome.passed = False
+        outcome.reasons.append(f"interrupted: {sum(r.status == NOT_RUN for r in results)} check(s) did not run")
+    print(render(results, loaded.name, profile, seconds, outcome, caps))
     if args.json:
-        write_json(args.json, results, backend.name, profile, seconds)
-    return 1 if any(r.status == "fail" for r in results) else 0
+        write_json(args.json, document(results, loaded.name, profile, seconds, outcome, capabilities=caps,
+                                       require=list(require), interrupted=interrupted, timeout=timeout,
+                                       workers=pool.workers))
+    if interrupted:
+        return 130
+    return 0 if outcome.passed else 1
 
 
 def _list(_args) -> int:
@@ -53,10 +117,18 @@ def main(argv=None) -> int:
     check = sub.add_parser("check", help="run every check against a backend and print the report")
     check.add_argument("backend", help="reference, cpu, triton, or MODULE:ATTR")
     check.add_argument("--profile", choices=sorted(PROFILES), default=None,
-                       help="ci (default; or $SPECVERIFY_PROFILE), dev, nightly")
+                       help="ci (default; or $SPECVERIFY_PROFILE), smoke, dev, nightly")
     check.add_argument("--device", default=None, help="override the profile's device (cpu, cuda)")
     check.add_argument("--checks", default=None, help="comma-separated subset of checks")
     check.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+    check.add_argument("-n", "--workers", type=_workers, default="auto",
+                       help="worker processes the checks run in (default: auto, one per CPU core)")
+    check.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="a check running longer fails and its worker is killed (default: the profile's, "
+                            "600 s for ci)")
+    check.add_argument("--require", default=None, metavar="LIST",
+                       help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
+                            "declare and the run must check; the run fails otherwise")
     check.set_defaults(func=_check)
     sub.add_parser("list", help="list the checks and their cases").set_defaults(func=_list)
     args = parser.parse_args(argv)

@@ -1,47 +1,93 @@
-"""The readable report of a run: header with the error budget, one line per property, a summary."""
+"""The readable report of a run and its JSON document, shared by the CLI and the pytest plugin."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import json
+import os
 import platform
+import subprocess
 
 import torch
 
 from specverify.checks import FAIL, NOT_APPLICABLE, CheckResult, check_alpha, statistical_test_count
 from specverify.strategies import Profile
+from specverify.verdict import Verdict
 
 
-def header(backend_name: str, profile: Profile) -> str:
+def header(backend_name: str, profile: Profile, capabilities: str = "") -> str:
     m = statistical_test_count()
-    return (f"specverify: backend {backend_name!r}, profile {profile.name!r}, device {profile.device}\n"
-            f"error budget: family-wise false-alarm rate {profile.family_alpha:g} per run, Bonferroni over "
-            f"{m} statistical checks (alpha {check_alpha(profile):.2g} each); exact and structural checks "
-            f"have no false alarms\n"
-            f"power: tv99 = smallest total-variation distance detected with probability 0.99 at that alpha\n"
-            f"torch {torch.__version__}, python {platform.python_version()}")
+    lines = [f"specverify: backend {backend_name!r}, profile {profile.name!r}, device {profile.device}"]
+    if capabilities:
+        lines.append(f"declares: {capabilities}")
+    lines += [f"error budget: family-wise false-alarm rate {profile.family_alpha:g} per run, Bonferroni over "
+              f"{m} statistical checks (alpha {check_alpha(profile):.2g} each); exact and structural checks "
+              "have no false alarms",
+              "power: det99 = the smallest deviation each statistical check detects with probability 0.99 at "
+              "its alpha, at the worst position it tests: tv = total-variation distance of the token "
+              "distribution, acceptance = shift of an acceptance probability, rate = shift of the mean joint "
+              "acceptance rate",
+              f"torch {torch.__version__}, python {platform.python_version()}"]
+    return "\n".join(lines)
 
 
-def summary(results: list[CheckResult], seconds: float) -> str:
+def summary(results: list[CheckResult], seconds: float, verdict: Verdict | None = None) -> str:
     failed = [r for r in results if r.status == FAIL]
     na = [r for r in results if r.status == NOT_APPLICABLE]
-    verdict = "FAILED" if failed else "PASSED"
-    text = (f"{verdict}: {len(results) - len(failed) - len(na)} passed, {len(failed)} failed, {len(na)} not applicable "
-            f"in {seconds:.1f}s")
+    unfinished = [r for r in results if r.status not in (FAIL, NOT_APPLICABLE, "pass")]
+    passed = verdict.passed if verdict is not None else not failed
+    text = (f"{'PASSED' if passed else 'FAILED'}: {len(results) - len(failed) - len(na) - len(unfinished)} passed, "
+            f"{len(failed)} failed, {len(na)} not applicable"
+            + (f", {len(unfinished)} not run" if unfinished else "") + f" in {seconds:.1f}s")
     if failed:
         text += "\nfailed: " + ", ".join(r.id for r in failed)
     return text
 
 
-def render(results: list[CheckResult], backend_name: str, profile: Profile, seconds: float) -> str:
-    lines = [header(backend_name, profile), ""]
+def render(results: list[CheckResult], backend_name: str, profile: Profile, seconds: float,
+           verdict: Verdict | None = None, capabilities: str = "") -> str:
+    lines = [header(backend_name, profile, capabilities), ""]
     lines += [r.line() for r in results]
-    lines += ["", summary(results, seconds)]
+    if verdict is not None:
+        lines += [""] + verdict.lines()
+    lines += ["", summary(results, seconds, verdict)]
     return "\n".join(lines)
 
 
-def write_json(path: str, results: list[CheckResult], backend_name: str, profile: Profile, seconds: float) -> None:
+def environment(profile: Profile) -> dict:
+    """Versions, device and profile parameters: what a reader needs to reproduce a report."""
+    try:
+        version = importlib.metadata.version("specverify")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    commit = os.environ.get("SPECVERIFY_COMMIT")
+    if not commit:
+        try:
+            here = os.path.dirname(os.path.abspath(__file__))
+            commit = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    params = {k: (str(v) if not isinstance(v, (int, float, str, type(None))) else v)
+              for k, v in dataclasses.asdict(profile).items()}
+    return {"specverify": version, "commit": commit, "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "cuda": torch.version.cuda, "device": profile.device, "profile_parameters": params}
+
+
+def document(results: list[CheckResult], backend_name: str, profile: Profile, seconds: float,
+             verdict: Verdict | None = None, **extra) -> dict:
+    """The JSON report: every result, the verdict with its coverage, and the environment."""
+    passed = verdict.passed if verdict is not None else not any(r.status == FAIL for r in results)
     doc = {"backend": backend_name, "profile": profile.name, "device": profile.device,
            "family_alpha": profile.family_alpha, "check_alpha": check_alpha(profile), "seconds": seconds,
-           "passed": not any(r.status == FAIL for r in results), "results": [r.to_json() for r in results]}
+           "passed": passed, "verdict": verdict.to_json() if verdict is not None else None,
+           "environment": environment(profile), "results": [r.to_json() for r in results]}
+    doc.update(extra)
+    return doc
+
+
+def write_json(path: str, doc: dict) -> None:
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)

@@ -1,52 +1,49 @@
-"""The harness's checks: plain functions ``check(backend, case, profile) -> CheckResult``.
+"""The harness's checks: each declared once, with its kind, its cases and what it needs.
 
-``CHECKS`` declares every check once with the cases it applies to; ``plan`` lists the (check, case)
-pairs of a run and ``run_check`` / ``run_suite`` execute them. The CLI, the pytest plugin and the
-shipped suite are thin faces over these functions; nothing here knows about pytest or mutants.
+``CHECKS`` is the declaration; ``plan`` lists the (check, case) pairs of a run and ``run_check`` /
+``run_suite`` execute them through the one runner (``specverify.checks.runner.execute``), which
+decides n/a, guards every backend call and turns exceptions into FAIL results. The CLI, the pytest
+plugin and the shipped suite are thin faces over these functions; nothing here knows about pytest
+or mutants.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from specverify.checks.agreement import DIFFERENTIAL_CASES, check_differential_injected, check_differential_seeded
+from specverify.checks.agreement import (DIFFERENTIAL_CASES, check_differential_injected, check_differential_seeded,
+                                         differential_needs)
 from specverify.checks.cases import STAT_CASES
-from specverify.checks.graphs import GRAPH_CASES, check_cuda_graphs
-from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
+from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
+from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
+    check_synthetic_validation
+from specverify.checks.result import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
+from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
 from specverify.checks.statistical import (check_acceptance_rate, check_alpha, check_synthetic_rate,
-                                           check_token_distribution, statistical_test_count)
-from specverify.checks.structural import (check_batch_invariance, check_determinism, check_interface_parity,
-                                          check_output_structure, check_repeated_calls, check_request_alignment,
-                                          check_synthetic_validation, check_uninitialized_memory,
-                                          check_zero_draft_layouts)
+                                           check_token_distribution, statistical_needs, statistical_test_count)
+from specverify.checks.structural import (SHARED_NOISE, check_batch_invariance, check_determinism,
+                                          check_input_integrity, check_output_structure, check_repeated_calls,
+                                          check_uninitialized_memory, check_zero_draft_layouts)
 from specverify.strategies import Profile, get_profile
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    kind: str            # "exact", "statistical", "structural"
-    fn: Callable
-    cases: tuple
-    doc: str
 
 
 def _stat_cases(check: str) -> tuple:
     return tuple(c.name for c in STAT_CASES if check in c.checks)
 
 
+def _always(needs: Needs):
+    return lambda case: needs
+
+
 CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("differential_injected", "exact", check_differential_injected, DIFFERENTIAL_CASES,
-          "same tokens as the reference under shared injected noise"),
+          "same tokens as the reference under shared injected noise", differential_needs("injected")),
     Check("differential_seeded", "exact", check_differential_seeded, DIFFERENTIAL_CASES,
-          "same tokens as the reference under shared per-request seeds"),
+          "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
     Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
-          "emitted token at each position follows the exact distribution"),
+          "emitted token at each position follows the exact distribution", statistical_needs),
     Check("acceptance_rate", "statistical", check_acceptance_rate, _stat_cases("acceptance_rate"),
-          "acceptances per position follow alpha_j (or the synthetic c_j)"),
+          "acceptances per position follow alpha_j (or the synthetic c_j)", statistical_needs),
     Check("synthetic_rate", "statistical", check_synthetic_rate, _stat_cases("synthetic_rate"),
-          "mean joint acceptance equals the configured synthetic rate"),
+          "mean joint acceptance equals the configured synthetic rate", statistical_needs),
     Check("output_structure", "structural", check_output_structure, ("random",),
           "-1 padding, num_accepted consistent, ids in [0, V) and in the support"),
     Check("uninitialized_memory", "structural", check_uninitialized_memory, ("random",),
@@ -57,13 +54,16 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("zero_draft_layouts", "structural", check_zero_draft_layouts, ("layouts",),
           "zero-draft requests anywhere, all-zero and empty batches"),
     Check("repeated_calls", "structural", check_repeated_calls, ("same_shapes",),
-          "each call sees its own draft probabilities (no stale state)"),
+          "each call sees its own draft probabilities (no stale state)", _always(SHARED_NOISE)),
+    Check("input_integrity", "structural", check_input_integrity, ("random",),
+          "the backend never writes into its inputs (batch, noise, seeds)"),
     Check("interface_parity", "structural", check_interface_parity, ("convention",),
-          "full convention accepted; undeclared combinations raise UnsupportedError"),
+          "full convention accepted; undeclared combinations raise UnsupportedError", _always(ANY_BACKEND)),
     Check("synthetic_validation", "structural", check_synthetic_validation, ("bad_rates",),
-          "unset or out-of-range synthetic rate is a ValueError"),
+          "unset or out-of-range synthetic rate is a ValueError", _always(Needs(method="synthetic"))),
     Check("cuda_graphs", "structural", check_cuda_graphs, GRAPH_CASES,
-          "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)"),
+          "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)",
+          _always(GRAPH_NEEDS)),
 )}
 
 
@@ -75,13 +75,13 @@ def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
             if not (case == "large_vocab" and not profile.large_vocabs)]
 
 
-def run_check(backend, check: str, case: str, profile: Profile | None = None, **kwargs) -> CheckResult:
-    profile = profile or get_profile()
-    return CHECKS[check].fn(backend, case, profile, **kwargs)
+def run_check(backend, check: str, case: str, profile: Profile | None = None) -> CheckResult:
+    """One (check, case) on ``backend``, in this process."""
+    return execute(CHECKS[check], backend, case, profile or get_profile())
 
 
 def run_suite(backend, profile: Profile | None = None, checks=None, progress=None) -> list[CheckResult]:
-    """All checks on one backend; ``progress(i, n, result)`` is called after each."""
+    """All checks on one backend, in this process; ``progress(i, n, result)`` is called after each."""
     profile = profile or get_profile()
     pairs = plan(profile, checks)
     results = []
@@ -92,5 +92,5 @@ def run_suite(backend, profile: Profile | None = None, checks=None, progress=Non
     return results
 
 
-__all__ = ["CHECKS", "FAIL", "NOT_APPLICABLE", "PASS", "Check", "CheckResult", "check_alpha",
+__all__ = ["CHECKS", "CORE_KINDS", "FAIL", "NOT_APPLICABLE", "NOT_RUN", "PASS", "Check", "CheckResult", "Needs", "check_alpha",
            "check_request_alignment", "plan", "run_check", "run_suite", "statistical_test_count"]

@@ -11,12 +11,9 @@ import torch
 from hypothesis import strategies as st
 
 from reference import Noise
-
-from reference.philox import seeded_noise
-from specverify.checks.common import CheckFailure, fail, not_applicable, on_device, run_examples, \
-    structure_problems, timed
-from specverify.checks.differential import ambiguous_bound, compare_to_reference
 from specverify.checks.cases import STAT_CASES
+from specverify.checks.common import call_example, run_property
+from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
@@ -56,83 +53,47 @@ def _replicated_examples(profile: Profile, backend):
             case.call_kwargs()
 
 
-def case_applies(case: str, profile: Profile, backend) -> str | None:
-    """None if the case applies, else why not."""
-    if case == "large_vocab" and not profile.large_vocabs:
-        return f"profile {profile.name!r} has no large-vocabulary sizes"
-    if case == "synthetic" and "synthetic" not in backend.capabilities.methods:
-        return "backend does not declare the synthetic method"
-    return None
+def check_differential(ctx: Context, case: str, *, seeded: bool) -> None:
+    """Same tokens as the reference under shared noise: injected, or the per-request seeds of the
+    reference's Philox stream (``seeded``). Every example's divergences go through ``ctx.agree``."""
+    totals = {"examples": 0}
+
+    def body(drawn):
+        example, kwargs = drawn
+        got, noise = call_example(ctx, example, seeded=seeded, **kwargs)
+        ctx.agree(example.batch, got, noise, **kwargs)
+        totals["examples"] += 1
+
+    if case == "replicated":
+        for drawn in _replicated_examples(ctx.profile, ctx.backend):
+            try:
+                body(drawn)
+            except CheckFailure as exc:
+                ctx.fail(str(exc), drawn[0].description)
+                break
+    else:
+        examples = {"large_vocab": max(3, ctx.profile.examples // 5), "bulk": ctx.profile.bulk_examples}.get(case)
+        run_property(ctx, _case_strategy(case, ctx.profile), body, examples=examples,
+                     shrink=case not in ("bulk", "large_vocab"))
+    if ctx.result.status != "fail":
+        ctx.result.message = f"{totals['examples']} examples"
 
 
-def check_differential(backend, case: str, profile: Profile, *, seeded: bool):
-    name = "differential_seeded" if seeded else "differential_injected"
-    with timed(name, case, backend, "exact") as result:
-        caps = backend.capabilities
-        why = case_applies(case, profile, backend)
-        path = "seeded" if seeded else "injected"
-        if why is None and path not in caps.noise:
-            why = f"backend does not declare {path} noise"
-        if why is None and seeded and caps.seeded_stream != "philox":
-            why = "backend's seeded stream is its own (not reproducible by the reference): checked statistically"
-        if why is None and profile.device not in caps.devices:
-            why = f"backend does not run on {profile.device}"
-        if why:
-            return not_applicable(result, why)
-        totals = {"decisions": 0, "ambiguous": 0, "examples": 0}
-        worst = []
-
-        def body(drawn):
-            example, kwargs = drawn
-            batch, noise = example.batch, example.noise
-            if seeded:
-                noise = seeded_noise(example.seeds, batch.num_draft_tokens, batch.vocab_size)
-            dev_batch, dev_noise = on_device(batch, None if seeded else noise, profile.device)
-            got = backend(dev_batch, noise=dev_noise, seed=example.seeds if seeded else None, **kwargs)
-            problems = structure_problems(batch, got)
-            if problems:
-                raise CheckFailure("output structure: " + "; ".join(problems))
-            cmp = compare_to_reference(batch, got, noise, tol=caps.ambiguity_margin, **kwargs)
-            if cmp.real:
-                raise CheckFailure(f"{len(cmp.real)} real divergence(s) from the reference; first: {cmp.real[0]}")
-            totals["decisions"] += cmp.decisions
-            totals["ambiguous"] += len(cmp.ambiguous)
-            totals["examples"] += 1
-            worst.extend(str(d) for d in cmp.ambiguous[:1])
-
-        if case == "replicated":
-            message = counterexample = None
-            for drawn in _replicated_examples(profile, backend):
-                try:
-                    body(drawn)
-                except CheckFailure as exc:
-                    message, counterexample = str(exc), drawn[0].description
-                    break
-        else:
-            examples = {"large_vocab": max(3, profile.examples // 5), "bulk": profile.bulk_examples}.get(case)
-            message, counterexample = run_examples(_case_strategy(case, profile), profile, body, examples=examples,
-                                                   shrink=case not in ("bulk", "large_vocab"))
-        result.samples = totals["decisions"]
-        if message:
-            return fail(result, message, counterexample)
-        bound = ambiguous_bound(totals["decisions"])
-        result.statistic = float(totals["ambiguous"])
-        result.message = (f"{totals['examples']} examples, {totals['decisions']} decisions, "
-                          f"{totals['ambiguous']} ambiguous (bound {bound})")
-        if totals["ambiguous"] > bound:
-            raise CheckFailure(result.message + f"; e.g. {worst[0]}")
-        return result
-    return result
-
-
-def check_differential_injected(backend, case: str, profile: Profile):
+def check_differential_injected(ctx: Context, case: str) -> None:
     """Same tokens as the reference given the same injected Noise (SPEC 4.1)."""
-    return check_differential(backend, case, profile, seeded=False)
+    check_differential(ctx, case, seeded=False)
 
 
-def check_differential_seeded(backend, case: str, profile: Profile):
+def check_differential_seeded(ctx: Context, case: str) -> None:
     """Same tokens as the reference given the same per-request seeds (Philox stream)."""
-    return check_differential(backend, case, profile, seeded=True)
+    check_differential(ctx, case, seeded=True)
 
 
-__all__ = ["DIFFERENTIAL_CASES", "check_differential_injected", "check_differential_seeded"]
+def differential_needs(path: str):
+    """Needs of a differential case: its method, and the noise path the reference can share."""
+    def needs(case: str) -> Needs:
+        return Needs(method="synthetic" if case == "synthetic" else "standard", noise=path)
+    return needs
+
+
+__all__ = ["DIFFERENTIAL_CASES", "check_differential_injected", "check_differential_seeded", "differential_needs"]

@@ -26,11 +26,8 @@ from __future__ import annotations
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
-from reference.philox import seeded_noise
 from reference.sample import synthetic_rates_f32
-from specverify.checks.common import CheckFailure, fail, not_applicable, structure_problems, timed
-from specverify.checks.differential import ambiguous_bound, compare_to_reference
-from specverify.strategies import Profile
+from specverify.checks.runner import CheckFailure, Context, Needs, output_problems
 
 GRAPH_CASES = ("shapes",)
 REPLAYS = 4            # fresh input sets per captured graph
@@ -80,11 +77,13 @@ def _copy_into(static: SpecBatch, fresh: SpecBatch) -> None:
             dst.copy_(src, non_blocking=False)
 
 
-def _outputs_equal(a: SpecOutput, b: SpecOutput) -> bool:
+def _raw_outputs_equal(a: SpecOutput, b: SpecOutput) -> bool:
+    """Every slot equal, -1 padding included: a replay must write exactly what the eager call writes."""
     return torch.equal(a.token_ids.cpu(), b.token_ids.cpu()) and torch.equal(a.num_accepted.cpu(), b.num_accepted.cpu())
 
 
-def _one_shape(backend, shape, path: str, g: torch.Generator, totals: dict) -> None:
+def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict) -> None:
+    backend = ctx.backend
     counts, V, dtype, drafter, method = shape
     counts = list(counts)
     K = max(counts)
@@ -98,7 +97,7 @@ def _one_shape(backend, shape, path: str, g: torch.Generator, totals: dict) -> N
         return dict(method="standard")
 
     def noise_for(batch, seeds):
-        return seeded_noise(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
+        return Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
 
     first = _fresh_inputs(g, counts, V, dtype, drafter)
     seeds0 = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
@@ -152,7 +151,7 @@ def _one_shape(backend, shape, path: str, g: torch.Generator, totals: dict) -> N
 
         where = (f"shape counts={layout}, V={V}, {str(dtype).replace('torch.', '')}, drafter={drafter}, "
                  f"{method}, {path} noise, replay {replay + 1}")
-        problems = structure_problems(fresh, replayed)
+        problems = output_problems(fresh, replayed)
         if problems:
             raise CheckFailure(f"{where}: replayed output: " + "; ".join(problems[:3]))
         dev_fresh = fresh.to(dev)
@@ -161,52 +160,34 @@ def _one_shape(backend, shape, path: str, g: torch.Generator, totals: dict) -> N
         else:
             eager = backend(dev_fresh, noise=Noise(noise.uniform.to(dev), noise.exponential.to(dev)),
                             **call_kwargs(rate))
-        if not _outputs_equal(replayed, eager):
+        if not _raw_outputs_equal(replayed, eager):
             bad = (replayed.token_ids != eager.token_ids.cpu()).any(dim=1) | (replayed.num_accepted != eager.num_accepted.cpu())
             b = int(bad.nonzero()[0])
             raise CheckFailure(f"{where}: graph replay differs from the eager call in {int(bad.sum())} of {B} "
                                f"requests; first: request {b} replayed {replayed.emitted()[b]} vs eager "
                                f"{eager.emitted()[b]} (stale state captured in the graph?)")
-        cmp = compare_to_reference(fresh, replayed, noise, tol=backend.capabilities.ambiguity_margin,
-                                   **call_kwargs(rate))
-        if cmp.real:
-            raise CheckFailure(f"{where}: {len(cmp.real)} real divergence(s) from the reference; first: {cmp.real[0]}")
-        totals["decisions"] += cmp.decisions
-        totals["ambiguous"] += len(cmp.ambiguous)
+        ctx.agree(fresh, replayed, noise, where=where, **call_kwargs(rate))
         totals["replays"] += 1
     del graph
 
 
-def check_cuda_graphs(backend, case: str, profile: Profile):
+def check_cuda_graphs(ctx: Context, case: str) -> None:
     """Capture once, copy fresh inputs into the static buffers, replay: equal to eager and to the reference."""
-    with timed("cuda_graphs", case, backend, "structural") as result:
-        caps = backend.capabilities
-        if profile.device != "cuda":
-            return not_applicable(result, f"profile device is {profile.device}: CUDA graphs are checked only on a "
-                                          "CUDA device (nightly GPU profile); not covered by this run")
-        if not getattr(caps, "cuda_graphs", False):
-            return not_applicable(result, "backend does not declare cuda_graphs")
-        if "cuda" not in caps.devices:
-            return not_applicable(result, "backend does not run on cuda")
-        if not torch.cuda.is_available():
-            return fail(result, "profile device is cuda but torch.cuda.is_available() is False")
-        paths = [p for p in ("injected", "seeded") if p in caps.noise]
-        totals = {"decisions": 0, "ambiguous": 0, "replays": 0}
-        g = torch.Generator().manual_seed(4004)
-        shapes = [s for s in SHAPES if s[4] in caps.methods and s[2] in caps.logit_dtypes
-                  and (caps.max_vocab is None or s[1] <= caps.max_vocab)]
-        for shape in shapes:
-            for path in paths:
-                _one_shape(backend, shape, path, g, totals)
-        result.samples = totals["decisions"]
-        result.statistic = float(totals["ambiguous"])
-        bound = ambiguous_bound(totals["decisions"])
-        result.message = (f"{len(shapes)} shapes x {len(paths)} noise paths, {totals['replays']} replays of fresh "
-                          f"inputs equal to eager; {totals['decisions']} decisions vs the reference, "
-                          f"{totals['ambiguous']} ambiguous (bound {bound})")
-        if totals["ambiguous"] > bound:
-            return fail(result, result.message)
-    return result   # also when ``timed`` turned an exception into a failure
+    caps = ctx.backend.capabilities
+    if not torch.cuda.is_available():
+        raise CheckFailure("profile device is cuda but torch.cuda.is_available() is False")
+    paths = [p for p in ("injected", "seeded") if p in caps.noise]
+    totals = {"replays": 0}
+    g = torch.Generator().manual_seed(4004)
+    shapes = [s for s in SHAPES if s[4] in caps.methods and s[2] in caps.logit_dtypes
+              and (caps.max_vocab is None or s[1] <= caps.max_vocab)]
+    for shape in shapes:
+        for path in paths:
+            _one_shape(ctx, shape, path, g, totals)
+    ctx.result.message = (f"{len(shapes)} shapes x {len(paths)} noise paths, {totals['replays']} replays of fresh "
+                          "inputs equal to eager")
 
 
-__all__ = ["GRAPH_CASES", "SHAPES", "check_cuda_graphs"]
+GRAPH_NEEDS = Needs(method=None, noise="any", cuda_graphs=True)
+
+__all__ = ["GRAPH_CASES", "GRAPH_NEEDS", "SHAPES", "check_cuda_graphs"]

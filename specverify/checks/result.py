@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
+PASS, FAIL, NOT_APPLICABLE, NOT_RUN = "pass", "fail", "n/a", "not run"
 
 
 @dataclass
 class CheckResult:
     """One check of one backend on one case.
 
-    status: "pass", "fail" or "n/a" (the backend does not declare what the check needs; the reason
-    is in ``message``). Statistical checks fill statistic, p_value, alpha, samples and
-    detectable_tv (smallest TV distance detected with power 0.99 at alpha and this sample size).
+    status: "pass", "fail", "not run" (a stopped run) or "n/a" (the backend does not declare what the check needs; the reason
+    is in ``message``; n/a is never a pass). Statistical checks fill statistic, p_value, alpha,
+    samples and the power they have: ``detectable_by_position`` [j] is the smallest deviation at
+    position j detected with probability 0.99 at alpha, ``detectable`` the worst (largest) of them,
+    ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
+    distribution; "acceptance": shift of the acceptance probability; "rate": shift of the mean joint
+    acceptance rate). ``covered`` lists what the check's calls exercised (method, noise path, greedy).
     """
 
     check: str
@@ -27,9 +31,15 @@ class CheckResult:
     p_value: float | None = None
     alpha: float | None = None
     samples: int = 0
-    detectable_tv: float | None = None
+    detectable: float | None = None
+    detectable_measure: str | None = None
+    detectable_by_position: list | None = None
     counterexample: str | None = None
     seconds: float = 0.0
+    covered: list = field(default_factory=list)
+
+    def fail(self, message: str, counterexample: str | None = None) -> None:
+        self.status, self.message, self.counterexample = FAIL, message, counterexample
 
     @property
     def passed(self) -> bool:
@@ -44,15 +54,29 @@ class CheckResult:
         for key, value in d.items():
             if isinstance(value, float) and not math.isfinite(value):
                 d[key] = str(value)
+        if d["detectable_by_position"]:
+            d["detectable_by_position"] = [v if math.isfinite(v) else str(v) for v in d["detectable_by_position"]]
         return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CheckResult":
+        def number(v):
+            return float(v) if isinstance(v, str) else v
+        d = dict(d)
+        for key in ("statistic", "p_value", "alpha", "detectable"):
+            d[key] = number(d.get(key))
+        if d.get("detectable_by_position"):
+            d["detectable_by_position"] = [number(v) for v in d["detectable_by_position"]]
+        return cls(**d)
 
     def line(self) -> str:
         """One report line: verdict, statistic, p-value, samples, detectable distance."""
         def fmt(x, spec):
             return "-" if x is None else format(x, spec)
-        verdict = {PASS: "PASS", FAIL: "FAIL", NOT_APPLICABLE: "n/a "}[self.status]
+        verdict = {PASS: "PASS", FAIL: "FAIL", NOT_APPLICABLE: "n/a ", NOT_RUN: "----"}[self.status]
+        power = fmt(self.detectable, '.4f') + (f" {self.detectable_measure}" if self.detectable_measure else "")
         text = (f"{verdict}  {self.id:<46} stat={fmt(self.statistic, '.4g'):>9}  p={fmt(self.p_value, '.3g'):>8}"
-                f"  alpha={fmt(self.alpha, '.2g'):>7}  n={self.samples:>8}  tv99={fmt(self.detectable_tv, '.4f'):>7}"
+                f"  alpha={fmt(self.alpha, '.2g'):>7}  n={self.samples:>8}  det99={power:<17}"
                 f"  {self.seconds:6.2f}s")
         if self.message:
             text += f"\n      {self.message}"

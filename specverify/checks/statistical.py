@@ -25,7 +25,8 @@ from reference import Noise, exact
 from reference.sample import synthetic_rates_f32
 from specverify.checks import stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
-from specverify.checks.common import fail, not_applicable, on_device, timed
+from specverify.checks.common import on_device
+from specverify.checks.runner import Context, Needs
 from specverify.strategies import Profile
 
 STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate")
@@ -57,98 +58,69 @@ def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed:
     return batch, out
 
 
-def _applies(backend, case: StatCase, check: str, profile: Profile) -> str | None:
-    if check not in case.checks:
-        return f"case {case.name!r} does not carry {check}"
-    caps = backend.capabilities
-    if case.method not in caps.methods:
-        return f"backend does not declare method {case.method!r}"
-    if profile.device not in caps.devices:
-        return f"backend does not run on {profile.device}"
-    if not caps.noise:
-        return "backend declares no noise path"
-    return None
-
-
-def _shape_problem(batch, out) -> str | None:
-    ids = out.token_ids
-    if ids.dim() != 2 or ids.shape[0] != batch.num_requests or ids.shape[1] < batch.max_draft + 1:
-        return f"token_ids shape {tuple(ids.shape)}"
-    if tuple(out.num_accepted.shape) != (batch.num_requests,):
-        return f"num_accepted shape {tuple(out.num_accepted.shape)}"
-    n = out.num_accepted.cpu()
-    if bool(((n < 0) | (n > batch.max_draft)).any()):
-        return f"num_accepted outside [0, {batch.max_draft}]"
-    return None
-
-
-def _run(check: str, backend, case_name: str, profile: Profile, run_seed: int, evaluate):
-    """The frame every statistical check shares: applicability, one sampled launch, a structure guard,
-    then ``evaluate(result, case, out)``, which fills the statistics and calls ``fail`` if it must."""
+def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):
+    """The frame every statistical check shares: its alpha, then one guarded launch of the case."""
     case = STAT_CASE_BY_NAME[case_name]
-    with timed(check, case_name, backend, "statistical") as result:
-        why = _applies(backend, case, check, profile)
-        if why:
-            return not_applicable(result, why)
-        result.alpha = check_alpha(profile)
-        batch, out = sample_case(backend, case, profile, check, run_seed)
-        bad = _shape_problem(batch, out)
-        if bad:
-            return fail(result, f"output structure: {bad}")
-        evaluate(result, case, out)
-        return result
-    return result
+    ctx.result.alpha = check_alpha(ctx.profile)
+    _, out = sample_case(ctx.backend, case, ctx.profile, check, run_seed)
+    return case, out
+
+
+def statistical_needs(case_name: str) -> Needs:
+    return Needs(method=STAT_CASE_BY_NAME[case_name].method, noise="any")
 
 
 def _token_distribution(result, case: StatCase, out) -> None:
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
     V, alpha = case.vocab_size, result.alpha
-    p_values, worst = [], None
+    p_values, worst, detectable = [], None, []
     for j in range(case.k + 1):
         tokens = ids[n >= j, j]
         if tokens.numel() == 0:
             continue
         outside = (tokens < 0) | (tokens >= V)
         if bool(outside.any()):
-            fail(result, f"position {j}: emitted ids outside [0, {V}): {tokens[outside][:5].tolist()}")
+            result.fail(f"position {j}: emitted ids outside [0, {V}): {tokens[outside][:5].tolist()}")
             return
         counts = torch.bincount(tokens, minlength=V).tolist()
         expected = case.position_distributions[j].tolist()
         gof = stats.chi_square_gof(dict(enumerate(expected)), dict(enumerate(counts)))
         if gof.impossible:
-            fail(result, f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
+            result.fail(f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
             return
         p_values.append(gof.p_value)
+        detectable.append(stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1)))
         if j == 0:
-            result.detectable_tv = stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1))
             result.samples = gof.samples
         if worst is None or gof.p_value < worst[1].p_value:
             worst = (j, gof)
+    _state_power(result, detectable, "tv")
     result.p_value = stats.bonferroni(p_values)
     result.statistic = worst[1].statistic if worst else None
     result.message = (f"{len(p_values)} positions; least likely position {worst[0]}: chi2={worst[1].statistic:.2f} "
                       f"on {worst[1].dof} dof" if worst else "no samples")
     if result.p_value < alpha:
-        fail(result, "token distribution differs from the exact one: " + result.message)
+        result.fail("token distribution differs from the exact one: " + result.message)
 
 
 def _acceptance_rate(result, case: StatCase, out) -> None:
     n = out.num_accepted.cpu()
     expected = case.acceptance_by_position
-    p_values, lines = [], []
+    p_values, lines, detectable = [], [], []
     for j in range(case.k):
         trials, accepted = int((n >= j).sum()), int((n > j).sum())
         if trials == 0:
             continue
         p_values.append(stats.binomial_test(accepted, trials, float(expected[j])))
         lines.append(f"pos {j}: {accepted}/{trials}={accepted / trials:.4f} vs {float(expected[j]):.4f}")
+        detectable.append(stats.detectable_delta_binomial(trials, float(expected[j]), result.alpha / case.k))
         if j == 0:
             result.samples, result.statistic = trials, accepted / trials
-            result.detectable_tv = stats.detectable_delta_binomial(trials, float(expected[0]), result.alpha / case.k)
+    _state_power(result, detectable, "acceptance")
     result.p_value = stats.bonferroni(p_values)
     result.message = "; ".join(lines)
     if result.p_value < result.alpha:
-        fail(result, "acceptance rate differs from theory: " + result.message)
+        result.fail("acceptance rate differs from theory: " + result.message)
 
 
 def _synthetic_rate(result, case: StatCase, out) -> None:
@@ -162,11 +134,18 @@ def _synthetic_rate(result, case: StatCase, out) -> None:
     result.samples, result.statistic = N, z
     result.p_value = float(2 * sps.norm.sf(abs(z)))
     z_need = sps.norm.isf(result.alpha / 2) + sps.norm.isf(1 - stats.POWER)
-    result.detectable_tv = z_need * math.sqrt(var / N) / case.steps
+    _state_power(result, [z_need * math.sqrt(var / N) / case.steps], "rate")
     result.message = (f"mean joint acceptance {observed / case.steps:.4f} vs configured r={case.rate} "
                       f"(exact mean num_accepted {mean:.4f})")
     if result.p_value < result.alpha:
-        fail(result, "synthetic rate differs: " + result.message)
+        result.fail("synthetic rate differs: " + result.message)
+
+
+def _state_power(result, detectable: list[float], measure: str) -> None:
+    """Power at every position tested; the report shows the worst (largest) detectable deviation."""
+    result.detectable_by_position = detectable
+    result.detectable = max(detectable) if detectable else None
+    result.detectable_measure = measure
 
 
 # The statistics of each check, given a case and an output of replicated requests: the checks above and
@@ -175,20 +154,20 @@ EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acc
               "synthetic_rate": _synthetic_rate}
 
 
-def check_token_distribution(backend, case_name: str, profile: Profile, run_seed: int = 0):
+def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
     """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
-    return _run("token_distribution", backend, case_name, profile, run_seed, _token_distribution)
+    _token_distribution(ctx.result, *_sampled(ctx, case_name, "token_distribution", run_seed))
 
 
-def check_acceptance_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
+def check_acceptance_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
     """Acceptances at each position ~ Binomial(reached, alpha_j) (or c_j for the synthetic rule)."""
-    return _run("acceptance_rate", backend, case_name, profile, run_seed, _acceptance_rate)
+    _acceptance_rate(ctx.result, *_sampled(ctx, case_name, "acceptance_rate", run_seed))
 
 
-def check_synthetic_rate(backend, case_name: str, profile: Profile, run_seed: int = 0):
+def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
     """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
-    return _run("synthetic_rate", backend, case_name, profile, run_seed, _synthetic_rate)
+    _synthetic_rate(ctx.result, *_sampled(ctx, case_name, "synthetic_rate", run_seed))
 
 
 __all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
-           "check_token_distribution", "sample_case", "statistical_test_count"]
+           "check_token_distribution", "sample_case", "statistical_needs", "statistical_test_count"]

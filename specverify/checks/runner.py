@@ -1,0 +1,300 @@
+"""The one runner every check goes through: declaration, applicability, guarded calls, verdict.
+
+A check is declared once (``Check``): its kind, its cases, and what it needs from a backend
+(``Needs``: a method, a noise path, the profile's device, CUDA graphs). ``execute`` then
+
+1. decides n/a from the declaration alone (the reason names what is missing);
+2. hands the check a ``Context`` whose ``backend`` is a ``GuardedBackend``: every call gets a private
+   copy of its inputs (the caller's tensors, from which the reference is computed, are never handed
+   to the backend), fails if the backend wrote into that copy, validates every output the same way
+   (SPEC 1: int64, shapes, device, ids in [0, V) or -1 padding, accepted tokens equal to the drafts),
+   and records what the call exercised (method, noise path, greedy requests) for the coverage report;
+3. times the check and turns any exception into a FAIL line naming it;
+4. bounds the disagreements excused as numerically ambiguous, by one rule for every check
+   (``Context.agree``), at the harness's tolerance or the backend's tighter one.
+
+Check functions are ``fn(ctx, case) -> None``: they raise ``CheckFailure`` (or call ``ctx.fail``)
+and fill ``ctx.result`` with their statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from reference import Noise, SpecBatch, SpecOutput
+from specverify.backends import HARNESS_AMBIGUITY_MARGIN
+from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
+from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
+from specverify.registry import checked_backend
+from specverify.strategies import Profile
+
+KINDS = ("exact", "statistical", "structural")
+CORE_KINDS = ("exact", "statistical")    # SPEC 4.1 and 4.2: agreement with the reference, distributions
+
+
+class CheckFailure(AssertionError):
+    """A property does not hold; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a (check, case) needs a backend to declare before it can run.
+
+    noise: "any" (some noise path), "injected", "philox" (a seeded path reproducing the reference's
+    stream), "shared" (injected, or the philox seeded stream: noise the reference can share), None.
+    """
+
+    method: str | None = "standard"
+    noise: str | None = "any"
+    device: bool = True
+    cuda_graphs: bool = False
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: str                                  # "exact", "statistical", "structural"
+    fn: Callable                               # fn(ctx, case) -> None
+    cases: tuple
+    doc: str
+    needs: Callable[[str], Needs] = lambda case: Needs()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"check {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+
+
+def _has_noise(caps, noise: str) -> str | None:
+    declared = caps.noise
+    if noise == "any":
+        return None if declared else "backend declares no noise path"
+    if noise == "injected":
+        return None if "injected" in declared else "backend does not declare injected noise"
+    philox = "seeded" in declared and caps.seeded_stream == "philox"
+    if noise == "philox":
+        if "seeded" not in declared:
+            return "backend does not declare seeded noise"
+        return None if philox else ("backend's seeded stream is its own (not reproducible by the reference): "
+                                    "checked statistically")
+    if noise == "shared":
+        return None if "injected" in declared or philox else "needs injected noise or the reference's seeded stream"
+    raise ValueError(f"unknown noise need {noise!r}")
+
+
+def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
+    """None if a backend with ``caps`` can be checked for ``needs`` on ``profile``, else why not."""
+    if needs.cuda_graphs:
+        if profile.device != "cuda":
+            return (f"profile device is {profile.device}: CUDA graphs are checked only on a CUDA device "
+                    "(nightly GPU profile); not covered by this run")
+        if not getattr(caps, "cuda_graphs", False):
+            return "backend does not declare cuda_graphs"
+    if needs.method is not None and needs.method not in caps.methods:
+        return f"backend does not declare method {needs.method!r}"
+    if needs.noise is not None:
+        why = _has_noise(caps, needs.noise)
+        if why:
+            return why
+    if needs.device and profile.device not in caps.devices:
+        return f"backend does not run on {profile.device}"
+    return None
+
+
+# ---- guarded calls --------------------------------------------------------------------------------
+BATCH_FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")
+
+
+def private_batch(batch: SpecBatch) -> SpecBatch:
+    """A copy of ``batch`` sharing no memory with it. Built without re-validating: the caller's batch
+    was validated at construction, and a copy of valid tensors is valid."""
+    copy = object.__new__(SpecBatch)
+    for name in BATCH_FIELDS:
+        value = getattr(batch, name)
+        object.__setattr__(copy, name, None if value is None else value.clone())
+    return copy
+
+
+def _changed(name: str, given, original) -> str | None:
+    if original is None and given is None:
+        return None
+    if not isinstance(given, torch.Tensor) or given is None or original is None \
+            or given.shape != original.shape or given.dtype != original.dtype:
+        return f"{name} (replaced)"
+    if torch.equal(given, original):
+        return None
+    diff = int((given != original).sum())
+    return f"{name} ({diff} of {original.numel()} elements changed)"
+
+
+def output_problems(batch: SpecBatch, out, device: torch.device | None = None, limit: int = 5) -> list[str]:
+    """SPEC 1 output structure, checked the same way for every call: a SpecOutput of int64 tensors on
+    the batch's device, token_ids [B, >= K + 1], num_accepted [B] in [0, k_b], the accepted tokens equal
+    to the drafts, every emitted id in [0, V), -1 after the emitted tokens."""
+    if not isinstance(out, SpecOutput):
+        return [f"backend returned {type(out).__name__}, expected SpecOutput"]
+    ids, n = out.token_ids, out.num_accepted
+    if not isinstance(ids, torch.Tensor) or not isinstance(n, torch.Tensor):
+        return [f"outputs are {type(ids).__name__} and {type(n).__name__}, expected tensors"]
+    B, V, K = batch.num_requests, batch.vocab_size, batch.max_draft
+    problems = []
+    if ids.dtype != torch.int64 or n.dtype != torch.int64:
+        problems.append(f"dtypes token_ids={ids.dtype}, num_accepted={n.dtype}; expected int64")
+    if device is not None and (ids.device != device or n.device != device):
+        problems.append(f"outputs on token_ids={ids.device}, num_accepted={n.device}; the batch is on {device}")
+    if ids.dim() != 2 or ids.shape[0] != B or ids.shape[1] < K + 1:
+        return problems + [f"token_ids shape {tuple(ids.shape)}, expected [B, K + 1] = [{B}, >= {K + 1}]"]
+    if tuple(n.shape) != (B,):
+        return problems + [f"num_accepted shape {tuple(n.shape)}, expected [{B}]"]
+    if ids.is_floating_point() or n.is_floating_point() or ids.dtype == torch.bool:
+        return problems
+    ids, n = ids.cpu().long(), n.cpu().long()
+    k = batch.num_draft_tokens.cpu()
+    pos = torch.arange(ids.shape[1])
+    emitted = pos[None, :] <= n[:, None]
+    accepted = pos[None, :] < n[:, None]
+    T = batch.num_drafts
+    if T:
+        slot = (batch.draft_offsets().cpu()[:-1, None] + pos[None, :]).clamp(max=T - 1)
+        drafts = torch.where(pos[None, :] < k[:, None], batch.draft_token_ids.cpu()[slot], -2)
+    else:
+        drafts = torch.full_like(ids, -2)
+    bad_count = (n < 0) | (n > k)
+    out_of_range = (emitted & ((ids < 0) | (ids >= V))).any(1)
+    not_drafts = (accepted & (ids != drafts)).any(1)
+    not_padded = (~emitted & (ids != -1)).any(1)
+    bad = bad_count | out_of_range | not_drafts | not_padded
+    for b in bad.nonzero().flatten().tolist():
+        a = int(n[b])
+        if bool(bad_count[b]):
+            problems.append(f"request {b}: num_accepted {a} outside [0, {int(k[b])}]")
+            continue
+        row = ids[b].tolist()
+        if bool(out_of_range[b]):
+            problems.append(f"request {b}: emitted ids {row[:a + 1]} outside [0, {V})")
+        if bool(not_drafts[b]):
+            problems.append(f"request {b}: accepted tokens {row[:a]} are not the drafts {drafts[b, :a].tolist()}")
+        if bool(not_padded[b]):
+            problems.append(f"request {b}: slots after the {a + 1} emitted tokens are {row[a + 1:]}, expected -1")
+        if len(problems) >= limit:
+            break
+    return problems
+
+
+class GuardedBackend:
+    """The backend as every check sees it (see the module docstring). Attributes other than the call
+    (``name``, ``capabilities``, ``sample_into``, helpers) pass through unchanged."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+        self.covered: set[str] = set()
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    @property
+    def wrapped(self):
+        """The backend itself (for inspecting its signature, never for calling around the guard)."""
+        return self._backend
+
+    def __call__(self, batch: SpecBatch, *, noise: Noise | None = None, seed=None, **kwargs) -> SpecOutput:
+        given = private_batch(batch)
+        given_noise = None if noise is None else Noise(noise.uniform.clone(), noise.exponential.clone())
+        given_seed = seed.clone() if isinstance(seed, torch.Tensor) else seed
+        try:
+            out = self._backend(given, noise=given_noise, seed=given_seed, **kwargs)
+        except SystemExit as exc:
+            raise CheckFailure(f"the backend called sys.exit({exc.code!r}) during a call") from None
+        written = [c for c in (*(_changed(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS),
+                               *((_changed("noise.uniform", given_noise.uniform, noise.uniform),
+                                  _changed("noise.exponential", given_noise.exponential, noise.exponential))
+                                 if noise is not None else ()),
+                               _changed("seed", given_seed, seed) if isinstance(seed, torch.Tensor) else None) if c]
+        if written:
+            raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
+        problems = output_problems(batch, out, batch.device)
+        if problems:
+            raise CheckFailure("output structure: " + "; ".join(problems[:3]))
+        self.covered.add(kwargs.get("method", "standard"))
+        self.covered.add("injected" if noise is not None else "seeded")
+        if bool((batch.temperature == 0).any()):
+            self.covered.add("greedy")
+        return out
+
+
+# ---- context and execution ------------------------------------------------------------------------
+@dataclass
+class Context:
+    backend: GuardedBackend
+    profile: Profile
+    result: CheckResult
+    decisions: int = 0
+    ambiguous: list = field(default_factory=list)
+
+    @property
+    def tolerance(self) -> float:
+        """The harness's ambiguity margin, or the backend's tighter one."""
+        return min(HARNESS_AMBIGUITY_MARGIN, getattr(self.backend.capabilities, "ambiguity_margin",
+                                                     HARNESS_AMBIGUITY_MARGIN))
+
+    def agree(self, batch: SpecBatch, got: SpecOutput, noise: Noise, *, where: str = "", **kwargs) -> Comparison:
+        """Compare ``got`` with the reference under ``noise``: a real divergence fails at once; ambiguous
+        ones are counted, and ``execute`` bounds them for the whole check."""
+        cmp = compare_to_reference(batch, got, noise, tol=self.tolerance, **kwargs)
+        if cmp.real:
+            prefix = f"{where}: " if where else ""
+            raise CheckFailure(f"{prefix}{len(cmp.real)} real divergence(s) from the reference; first: {cmp.real[0]}")
+        self.decisions += cmp.decisions
+        self.ambiguous.extend(cmp.ambiguous)
+        return cmp
+
+    def fail(self, message: str, counterexample: str | None = None) -> None:
+        self.result.fail(message, counterexample)
+
+
+def _bound_ambiguous(ctx: Context) -> None:
+    if not ctx.decisions:
+        return
+    bound = ambiguous_bound(ctx.decisions)
+    note = f"{ctx.decisions} decisions vs the reference, {len(ctx.ambiguous)} ambiguous (bound {bound})"
+    result = ctx.result
+    result.message = f"{result.message}; {note}" if result.message else note
+    if result.kind == "exact":
+        result.statistic = float(len(ctx.ambiguous))
+        result.samples = result.samples or ctx.decisions
+    if len(ctx.ambiguous) > bound and result.status != FAIL:
+        ctx.fail(f"too many ambiguous divergences: {note}; e.g. {ctx.ambiguous[0]}")
+
+
+def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
+    """Run one declared check on one case; always returns a CheckResult (never raises for the backend)."""
+    name = getattr(backend, "name", repr(backend))
+    result = CheckResult(check=check.name, case=case, backend=str(name), kind=check.kind, status=PASS)
+    start = time.perf_counter()
+    try:
+        backend = checked_backend(backend, str(name))
+        why = not_applicable_because(check.needs(case), backend.capabilities, profile)
+        if why:
+            result.status, result.message = NOT_APPLICABLE, why
+            return result
+        ctx = Context(GuardedBackend(backend), profile, result)
+        try:
+            check.fn(ctx, case)
+        finally:
+            result.covered = sorted(ctx.backend.covered)
+        if result.status != FAIL:
+            _bound_ambiguous(ctx)
+    except CheckFailure as exc:
+        result.status, result.message = FAIL, str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever the backend raises is a finding, never a crash
+        result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
+    finally:
+        result.seconds = time.perf_counter() - start
+    return result
+
+
+__all__ = ["CORE_KINDS", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "execute",
+           "not_applicable_because", "output_problems", "private_batch"]

@@ -1,0 +1,223 @@
+"""Checks in child processes: a backend that hangs, crashes, exits or corrupts the GPU ends one check
+as a FAIL line, never the run.
+
+Each worker is a child process (forked from a server that has imported the harness, so a fresh one
+starts in well under a second) that loads the backend itself and runs (check, case) pairs one at a
+time through ``specverify.checks.run_check``. The parent never imports the backend's module. It
+waits for each pair under a per-check timeout; on a timeout it kills the worker, on a dead worker it
+reads how it died (signal, exit status), and in both cases records a FAIL naming that and starts a
+new worker for the remaining pairs. Backend output on stdout goes to stderr in the workers, so the
+report on stdout stays readable.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+from specverify.checks import CHECKS, FAIL, CheckResult
+from specverify.strategies import Profile
+
+CUDA_FAULT_MARKERS = ("CUDA error", "device-side assert", "cudaError", "illegal memory access")
+
+
+class BackendLoadError(RuntimeError):
+    """The backend could not be loaded in a worker (import error, bad declaration, crash at import)."""
+
+
+@dataclass
+class Loaded:
+    name: str
+    capabilities: object
+
+
+def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int) -> None:
+    """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
+    os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
+    sys.path[:] = sys_path
+    import torch  # noqa: PLC0415
+
+    from specverify.checks import run_check  # noqa: PLC0415
+    from specverify.registry import get_backend  # noqa: PLC0415
+    torch.set_num_threads(threads)
+    try:
+        backend = get_backend(spec)
+        caps = backend.capabilities
+        conn.send(("loaded", Loaded(str(backend.name), caps)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which exits with status 2
+        conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
+        return
+    while True:
+        request = conn.recv()
+        if request is None:
+            return
+        check, case = request
+        try:
+            result = run_check(backend, check, case, profile)
+        except SystemExit as exc:
+            conn.send(("last", _fail(check, case, backend.name,
+                                     f"the backend called sys.exit({exc.code!r}) during the check")))
+            return
+        # The CUDA context is unusable after a fault: the next check gets a fresh worker.
+        last = result.status == FAIL and any(m in result.message for m in CUDA_FAULT_MARKERS)
+        conn.send(("last" if last else "result", result))
+        if last:
+            return
+
+
+def _fail(check: str, case: str, backend: str, message: str) -> CheckResult:
+    return CheckResult(check=check, case=case, backend=backend, kind=CHECKS[check].kind, status=FAIL,
+                       message=message)
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "the worker process died"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the backend crashed the worker process ({name})"
+    return (f"the worker process exited with status {exitcode} during the check (the backend ended the "
+            "process, e.g. os._exit or exit)")
+
+
+class _Worker:
+    def __init__(self, ctx, spec: str, profile: Profile, threads: int) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, spec, profile, list(sys.path), threads), daemon=True)
+        self.proc.start()
+        child.close()
+        self.item = None          # (index, check, case) in flight
+        self.deadline = None
+        self.started = None
+
+    def send(self, index: int, check: str, case: str, timeout: float) -> None:
+        self.item, self.started = (index, check, case), time.perf_counter()
+        self.deadline = self.started + timeout
+        self.conn.send((check, case))
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+class CheckPool:
+    """Runs (check, case) pairs of one backend in ``workers`` child processes, each under ``timeout``."""
+
+    def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
+        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["specverify.checks"])
+        self._live: list[_Worker] = []
+        self.loaded: Loaded | None = None
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self._ctx, self.spec, self.profile, self.threads)
+        limit = max(self.timeout, 120.0)
+        deadline = time.perf_counter() + limit
+        while not worker.conn.poll(0.2) and worker.proc.is_alive():
+            if time.perf_counter() > deadline:
+                worker.kill()
+                raise BackendLoadError(f"loading backend {self.spec!r} took over {limit:g} s")
+        try:
+            kind, payload = worker.conn.recv()
+        except (EOFError, OSError):
+            worker.proc.join(5)
+            worker.kill()
+            raise BackendLoadError(f"loading backend {self.spec!r}: {_death(worker.proc.exitcode)}") from None
+        if kind == "load_error":
+            worker.kill()
+            raise BackendLoadError(f"loading backend {self.spec!r}: {payload}")
+        self.loaded = payload
+        self._live.append(worker)
+        return worker
+
+    def load(self) -> Loaded:
+        """Start one worker (loading the backend there) and return what it declares."""
+        if not self._live:
+            self._spawn()
+        return self.loaded
+
+    def run(self, pairs: list[tuple[str, str]], on_result=None) -> list[CheckResult]:
+        """Results in the order of ``pairs``; ``on_result(i, result)`` as each finishes. On KeyboardInterrupt
+        the workers are killed and the exception propagates; ``self.finished`` holds what completed."""
+        self.finished: dict[int, CheckResult] = {}
+        pending = deque((i, check, case) for i, (check, case) in enumerate(pairs))
+        try:
+            while pending or any(w.item for w in self._live):
+                while pending and len(self._live) < self.workers:
+                    self._spawn()
+                for worker in self._live:
+                    if worker.item is None and pending:
+                        worker.send(*pending.popleft(), self.timeout)
+                busy = [w for w in self._live if w.item is not None]
+                now = time.perf_counter()
+                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
+                     timeout=max(0.0, min(w.deadline for w in busy) - now) + 0.05)
+                for worker in busy:
+                    self._collect(worker, on_result)
+        except BaseException:
+            self.close()
+            raise
+        return [self.finished[i] for i in range(len(pairs))]
+
+    def _collect(self, worker: _Worker, on_result) -> None:
+        index, check, case = worker.item
+        result, last = None, False
+        if worker.conn.poll():
+            try:
+                kind, result = worker.conn.recv()
+                last = kind == "last"
+            except (EOFError, OSError):
+                result = None
+        if result is None and worker.proc.is_alive() and time.perf_counter() < worker.deadline:
+            return   # still running
+        if result is None:
+            if worker.proc.is_alive():
+                message = (f"timed out after {self.timeout:g} s (--timeout): the check did not finish; "
+                           "the worker was killed")
+            else:
+                worker.proc.join(5)
+                message = _death(worker.proc.exitcode)
+            result = _fail(check, case, self.loaded.name, message)
+            result.seconds = time.perf_counter() - worker.started
+            worker.kill()
+        worker.item = None
+        if last:
+            worker.proc.join(5)
+            worker.kill()
+        if worker.conn.closed:
+            self._live.remove(worker)
+        self.finished[index] = result
+        if on_result:
+            on_result(index, result)
+
+    def close(self) -> None:
+        for worker in self._live:
+            try:
+                if worker.item is None and worker.proc.is_alive():
+                    worker.conn.send(None)
+                    worker.proc.join(2)
+            except OSError:
+                pass
+            worker.kill()
+        self._live = []
+
+
+__all__ = ["BackendLoadError", "CheckPool", "Loaded"]

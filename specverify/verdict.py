@@ -1,0 +1,85 @@
+"""The verdict of a run: what was checked (coverage), and whether that earns a PASS.
+
+A run passes only when no check failed, at least one check of a core property (SPEC 4.1 agreement
+with the reference, 4.2 distributions) actually ran, and everything the caller requires
+(``--require standard,greedy,synthetic,injected,seeded``) is declared by the backend and exercised
+by a core check that ran. An n/a is never a pass: it is listed with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specverify.checks import CORE_KINDS, FAIL, NOT_APPLICABLE, CheckResult
+
+REQUIREMENTS = ("standard", "greedy", "synthetic", "injected", "seeded")
+
+
+def parse_requirements(text: str | None) -> tuple[str, ...]:
+    """"standard,seeded" -> ("standard", "seeded"); an unknown name is a ValueError naming it."""
+    names = tuple(n.strip() for n in (text or "").split(",") if n.strip())
+    unknown = [n for n in names if n not in REQUIREMENTS]
+    if unknown:
+        raise ValueError(f"unknown requirement(s) {unknown}: use a comma-separated subset of {', '.join(REQUIREMENTS)}")
+    return names
+
+
+def declared(caps) -> set[str]:
+    """The requirement names a backend's capabilities declare (greedy requests belong to every method)."""
+    names = {m for m in caps.methods if m in REQUIREMENTS} | {p for p in caps.noise if p in REQUIREMENTS}
+    if caps.methods:
+        names.add("greedy")
+    return names
+
+
+def describe(caps) -> str:
+    def shown(values):
+        return ", ".join(sorted(str(v).replace("torch.", "") for v in values)) or "none"
+    return (f"methods: {shown(caps.methods)}; noise: {shown(caps.noise)}; devices: {shown(caps.devices)}; "
+            f"logit dtypes: {shown(caps.logit_dtypes)}; seeded stream: {caps.seeded_stream}; "
+            f"cuda graphs: {'yes' if getattr(caps, 'cuda_graphs', False) else 'no'}")
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    reasons: list = field(default_factory=list)      # why the run did not pass, besides failed checks
+    coverage: dict = field(default_factory=dict)     # requirement name -> ids of core checks exercising it
+    not_applicable: dict = field(default_factory=dict)  # check id -> reason
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "reasons": self.reasons, "coverage": self.coverage,
+                "not_applicable": self.not_applicable}
+
+    def lines(self) -> list[str]:
+        out = ["coverage (core checks that ran, by what their calls exercised):"]
+        for name in REQUIREMENTS:
+            ids = self.coverage.get(name, [])
+            out.append(f"  {name:<10} {len(ids):>3} core check(s)" + ("" if ids else "  <- not checked"))
+        if self.not_applicable:
+            out.append(f"not applicable ({len(self.not_applicable)}; never counted as passed):")
+            out += [f"  {cid}: {why}" for cid, why in self.not_applicable.items()]
+        out += [f"VERDICT: {reason}" for reason in self.reasons]
+        return out
+
+
+def verdict(results: list[CheckResult], caps, require: tuple = ()) -> Verdict:
+    ran = [r for r in results if r.status != NOT_APPLICABLE]
+    core = [r for r in ran if r.kind in CORE_KINDS]
+    coverage = {name: [r.id for r in core if name in r.covered] for name in REQUIREMENTS}
+    reasons = []
+    if not core:
+        reasons.append("no check of a core property ran: the backend declares nothing checkable on this profile "
+                       f"({describe(caps)})")
+    have = declared(caps)
+    for name in require:
+        if name not in have:
+            reasons.append(f"required {name!r} is not declared by the backend ({describe(caps)})")
+        elif not coverage[name]:
+            reasons.append(f"required {name!r} is declared but no core check exercised it")
+    failed = any(r.status == FAIL for r in results)
+    return Verdict(passed=not failed and not reasons, reasons=reasons, coverage=coverage,
+                   not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE})
+
+
+__all__ = ["REQUIREMENTS", "Verdict", "declared", "describe", "parse_requirements", "verdict"]
