@@ -30,7 +30,7 @@ def align_draft_probs(cached_probs: torch.Tensor, cached_request_ids: list, requ
         if k == 0:
             continue
         if rid not in row_of:
-            raise KeyError(f"no cached draft probabilities for request {rid!r}, which has {k} drafts")
+            raise ValueError(f"no cached draft probabilities for request {rid!r}, which has {k} drafts")
         if k > cached_probs.shape[1]:
             raise ValueError(f"request {rid!r} has {k} drafts but only {cached_probs.shape[1]} cached positions")
         rows.append(cached_probs[row_of[rid], :k])

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -51,6 +52,9 @@ def pytest_addoption(parser):
                          "GPU) or a list of device ids '0,1,3' (default: $SPECVERIFY_GPUS, else no pinning)")
     group.addoption("--specverify-json", default=None, metavar="FILE",
                     help="write every CheckResult of the run (all workers) to FILE as JSON")
+    group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
+                    help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
+                         "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
 
 
 def visible_gpus() -> list[str]:
@@ -96,34 +100,7 @@ def pytest_configure(config):
     if profile:
         os.environ["SPECVERIFY_PROFILE"] = profile
     _pin_gpu(config)
-    config._specverify_results = []
     config._specverify_start = time.perf_counter()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_pyfunc_call(pyfuncitem):
-    """With --specverify-json: record the CheckResults a suite test obtains through its module's
-    ``run_check`` (the shipped suite's), and attach them to the test report (xdist ships them)."""
-    module = getattr(pyfuncitem, "module", None)
-    original = getattr(module, "run_check", None)
-    if not pyfuncitem.config.getoption("--specverify-json", default=None) or original is None \
-            or getattr(original, "__module__", "") != "specverify.checks":
-        yield
-        return
-    recorded = []
-
-    def recording(*args, **kwargs):
-        result = original(*args, **kwargs)
-        recorded.append(result)
-        return result
-
-    module.run_check = recording
-    try:
-        yield
-    finally:
-        module.run_check = original
-        for result in recorded:
-            pyfuncitem.user_properties.append((_RESULT_KEY, json.dumps(result.to_json())))
 
 
 def pytest_runtest_logreport(report):
@@ -137,28 +114,61 @@ def pytest_runtest_logreport(report):
 _COLLECTED: list = []
 
 
+def _judge(config) -> None:
+    """The run's verdict over every CheckResult the suite recorded (from all workers): coverage and
+    --specverify-require, which pytest's own pass/fail counts cannot see."""
+    from specverify.checks import CheckResult  # noqa: PLC0415
+    from specverify.registry import get_backend  # noqa: PLC0415
+    from specverify.verdict import parse_requirements, verdict  # noqa: PLC0415
+    results = [CheckResult.from_json(r) for r in sorted(_COLLECTED, key=lambda r: (r["check"], r["case"]))]
+    caps = get_backend(config.getoption("--specverify-backend")).capabilities
+    config._specverify_verdict = verdict(results, caps, parse_requirements(config.getoption("--specverify-require")))
+    config._specverify_results = results
+
+
 def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("--specverify-json", default=None)
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+    config = session.config
+    # xdist workers carry ``workerinput``; only the controller (or a run without xdist) judges the run.
+    if getattr(config, "workerinput", None) or not _COLLECTED:
         return
-    from specverify.checks import check_alpha  # noqa: PLC0415
-    from specverify.strategies import get_profile  # noqa: PLC0415
-    profile = get_profile(session.config.getoption("--specverify-profile"))
-    device = session.config.getoption("--specverify-device") or profile.device
-    results = sorted(_COLLECTED, key=lambda r: (r["check"], r["case"]))
-    doc = {"backend": session.config.getoption("--specverify-backend"), "profile": profile.name, "device": device,
-           "family_alpha": profile.family_alpha, "check_alpha": check_alpha(profile),
-           "seconds": time.perf_counter() - session.config._specverify_start,
-           "passed": not any(r["status"] == "fail" for r in results), "pytest_exitstatus": int(exitstatus),
-           "results": results}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
+    _judge(config)
+    outcome = config._specverify_verdict
+    if outcome.reasons and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    path = config.getoption("--specverify-json", default=None)
+    if path:
+        from specverify.report import document, write_json  # noqa: PLC0415
+        from specverify.strategies import get_profile  # noqa: PLC0415
+        profile = get_profile(config.getoption("--specverify-profile"))
+        device = config.getoption("--specverify-device")
+        if device:
+            profile = replace(profile, device=device)
+        write_json(path, document(config._specverify_results, config.getoption("--specverify-backend"), profile,
+                                  time.perf_counter() - config._specverify_start, outcome,
+                                  pytest_exitstatus=int(session.exitstatus)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    outcome = getattr(config, "_specverify_verdict", None)
+    if outcome is None:
+        return
+    terminalreporter.section("specverify verdict")
+    for line in outcome.lines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line("PASSED" if outcome.passed else "FAILED")
+
+
+@pytest.fixture
+def specverify_record(request):
+    """``record(result)``: attach a CheckResult to this test's report, for the run's verdict and JSON."""
+    def record(result):
+        request.node.user_properties.append((_RESULT_KEY, json.dumps(result.to_json())))
+        return result
+    return record
 
 
 @pytest.fixture(scope="session")
 def specverify_profile(request):
-    from dataclasses import replace  # noqa: PLC0415
-
     from specverify.strategies import get_profile  # noqa: PLC0415
     profile = get_profile(request.config.getoption("--specverify-profile"))
     device = request.config.getoption("--specverify-device")

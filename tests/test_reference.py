@@ -362,9 +362,9 @@ def test_alignment_follows_the_current_batch_order():
     assert torch.equal(got, torch.cat([cache[2, :1], cache[0, :2]]))
 
 
-def test_alignment_missing_request_raises_key_error_naming_it():
+def test_alignment_missing_request_raises_value_error_naming_it():
     """A request with drafts but no cached row is an explicit error, never a silent shift."""
-    with pytest.raises(KeyError, match="'d'"):
+    with pytest.raises(ValueError, match="'d'"):
         align_draft_probs(_cache(), ["a", "b", "c"], ["a", "d"], torch.tensor([1, 1]))
 
 
