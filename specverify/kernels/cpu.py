@@ -9,7 +9,8 @@ Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
 The call is a pipeline of small methods (``temperatures``, ``layout``, ``draft_rows``, ``draft_probs_for``,
 ``exponential_for``, ``target_weights``, ``accept_mask``, ``greedy_argmax``,
 ``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``, ``assemble_output``)
-so that each mutant in ``specverify.mutants`` overrides one of them and breaks exactly one thing.
+so that a subclass can replace exactly one step. One class attribute goes with them:
+``recover_while_deciding``, which a subclass sets False when its ``draft_rows`` are not each draft's own row.
 
 Why it is fast:
 
@@ -18,7 +19,7 @@ Why it is fast:
   never read again;
 - rows are never normalised: the race is invariant to a positive scale per row, so p is carried as
   weights w and their sum (p = w / sum w), and the residual as w - sum(w) q;
-- the exponential is exp2 (twice as fast as exp on the CPU), and the race's argmax is a vectorized
+- the exponential is exp2 (cheaper than exp on the CPU), and the race's argmax is a vectorized
   amax over chunks (``first_argmax``) instead of torch.max with indices;
 - like the reference, which stops at a request's first rejection, only the draft rows that can matter
   are read: draft positions are taken in position-major order, a tile of rows at a time, skipping the
@@ -41,8 +42,8 @@ from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
 # Elements per row tile: rows are processed in tiles of 4 MiB of float32, so that a tile's temporaries
 # stay in the last-level cache between the passes over it while each pass stays long enough to amortise
-# its dispatch (on the 2-core development VM 1 << 20 beat 1 << 18, 1 << 19 and 1 << 21 at B=64, V=32,000:
-# ci/bench_cpu.py). Loops are over fixed-size tiles, never over requests or positions.
+# its dispatch (ci/bench_cpu.py chose it; docs/benchmarks.md). Loops are over fixed-size tiles, never over
+# requests or positions.
 TILE_ELEMENTS = 1 << 20
 # Draft rows decided per step of the position-major walk (each step costs a few small bookkeeping ops).
 DECIDE_ELEMENTS = 1 << 21
@@ -54,7 +55,7 @@ LOG2_E = 1.4426950408889634  # 1 / ln 2: exp(y) = 2 ** (y * LOG2_E)
 def first_argmax(scores: torch.Tensor, chunk: int = ARGMAX_CHUNK) -> torch.Tensor:
     """[R] index of each row's maximum in scores [R, V], the lowest index among ties (as torch.max).
 
-    torch.max with indices is not vectorized over a row on the CPU (about 10x slower than amax), so the
+    torch.max with indices is not vectorized over a row on the CPU (amax is), so the
     row is cut into chunks: a vectorized amax per chunk, then torch.max only over the chunk maxima and
     over the one chunk holding the first maximum. The first chunk whose maximum equals the row's holds
     the row's first maximal entry, so ties still go to the lowest index. A trailing partial chunk is
@@ -98,6 +99,11 @@ class CpuBackend(Backend):
     capabilities = Capabilities(
         devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES,
         notes=("pure PyTorch, float32 math; seeded noise is the reference's Philox stream, drawn on the CPU",))
+    # Subclass hook. True: a rejected draft's recovered token is drawn while deciding it, from the weights of
+    # its ``draft_rows`` row, which is then the row that emits the token. A subclass whose ``draft_rows`` gives
+    # other rows than each draft's own target row sets it False: the recovered token is then drawn afterwards
+    # from the row at the first rejection, logit_offsets[b] + num_accepted[b].
+    recover_while_deciding: bool = True
 
     # ---- the call -------------------------------------------------------------------------------
     def _sample(self, batch: SpecBatch, *, method: str, noise: Noise | None, seed,
@@ -125,9 +131,7 @@ class CpuBackend(Backend):
             accept = self.synthetic_accept(uniform, rates[lay.position])
         else:
             rows = self.draft_rows(lay)
-            # The recovered token is drawn from the acceptance test's own distribution only when that is the
-            # request's draft row (not when a mutant moved the rows): one check per call.
-            own_rows = T > 0 and torch.equal(rows, CpuBackend.draft_rows(self, lay))
+            own_rows = self.recover_while_deciding
 
             def decide_random(idx: torch.Tensor) -> torch.Tensor:
                 # Everything small is gathered once per window; a tile below takes views of it.
@@ -277,7 +281,8 @@ class CpuBackend(Backend):
         return Layout(d_off, l_off, request, position, padded, valid)
 
     def draft_rows(self, lay: Layout) -> torch.Tensor:
-        """[T] logit row of each draft position: request b's row j is logit_offsets[b] + j."""
+        """[T] logit row of each draft position: request b's row j is logit_offsets[b] + j. An override that
+        returns other rows sets ``recover_while_deciding = False``."""
         return lay.logit_offsets[lay.request] + lay.position
 
     def draft_probs_for(self, batch: SpecBatch) -> torch.Tensor | None:
@@ -295,7 +300,7 @@ class CpuBackend(Backend):
 
         w = 2 ** ((l - max l) * log2(e) / t): one new float32 tensor, everything else in place (each row has a
         finite logit: batch validation; the maximum of l / t is at the maximum of l since t > 0). exp2 is
-        about twice as fast as exp on the CPU, and the scale folds into the 1 / t multiply."""
+        cheaper than exp on the CPU, and the scale folds into the 1 / t multiply."""
         if logits.dtype == torch.float32:
             w = logits - logits.amax(dim=1, keepdim=True)
         else:  # one conversion, then in place (reductions over bf16/fp16 are slow on the CPU)

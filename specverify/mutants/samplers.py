@@ -1,4 +1,4 @@
-"""Deliberately buggy samplers: each is the correct CpuBackend with one step replaced (issue 5).
+"""Deliberately buggy samplers: each is the correct CpuBackend with one step replaced.
 
 Every class docstring names the bug and the seed report it reproduces (SPEC section 6); ``name`` is the
 mutant's registry name. They exist to prove the harness catches each bug class; never use them.
@@ -178,6 +178,7 @@ class OffByOneLogitsRow(CpuBackend):
     """Draft position j reads logit row j + 1, so the last draft is judged against the bonus row (classic)."""
 
     name = "off_by_one_logits_row"
+    recover_while_deciding = False  # its draft rows are not the rows that emit the recovered token
 
     def draft_rows(self, lay: Layout):
         return super().draft_rows(lay) + 1
