@@ -36,8 +36,8 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from reference import philox  # noqa: E402
-from specverify.kernels import triton_sampler  # noqa: E402
-from specverify.kernels.triton_sampler import launch, launches, plan, triton_sample_into  # noqa: E402
+from specverify.kernels.triton_kernels import launches, plan, triton_sample_into  # noqa: E402
+from specverify.kernels.triton_launch import launch  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -237,7 +237,7 @@ def bench(Bs, Vs, dtypes, bw, l2_bytes, graphs: bool):
 
 
 def sweep(bw, l2_bytes):
-    """Launch-plan variants at the target shapes (printed; the defaults in triton_sampler come from it)."""
+    """Launch-plan variants at the target shapes (printed; the defaults in triton_kernels.plan come from it)."""
     out = []
     for B, V in ((1, 151_936), (32, 151_936), (128, 151_936)):
         sets = make_sets(B, V, torch.float32, l2_bytes)

@@ -6,7 +6,8 @@
 Paths: standard / greedy / mixed / synthetic rules, injected and seeded noise, float32 / bfloat16 /
 float16 logits, dense and one-hot (None) drafters, V not a multiple of the block, zero-draft requests
 (first, middle, last, all), B = 0 and B = 1, forced split-V launch plans (several splits per row, so the
-partial merge and the atomic rendezvous run), and the two helper kernels (seeded noise, -log u).
+partial merge and the atomic rendezvous run), and the two probe kernels of tests/triton_probes.py
+(seeded noise, -log u).
 Inputs are built on the CPU and copied over, so the sanitizer sees almost only the sampler's kernels.
 Every call is also compared with the reference (real divergences are an error), so a run that the
 sanitizer passes is also a correct one. Exit status 0 when all calls agree.
@@ -22,12 +23,14 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))   # triton_probes
 
 from reference import Noise, SpecBatch, SpecOutput  # noqa: E402
 from reference.philox import request_seeds, seeded_noise as ref_seeded_noise  # noqa: E402
 from reference.sample import synthetic_rates_f32  # noqa: E402
 from specverify.checks.differential import compare_to_reference  # noqa: E402
-from specverify.kernels.triton_sampler import negative_log, seeded_noise, triton_sample_into  # noqa: E402
+from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
+from triton_probes import negative_log, seeded_noise  # noqa: E402
 
 
 def batch_of(g, counts, V, dtype, drafter, greedy):
@@ -98,7 +101,7 @@ def run(device: str) -> int:
             if cmp.real:
                 print(f"  ERROR: {cmp.real[0]}", flush=True)
                 errors += 1
-    # helper kernels
+    # probe kernels (tests/triton_probes.py)
     k = torch.tensor([2, 0, 3], dtype=torch.int64)
     seeds = request_seeds(99, 3)
     got = seeded_noise(seeds.to(device), k.to(device), 1_001)

@@ -28,10 +28,12 @@ import reference  # noqa: E402
 from reference import Noise, SpecBatch, philox, select_requests  # noqa: E402
 from specverify import UnsupportedError, get_backend  # noqa: E402
 from specverify.generate import random_batch  # noqa: E402
-from specverify.kernels import triton_sampler  # noqa: E402
+from specverify.kernels import triton_kernels, triton_launch, triton_math, triton_sampler  # noqa: E402
 
-if not _CUDA and not triton_sampler._interpreted():
-    # Another module imported the kernels before the interpreter was switched on.
+if not _CUDA and not triton_kernels.interpreted():
+    # Another module imported the kernels before the interpreter was switched on: decorate them again.
+    triton_math = importlib.reload(triton_math)
+    triton_kernels = importlib.reload(triton_kernels)
     triton_sampler = importlib.reload(triton_sampler)
 
 TritonBackend = triton_sampler.TritonBackend
@@ -198,7 +200,7 @@ def test_every_output_element_is_written(device):
     for poison in (-7, 2**40):
         token_ids = torch.full((5, batch.max_draft + 1), poison, dtype=torch.int64, device=device)
         num_accepted = torch.full((5,), poison, dtype=torch.int64, device=device)
-        triton_sampler.triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
+        triton_kernels.triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                                           batch.target_logits, batch.draft_probs, batch.temperature, seeds=seeds,
                                           block_v=16, splits=(2, 2))
         outs.append((token_ids.cpu(), num_accepted.cpu()))
@@ -257,7 +259,7 @@ def test_cuda_graph_replay_equals_eager():
     seeds = philox.request_seeds(9, B).cuda()
     token_ids = torch.empty((B, K + 1), dtype=torch.int64, device="cuda")
     num_accepted = torch.empty(B, dtype=torch.int64, device="cuda")
-    launch = lambda: triton_sampler.triton_sample_into(token_ids, num_accepted, *static, seeds=seeds)  # noqa: E731
+    launch = lambda: triton_kernels.triton_sample_into(token_ids, num_accepted, *static, seeds=seeds)  # noqa: E731
     launch()  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -292,20 +294,20 @@ def test_production_vocabulary_default_plan_matches_reference(vocab):
 
 
 def test_fast_launch_key_separates_what_triton_specialises_on():
-    """The fast-relaunch cache (triton_sampler.launch) may reuse a compiled kernel only for a launch that
+    """The fast-relaunch cache (triton_launch.launch) may reuse a compiled kernel only for a launch that
     Triton would compile identically. Its key is the launch recipe (integers by value, dtypes, options)
     plus the alignment mask: a 4-byte-offset view (not 16-byte aligned), another dtype, stride, shape or
     option must each change the key; fresh tensors with the same properties must not."""
     base = torch.zeros(64)
-    assert triton_sampler.alignment_mask(base, None, base[4:]) == 0
-    assert triton_sampler.alignment_mask(base, base[1:], None, base[2:]) == 0b1010
+    assert triton_launch.alignment_mask(base, None, base[4:]) == 0
+    assert triton_launch.alignment_mask(base, base[1:], None, base[2:]) == 0b1010
 
     def recipe_id(**change):
         args = dict(B=1, K1=5, V=1000, device=torch.device("cpu"), block_v=None, splits=None, num_warps=None,
                     strides=(1000, 1000, 1000), dtypes=(torch.float32,) * 3, has_q=True, seeded=False,
                     synthetic=False)
         args.update(change)
-        return triton_sampler._recipe(**args)[0]
+        return triton_kernels.launch_recipe(**args)[0]
 
     same = recipe_id()
     assert recipe_id() == same
@@ -322,7 +324,7 @@ def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatc
     tensors, then views offset by one element (logits, draft probs and noise 4 bytes off 16-byte alignment,
     which a kernel compiled for aligned pointers would load with misaligned vector accesses), then aligned
     again. The cache must have been hit, and must hold separate entries for the two alignments."""
-    monkeypatch.setattr(triton_sampler, "_compiled", {})
+    monkeypatch.setattr(triton_launch, "_compiled", {})
     backend = TritonBackend()
 
     def offset(t: torch.Tensor) -> torch.Tensor:
@@ -340,7 +342,7 @@ def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatc
                 noise = Noise(offset(noise.uniform), offset(noise.exponential))
                 assert batch.target_logits.data_ptr() % 16 != 0
             _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
-    cache = triton_sampler._compiled
+    cache = triton_launch._compiled
     misaligned_entries = {key[2] != 0 for key in cache}   # key: (recipe id, device, alignment mask, pass)
     assert misaligned_entries == {True, False}
 

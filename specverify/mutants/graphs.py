@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from specverify.kernels.triton_sampler import TritonBackend, triton_sample_into
+from specverify.kernels.triton_kernels import triton_sample_into
+from specverify.kernels.triton_sampler import TritonBackend
 
 
 class StaleDraftProbsGraph(TritonBackend):
