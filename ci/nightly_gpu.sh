@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nightly GPU run (issue 6): conformance suite (nightly profile, Triton on CUDA, one xdist worker per
+# Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
 # GPU), the CUDA-graph property and its mutant, compute-sanitizer (memcheck, initcheck, racecheck), the
 # GPU benchmark (quick mode), and a report with plots.
 #

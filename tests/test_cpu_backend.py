@@ -1,4 +1,4 @@
-"""The vectorized CPU backend agrees exactly with the float64 reference (issue 3).
+"""The vectorized CPU backend agrees exactly with the float64 reference.
 
 Inputs are continuous random logits and noise on the 23-bit grid, so a float32-vs-float64 ambiguous
 decision (|u q - p| or a race margin within a few ulps) has probability ~1e-6 per decision: over the few
