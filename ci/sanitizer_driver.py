@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))   # triton_probes
 
 from reference import Noise, SpecBatch, SpecOutput  # noqa: E402
-from reference.philox import request_seeds, seeded_noise as ref_seeded_noise  # noqa: E402
+from reference.philox import request_seeds  # noqa: E402
 from reference.sample import synthetic_rates_f32  # noqa: E402
 from specverify.checks.differential import compare_to_reference  # noqa: E402
 from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
@@ -85,7 +85,7 @@ def run(device: str) -> int:
         block_v, splits = launch if launch else (None, None)
         for path in ("injected", "seeded"):
             seeds = request_seeds(1234 + len(counts), B)
-            noise = ref_seeded_noise(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
+            noise = Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
             noise_kw = dict(seeds=seeds.to(device)) if path == "seeded" else \
                 dict(uniform=noise.uniform.to(device), exponential=noise.exponential.to(device))
             token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=device)
@@ -105,7 +105,7 @@ def run(device: str) -> int:
     k = torch.tensor([2, 0, 3], dtype=torch.int64)
     seeds = request_seeds(99, 3)
     got = seeded_noise(seeds.to(device), k.to(device), 1_001)
-    want = ref_seeded_noise(seeds, k, 1_001)
+    want = Noise.from_seeds(seeds, k, 1_001)
     if not torch.equal(got.uniform.cpu(), want.uniform):
         print("ERROR: seeded_noise uniforms differ from reference.philox", flush=True)
         errors += 1

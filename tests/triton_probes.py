@@ -36,7 +36,7 @@ def _seeded_noise_kernel(seeds_ptr, num_draft_ptr, uniform_ptr, exp_ptr, V,
 
 def seeded_noise(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int) -> Noise:
     """The noise the sampler's seeded path draws in-kernel, materialised on the seeds' device. The
-    reference stream is reference.philox.seeded_noise."""
+    reference stream is Noise.from_seeds (reference.philox)."""
     B, dev = seeds.shape[0], seeds.device
     T = int(num_draft_tokens.sum()) if B else 0
     uniform = torch.empty(T, dtype=torch.float32, device=dev)
