@@ -123,7 +123,7 @@ class CheckPool:
         self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
         self.threads = max(1, (os.cpu_count() or 1) // workers)
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["specverify.checks"])
+        self._ctx.set_forkserver_preload(["specverify._worker_preload"])
         self._live: list[_Worker] = []
         self.loaded: Loaded | None = None
 

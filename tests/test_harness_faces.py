@@ -17,25 +17,28 @@ from specverify.checks.differential import compare_to_reference
 from specverify.cli import main
 from specverify.plugin import load_args
 
-MUTANT = "specverify.mutants.samplers:UnwrittenOutputSlots"
+MUTANT = "specverify.mutants.samplers:SyntheticRateDefaultsToZero"
 
 
 def test_cli_exits_nonzero_and_names_the_failing_check_for_a_buggy_backend(tmp_path, capsys):
-    """A backend that leaves output slots unwritten fails uninitialized_memory: exit 1, the report says
-    FAIL on that line, and the JSON records it."""
+    """A backend whose unset synthetic rate defaults to 0 fails synthetic_validation and passes
+    determinism: exit 1, the report says FAIL on that line only, and the JSON records both."""
     out = tmp_path / "r.json"
-    status = main(["check", MUTANT, "--checks", "uninitialized_memory,determinism", "--json", str(out)])
+    status = main(["check", MUTANT, "--checks", "synthetic_validation,determinism", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 1
-    assert "FAIL  uninitialized_memory[random]" in printed and "FAILED: 1 passed, 1 failed" in printed
+    assert "FAIL  synthetic_validation[bad_rates]" in printed and "FAILED: 1 passed, 1 failed" in printed
     doc = json.loads(out.read_text())
     assert doc["passed"] is False
-    assert [r["status"] for r in doc["results"]] == ["fail", "pass"]
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [("determinism", "pass"),
+                                                                  ("synthetic_validation", "fail")]
 
 
 def test_cli_exits_zero_for_a_correct_backend(capsys):
-    status = main(["check", "cpu", "--checks", "uninitialized_memory,interface_parity"])
-    assert status == 0 and "PASSED: 2 passed" in capsys.readouterr().out
+    """A correct backend passes a selection that includes a core check (a structural-only selection
+    would check no core property and must not pass)."""
+    status = main(["check", "cpu", "--checks", "determinism,differential_injected"])
+    assert status == 0 and "PASSED: 6 passed" in capsys.readouterr().out
 
 
 def test_cli_rejects_unknown_backend_and_check_with_status_2(capsys):
@@ -47,13 +50,13 @@ def test_cli_rejects_unknown_backend_and_check_with_status_2(capsys):
 
 def test_shipped_suite_under_xdist_fails_on_the_buggy_check_only():
     """pytest --pyargs specverify.suite with a MODULE:ATTR backend, two xdist workers: the mutant's
-    uninitialized_memory test fails, its synthetic_validation test passes."""
+    synthetic_validation test fails, its determinism test passes."""
     env = dict(os.environ, SPECVERIFY_PROFILE="ci")
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "specverify.suite", f"--specverify-backend={MUTANT}",
-           "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "uninitialized_memory or synthetic_validation"]
+           "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "determinism or synthetic_validation"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.path.dirname(__file__), timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "FAILED" in proc.stdout and "uninitialized_memory" in proc.stdout
+    assert "FAILED" in proc.stdout and "synthetic_validation" in proc.stdout
     assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
 
 

@@ -1,0 +1,12 @@
+"""Imported once by the check pool's fork server, before it forks any worker.
+
+The server imports the harness so that workers start in milliseconds. It must never start torch's
+intra-op thread pool: threads do not survive fork, and a child inheriting a started pool deadlocks
+on its first parallel operation. One thread here; each worker sets its own count after the fork.
+"""
+
+import torch
+
+torch.set_num_threads(1)
+
+import specverify.checks  # noqa: E402,F401

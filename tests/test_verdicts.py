@@ -1,0 +1,185 @@
+"""A PASS means checked: every hostile backend gets a failing verdict and a report naming why.
+
+Each hostile backend (specverify/mutants/hostile.py) tries one way of getting a PASS it has not
+earned. The CLI runs checks in worker processes under a timeout, so the tests run it for real, on a
+selection of checks that keeps them short: one check the backend must fail, and
+``synthetic_validation`` (which rejects every call before the backend's sampling code runs) to show
+that the checks after a killed worker still run.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from reference import Noise, SpecBatch, SpecOutput
+from specverify import Capabilities, get_backend
+from specverify.checks import FAIL, NOT_APPLICABLE, PASS, CheckResult, run_check
+from specverify.checks.runner import CheckFailure, GuardedBackend, Needs, not_applicable_because, output_problems
+from specverify.cli import main
+from specverify.mutants import hostile
+from specverify.strategies import get_profile
+from specverify.verdict import parse_requirements, verdict
+
+HOSTILE = "specverify.mutants.hostile:"
+CI = get_profile("ci")
+
+
+def _cli(tmp_path, capsys, backend: str, *args: str):
+    report = tmp_path / "report.json"
+    status = main(["check", HOSTILE + backend, "--json", str(report), *args])
+    return status, capsys.readouterr().out, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("backend, failing, message", [
+    ("Hang", "determinism", "timed out after 3 s (--timeout)"),
+    ("Segfault", "determinism", "crashed the worker process (SIGSEGV)"),
+    ("SysExit", "determinism", "called sys.exit(0)"),
+    ("OsExit", "determinism", "exited with status 0"),
+    ("MutatingCover", "differential_injected", "wrote into its inputs: temperature"),
+    ("WritesLogitsAfter", "determinism", "wrote into its inputs: target_logits"),
+    ("Int32Outputs", "determinism", "expected int64"),
+])
+def test_hostile_backend_fails_its_check_and_the_remaining_checks_still_run(tmp_path, capsys, backend, failing,
+                                                                            message):
+    """The hostile behaviour becomes a FAIL line naming it, the exit status is 1, the JSON is written, and
+    synthetic_validation (after it in the plan) still ran and passed in a fresh worker."""
+    timeout = "3" if backend == "Hang" else "300"   # the others end on their own; 300 s only bounds a regression
+    status, printed, doc = _cli(tmp_path, capsys, backend, "--checks", f"{failing},synthetic_validation",
+                                "--timeout", timeout, "-n", "1")
+    assert status == 1, printed
+    by_check = {}
+    for r in doc["results"]:
+        by_check.setdefault(r["check"], []).append(r)
+    assert any(r["status"] == FAIL and message in r["message"] for r in by_check[failing]), printed
+    assert [r["status"] for r in by_check["synthetic_validation"]] == [PASS], printed
+    assert doc["passed"] is False and message in printed
+
+
+def test_backend_declaring_nothing_fails_the_run(tmp_path, capsys):
+    """Every check is n/a (interface parity alone passes): the verdict says nothing was checkable."""
+    status, printed, doc = _cli(tmp_path, capsys, "DeclaresNothing")
+    assert status == 1
+    assert "FAILED" in printed and "declares nothing checkable" in printed
+    assert doc["passed"] is False
+    assert any("declares nothing checkable" in reason for reason in doc["verdict"]["reasons"])
+    assert all(r["status"] == NOT_APPLICABLE for r in doc["results"] if r["check"] != "interface_parity")
+
+
+def test_a_margin_wider_than_the_harness_is_refused_when_the_backend_is_loaded(tmp_path, capsys):
+    """bf16 draft probabilities behind a self-declared 1e-2 margin: refused before any check, exit 2,
+    the JSON says why; a tighter margin than the harness's is accepted."""
+    status, _, doc = _cli(tmp_path, capsys, "WideMarginBf16")
+    assert status == 2 and "ambiguity_margin=0.01 is refused" in doc["error"]
+    with pytest.raises(ValueError, match="ambiguity_margin"):
+        get_backend(hostile.WideMarginBf16())
+    tight = hostile.WideMarginBf16()
+    tight.capabilities = Capabilities(devices=frozenset({"cpu"}), ambiguity_margin=1e-7)
+    assert get_backend(tight) is tight
+
+
+def test_require_fails_a_run_that_does_not_check_what_it_names(tmp_path, capsys):
+    """--require names what a team expects: a backend without the synthetic method fails it; an unknown
+    name is a usage error naming it."""
+    status = main(["check", "docs.adapter_example:make_backend", "--checks", "differential_injected",
+                   "--require", "standard,synthetic"])
+    printed = capsys.readouterr().out
+    assert status == 1 and "required 'synthetic' is not declared" in printed
+    with pytest.raises(ValueError, match="'greedyy'"):
+        parse_requirements("standard,greedyy")
+
+
+def test_interrupted_run_writes_the_finished_checks_and_exits_130(tmp_path):
+    """Ctrl-C mid-run: the report of what finished is printed, the JSON marks the rest as not run."""
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "specverify.cli", "check", HOSTILE + "Hang", "-n", "1",
+                             "--checks", "synthetic_validation,determinism", "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.time() + 120
+    seen = ""
+    while "synthetic_validation[bad_rates] pass" not in seen and time.time() < deadline:
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    doc = json.loads(report.read_text())
+    statuses = {r["check"]: r["status"] for r in doc["results"]}
+    assert statuses == {"determinism": "not run", "synthetic_validation": "pass"}
+    assert doc["interrupted"] is True and doc["passed"] is False
+
+
+def test_shipped_suite_is_not_green_for_a_backend_declaring_nothing(tmp_path):
+    """Under pytest every check is skipped with its reason, and the plugin fails the session."""
+    from specverify.plugin import load_args
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "specverify.suite", *load_args(),
+           f"--specverify-backend={HOSTILE}DeclaresNothing", "-q", "-p", "no:cacheprovider", "-rs"]
+    env = dict(os.environ, SPECVERIFY_PROFILE="ci")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "declares nothing checkable" in proc.stdout and "skipped" in proc.stdout
+    assert "n/a: backend does not declare method 'standard'" in proc.stdout
+
+
+# ---- the guard and the runner, without processes ---------------------------------------------------------
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    return SpecBatch(torch.tensor([2, 0]), torch.tensor([1, 3]), torch.randn(4, 5, generator=g),
+                     torch.softmax(torch.randn(2, 5, generator=g), -1), torch.tensor([0.7, 0.0]))
+
+
+def test_guard_names_a_write_into_noise_or_seeds():
+    """Writing into injected noise or the seed tensor is caught like a write into the batch."""
+    class NoiseWriter(hostile.CpuBackend):
+        def _sample(self, batch, noise=None, seed=None, **kwargs):
+            out = super()._sample(batch, noise=noise, seed=seed, **kwargs)
+            (noise.uniform if noise is not None else seed).mul_(2)
+            return out
+
+    batch = _batch()
+    guarded = GuardedBackend(NoiseWriter())
+    with pytest.raises(CheckFailure, match="noise.uniform"):
+        guarded(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(1)))
+    with pytest.raises(CheckFailure, match="seed"):
+        guarded(batch, seed=torch.tensor([5, 6]))
+
+
+def test_output_on_another_device_than_the_batch_is_a_structure_problem():
+    """A CUDA backend returning CPU tensors: the output device must equal the batch's."""
+    batch = _batch()
+    out = SpecOutput(torch.tensor([[1, 3, -1], [2, -1, -1]]), torch.tensor([1, 0]))
+    assert output_problems(batch, out) == []
+    problems = output_problems(batch, out, device=torch.device("cuda"))
+    assert any("the batch is on cuda" in p for p in problems)
+
+
+def test_not_applicable_reasons_name_what_is_missing():
+    caps = Capabilities(methods=frozenset({"standard"}), noise=frozenset({"seeded"}), seeded_stream="own")
+    assert not_applicable_because(Needs(method="synthetic"), caps, CI) == "backend does not declare method 'synthetic'"
+    assert "checked statistically" in not_applicable_because(Needs(noise="philox"), caps, CI)
+    assert not_applicable_because(Needs(noise="injected"), caps, CI) == "backend does not declare injected noise"
+    assert not_applicable_because(Needs(), caps, CI) is None
+
+
+def test_repeated_calls_bound_excused_disagreements():
+    """A backend inside the tolerance on every decision but disagreeing too often fails: every check that
+    compares with the reference bounds ambiguous divergences by one rule."""
+    from specverify.checks.runner import Context, _bound_ambiguous
+    result = CheckResult("repeated_calls", "same_shapes", "x", "structural", PASS)
+    ctx = Context(GuardedBackend(get_backend("cpu")), CI, result, decisions=100, ambiguous=["d"] * 3)
+    _bound_ambiguous(ctx)
+    assert result.status == FAIL and "too many ambiguous" in result.message
+
+
+def test_verdict_counts_only_core_checks_that_ran():
+    caps = get_backend("cpu").capabilities
+    structural = CheckResult("determinism", "random", "cpu", "structural", PASS, covered=["standard", "seeded"])
+    core = CheckResult("differential_seeded", "standard", "cpu", "exact", PASS, covered=["standard", "seeded"])
+    assert not verdict([structural], caps).passed
+    assert verdict([structural, core], caps).passed
+    assert not verdict([structural, core], caps, ("injected",)).passed
+    assert run_check(hostile.DeclaresNothing(), "determinism", "random", CI).status == NOT_APPLICABLE
