@@ -1,0 +1,19 @@
+"""Every Python block in README.md runs as written: the README is the first code a user copies."""
+
+import pathlib
+import re
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def test_readme_has_python_blocks():
+    """Guards the test below against a README whose blocks stopped being found."""
+    assert len(BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_python_block_runs(index):
+    exec(compile(BLOCKS[index], f"README block {index}", "exec"), {})
