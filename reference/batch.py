@@ -42,6 +42,14 @@ def _require_tensor(name: str, value, ndim: int, dtypes: tuple) -> None:
     _require(value.dtype in dtypes, f"{name} must have dtype {names}; got {str(value.dtype).replace('torch.', '')}")
 
 
+def _range(values: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of a tensor as floats, NaN if it holds a NaN; (inf, -inf) if it is empty."""
+    if values.numel() == 0:
+        return float("inf"), float("-inf")
+    lo, hi = torch.aminmax(values)
+    return float(lo), float(hi)
+
+
 @dataclass(frozen=True)
 class SpecBatch:
     """One verification step: B requests with ragged draft counts (SPEC section 1)."""
@@ -87,6 +95,9 @@ class SpecBatch:
         return self.draft_offsets() + torch.arange(self.num_requests + 1, device=self.num_draft_tokens.device)
 
     def to(self, device) -> "SpecBatch":
+        """The batch on ``device``: itself when it is already there (a SpecBatch is immutable and valid)."""
+        if self.device == torch.device(device):
+            return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return SpecBatch(*(move(getattr(self, f)) for f in
                            ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")))
@@ -109,14 +120,18 @@ class SpecBatch:
                  f"request), got {self.target_logits.shape[0]}")
         _require(self.temperature.shape[0] == B, f"temperature must have shape [B] = [{B}], got {tuple(self.temperature.shape)}")
         if T:
-            lo, hi = int(self.draft_token_ids.min()), int(self.draft_token_ids.max())
+            lo, hi = (int(m) for m in torch.aminmax(self.draft_token_ids))
             _require(lo >= 0 and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}), got values in [{lo}, {hi}]")
-        _require(not bool(torch.isnan(self.target_logits).any()), "target_logits contains NaN")
-        _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
+        # [T + B, V] and [T, V] are the large ones: one pass of aminmax (NaN propagates through it) settles
+        # the common valid case; the named checks below run only where it cannot.
+        lo, hi = _range(self.target_logits)
+        if not (lo > float("-inf") and hi < float("inf")):
+            _require(not bool(torch.isnan(self.target_logits).any()), "target_logits contains NaN")
+            _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
         _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
         _require(bool((self.temperature >= 0).all()), f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
         _require(bool(torch.isfinite(self.temperature).all()), "temperature must be finite")
-        if B:
+        if B and not lo > float("-inf"):
             # A random request needs some finite logit in each row, or softmax is undefined.
             rows_ok = torch.isfinite(self.target_logits.float()).any(dim=1)
             _require(bool(rows_ok.all()), "target_logits has a row with no finite entry (all -inf)")
@@ -124,9 +139,11 @@ class SpecBatch:
             _require_tensor("draft_probs", self.draft_probs, 2, PROB_DTYPES)
             _require(tuple(self.draft_probs.shape) == (T, V),
                      f"draft_probs must have shape [T, V] = [{T}, {V}], got {tuple(self.draft_probs.shape)}")
-            _require(not bool(torch.isnan(self.draft_probs).any()), "draft_probs contains NaN")
-            _require(bool((self.draft_probs >= 0).all()), "draft_probs contains negative entries")
-            _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
+            lo, hi = _range(self.draft_probs)
+            if not (lo >= 0 and hi < float("inf")):
+                _require(not bool(torch.isnan(self.draft_probs).any()), "draft_probs contains NaN")
+                _require(bool((self.draft_probs >= 0).all()), "draft_probs contains negative entries")
+                _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
             if T:
                 err = (self.draft_probs.double().sum(dim=1) - 1).abs().max().item()
                 _require(err <= PROB_SUM_TOLERANCE,

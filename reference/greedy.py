@@ -16,5 +16,10 @@ def argmax(logits: torch.Tensor) -> int:
     return int(torch.nonzero(logits == top)[0, 0])
 
 
+def first_argmax(values: torch.Tensor) -> torch.Tensor:
+    """``argmax`` of each row of [..., V]: [...] int64 (torch.argmax returns the first maximal index)."""
+    return values.argmax(dim=-1)
+
+
 def accepts(x: int, logits: torch.Tensor) -> bool:
     return x == argmax(logits)

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import torch
 
+from reference import greedy
+
+
+def scores(w: torch.Tensor, exponential: torch.Tensor) -> torch.Tensor:
+    """w / E where w > 0, and -1 where w = 0 (such an entry never wins); any shape [..., V]."""
+    score = w / exponential.to(w.dtype)
+    return torch.where(w > 0, score, torch.full_like(score, -1.0))
+
 
 def sample(w: torch.Tensor, exponential: torch.Tensor) -> int:
     """One draw from the unnormalised weights ``w`` [V] (some entry > 0) given E [V] > 0."""
-    score = w / exponential.to(w.dtype)
-    score = torch.where(w > 0, score, torch.full_like(score, -1.0))
-    top = score.max()
-    return int(torch.nonzero(score == top)[0, 0])
+    return greedy.argmax(scores(w, exponential))
+
+
+def winners(w: torch.Tensor, exponential: torch.Tensor) -> torch.Tensor:
+    """``sample`` for each row of w and E [N, V]: [N] int64."""
+    return greedy.first_argmax(scores(w, exponential))
 
 
 def margin(w: torch.Tensor, exponential: torch.Tensor) -> float:

@@ -1,6 +1,10 @@
-"""reference.sample: the three acceptance rules over a ragged batch, one request at a time.
+"""reference.sample: the three acceptance rules over a ragged batch.
 
-Readable before fast: a Python loop over requests and positions, probabilities in float64.
+``decide_per_request`` is the definition, readable before fast: a Python loop over requests and
+positions, probabilities in float64. ``decide_by_position``, which ``sample`` uses, applies the same
+rules to every request at once, one draft position at a time; it must give the same outputs bit for
+bit, and the tests hold the two equal on many random batches (``sample_per_request`` runs the
+definition behind the same call).
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from reference.batch import Noise, SpecBatch, SpecOutput
 METHODS = ("standard", "synthetic")
 
 
-def target_probs(logits: torch.Tensor, temperature: float, dtype=torch.float64) -> torch.Tensor:
-    """p = softmax(logits / temperature) for a random request, computed in ``dtype`` (float32 or wider)."""
+def target_probs(logits: torch.Tensor, temperature, dtype=torch.float64) -> torch.Tensor:
+    """p = softmax(logits / temperature) for a random request, computed in ``dtype`` (float32 or wider).
+    ``logits`` [V] with a float temperature, or rows [N, V] with temperatures [N, 1] of ``dtype``."""
     return torch.softmax(logits.to(dtype) / temperature, dim=-1)
 
 
@@ -63,12 +68,34 @@ def sample(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = 
     noise:  shared Noise, making the result a deterministic function of it; or
     seed:   int or [B] int64 per-request seeds of the Philox stream (reference.philox).
     """
+    return _run(decide_by_position, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
+                compute_dtype)
+
+
+def sample_per_request(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None, seed=None,
+                       synthetic_acceptance_rate: float | None = None, num_speculative_steps: int | None = None,
+                       compute_dtype: torch.dtype = torch.float64) -> SpecOutput:
+    """``sample``, computed one request and one position at a time: the definition ``sample`` is held to."""
+    return _run(decide_per_request, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
+                compute_dtype)
+
+
+def _run(decide, batch: SpecBatch, method: str, noise: Noise | None, seed, synthetic_acceptance_rate,
+         num_speculative_steps, compute_dtype: torch.dtype) -> SpecOutput:
+    """Validate the call, resolve the noise on the CPU, decide there, return on the batch's device."""
     validate_call(batch, method, synthetic_acceptance_rate, num_speculative_steps)
     cpu = batch.to("cpu")
     noise = resolve_noise(cpu, None if noise is None else Noise(noise.uniform.cpu(), noise.exponential.cpu()), seed)
     rates = (synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps).to(torch.float64)
              if method == "synthetic" else None)
+    token_ids, num_accepted = decide(cpu, noise, method, rates, compute_dtype)
+    device = batch.device
+    return SpecOutput(token_ids.to(device), num_accepted.to(device))
 
+
+def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
+                       compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_ids [B, K + 1], num_accepted [B]) of a CPU batch, request by request, position by position."""
     B, V, K = cpu.num_requests, cpu.vocab_size, cpu.max_draft
     token_ids = torch.full((B, K + 1), -1, dtype=torch.int64)
     num_accepted = torch.zeros(B, dtype=torch.int64)
@@ -106,5 +133,68 @@ def sample(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = 
             extra = greedy.argmax(bonus) if is_greedy else race.sample(target_probs(bonus, temperature, compute_dtype), E)
         num_accepted[b] = len(emitted)
         token_ids[b, : len(emitted) + 1] = torch.tensor(emitted + [extra], dtype=torch.int64)
-    device = batch.device
-    return SpecOutput(token_ids.to(device), num_accepted.to(device))
+    return token_ids, num_accepted
+
+
+def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
+                       compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``decide_per_request`` for all requests at once. At step j every request still running takes
+    part: one with k_b == j has accepted all its drafts and emits its bonus token; every other one
+    tests draft j by its rule and, if it rejects, emits its extra token and stops. Each rule is
+    applied to the gathered rows of the requests at step j, in the arithmetic of the definition."""
+    B, V, K = cpu.num_requests, cpu.vocab_size, cpu.max_draft
+    token_ids = torch.full((B, K + 1), -1, dtype=torch.int64)
+    num_accepted = torch.zeros(B, dtype=torch.int64)
+    k, d_off, l_off = cpu.num_draft_tokens, cpu.draft_offsets()[:-1], cpu.logit_offsets()[:-1]
+    temperature = cpu.temperature.to(compute_dtype)
+    is_greedy = cpu.temperature == 0
+    running = torch.ones(B, dtype=torch.bool)
+    for j in range(K + 1):
+        bonus = torch.nonzero(running & (k == j)).flatten()
+        running[bonus] = False
+        token_ids[bonus, j] = _extra_token(cpu.target_logits[l_off[bonus] + j], None, is_greedy[bonus],
+                                           temperature[bonus], noise.exponential[bonus], compute_dtype)
+        b = torch.nonzero(running).flatten()
+        if b.numel() == 0:
+            break
+        t, logits = d_off[b] + j, cpu.target_logits[l_off[b] + j].to(torch.float64)
+        x, u, g = cpu.draft_token_ids[t], noise.uniform[t], is_greedy[b]
+        p = q = None
+        if method == "synthetic":
+            accepted = synthetic.accepts(u.to(torch.float64), rates[j])
+        else:
+            accepted = torch.zeros(b.shape[0], dtype=torch.bool)
+            accepted[g] = x[g] == greedy.first_argmax(logits[g])
+            r = ~g
+            p = target_probs(logits[r], temperature[b[r], None], compute_dtype)
+            q = (leviathan.one_hot(x[r], V, compute_dtype) if cpu.draft_probs is None
+                 else cpu.draft_probs[t[r]].to(compute_dtype))
+            x_r = x[r, None]
+            accepted[r] = leviathan.accepted(u[r].to(compute_dtype), p.gather(1, x_r)[:, 0], q.gather(1, x_r)[:, 0])
+        token_ids[b[accepted], j] = x[accepted]
+        num_accepted[b[accepted]] += 1
+        rejected = ~accepted
+        stop = b[rejected]
+        running[stop] = False
+        if p is not None:  # standard: a random request's extra token is drawn from the residual
+            p, q = p[rejected[~g]], q[rejected[~g]]
+        token_ids[stop, j] = _extra_token(logits[rejected], None if p is None else (p, q), is_greedy[stop],
+                                          temperature[stop], noise.exponential[stop], compute_dtype)
+    return token_ids, num_accepted
+
+
+def _extra_token(logits: torch.Tensor, residual_of: tuple | None, is_greedy: torch.Tensor,
+                 temperature: torch.Tensor, exponential: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+    """[N] the one non-draft token of N requests stopping at the rows ``logits`` [N, V]: argmax for a
+    greedy request; for a random one the race over the residual of ``residual_of`` = (p, q) (its rows
+    are the random requests'), or over p = softmax(logits / temperature) when it is None."""
+    logits = logits.to(torch.float64)
+    extra = torch.empty(logits.shape[0], dtype=torch.int64)
+    extra[is_greedy] = greedy.first_argmax(logits[is_greedy])
+    r = ~is_greedy
+    if residual_of is None:
+        w = target_probs(logits[r], temperature[r, None], compute_dtype)
+    else:
+        w = leviathan.residual(*residual_of)
+    extra[r] = race.winners(w, exponential[r].to(compute_dtype))
+    return extra

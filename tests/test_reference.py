@@ -18,7 +18,7 @@ import reference
 from reference import Noise, SpecBatch, exact, leviathan, philox, synthetic
 from reference.alignment import align_draft_probs
 from reference.batch import select_requests
-from reference.sample import synthetic_rates_f32
+from reference.sample import sample_per_request, synthetic_rates_f32
 from specverify.generate import logits_for, random_batch, replicated_batch
 
 ALPHA = 1e-4  # per statistical test; the fixed seeds make each outcome deterministic
@@ -405,3 +405,74 @@ def test_seeded_noise_of_a_request_does_not_depend_on_the_batch():
     alone = Noise.from_seeds(torch.tensor([9]), torch.tensor([3]), 6)
     assert torch.equal(both.uniform[2:], alone.uniform) and torch.equal(both.exponential[1:], alone.exponential)
     assert not torch.equal(both.uniform[:2], alone.uniform[:2])
+
+
+# ---- the by-position path against the per-request definition --------------------------------------------
+def _equality_batch(seed: int) -> SpecBatch:
+    """A random ragged batch cycling through logit dtypes, drafters and layouts: zero-draft requests,
+    greedy rows, -inf-masked logits (every row keeps its maximum), replicated statistical requests,
+    and constant rows where every argmax and race is a tie."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    dtype = (torch.float32, torch.bfloat16, torch.float16, torch.float64)[seed % 4]
+    drafter = ("dense", "none", "equal", "disjoint")[(seed // 4) % 4]
+    if seed % 11 == 10:
+        p = simplex(4, 6, seed=seed, zeros=2)
+        return replicated_batch(g, p, rows_of(simplex(3, 6, seed=seed + 1, zeros=1)), 0.8, copies=300,
+                                logit_dtype=dtype)
+    batch = random_batch(g, num_requests=int(torch.randint(0, 48, (1,), generator=g)),
+                         vocab_size=int(torch.randint(1, 400, (1,), generator=g)),
+                         max_draft=int(torch.randint(0, 7, (1,), generator=g)), logit_dtype=dtype, drafter=drafter,
+                         greedy_fraction=0.3, zero_draft_fraction=0.3, logit_scale=(0.05, 3.0)[seed % 2])
+    logits = batch.target_logits.clone()
+    if seed % 3 == 0 and logits.numel():
+        masked = torch.rand(logits.shape, generator=g) < 0.4
+        masked[torch.arange(logits.shape[0]), logits.float().argmax(dim=1)] = False
+        logits[masked] = float("-inf")
+    if seed % 7 == 0 and logits.numel():
+        logits[::3] = 0.5
+    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature)
+
+
+def _call_settings(batch: SpecBatch, seed: int):
+    """(kwargs, label): injected noise (float32, and float64 for some seeds) and seeded noise, both
+    rules, and compute in float32 as well as float64 for some seeds."""
+    g = torch.Generator().manual_seed(2000 + seed)
+    noise = Noise.draw(batch, g)
+    if seed % 4 == 1:
+        noise = Noise(noise.uniform.double(), noise.exponential.double())
+    if seed % 5 == 2:
+        noise = Noise(noise.uniform, torch.ones_like(noise.exponential))  # every race a tie
+    steps = max(batch.max_draft, 1)
+    rules = [dict(), dict(method="synthetic", synthetic_acceptance_rate=(0.0, 0.45, 0.9, 1.0)[seed % 4],
+                          num_speculative_steps=steps)]
+    dtypes = (torch.float64, torch.float32) if seed % 3 == 1 else (torch.float64,)
+    for rule in rules:
+        for compute_dtype in dtypes:
+            for given in (dict(noise=noise), dict(seed=seed)):
+                yield dict(compute_dtype=compute_dtype, **rule, **given), f"{rule} {compute_dtype} {list(given)}"
+
+
+@pytest.mark.parametrize("seed", range(44))
+def test_sample_equals_the_per_request_definition_bit_for_bit(seed):
+    """``sample`` decides all requests at once, position by position; it must emit exactly what the
+    per-request loop of ``sample_per_request`` emits, on every kind of batch and call."""
+    batch = _equality_batch(seed)
+    for kwargs, label in _call_settings(batch, seed):
+        fast, definition = reference.sample(batch, **kwargs), sample_per_request(batch, **kwargs)
+        assert torch.equal(fast.token_ids, definition.token_ids), label
+        assert torch.equal(fast.num_accepted, definition.num_accepted), label
+
+
+def test_equality_batches_cover_what_the_by_position_path_must_get_right():
+    """The batches above hold every feature the equality test claims: zero-draft requests, greedy and
+    random requests, masked logits, each logit dtype, one-hot and dense drafters, exact ties."""
+    batches = [_equality_batch(s) for s in range(44)]
+    assert any(bool((b.num_draft_tokens == 0).any()) and b.num_drafts > 0 for b in batches)
+    assert any(bool((b.temperature == 0).any()) and bool((b.temperature > 0).any()) for b in batches)
+    assert any(bool(torch.isneginf(b.target_logits).any()) for b in batches)
+    assert {b.target_logits.dtype for b in batches} == {torch.float32, torch.bfloat16, torch.float16, torch.float64}
+    assert any(b.draft_probs is None for b in batches) and any(b.draft_probs is not None for b in batches)
+    assert sum(b.num_requests for b in batches) > 1000
+    outs = [reference.sample(b, seed=0) for b in batches]
+    assert any(bool((o.num_accepted == b.num_draft_tokens).any()) for o, b in zip(outs, batches))  # bonus tokens
+    assert any(bool((o.num_accepted < b.num_draft_tokens).any()) for o, b in zip(outs, batches))   # rejections
