@@ -9,10 +9,6 @@ from reference.batch import Noise, SpecBatch, SpecOutput, select_requests
 from reference.sample import METHODS, sample, target_probs
 from reference.synthetic import synthetic_params
 
-# reference.philox gives the seeded stream as plain tensors and imports nothing of this package;
-# ``philox.seeded_noise`` keeps its old meaning, the stream as a Noise, for callers that import it there.
-philox.seeded_noise = Noise.from_seeds
-
 __all__ = [
     "METHODS", "Noise", "SpecBatch", "SpecOutput", "align_draft_probs", "alignment", "exact", "greedy",
     "leviathan", "philox", "race", "sample", "select_requests", "synthetic", "synthetic_params", "target_probs",

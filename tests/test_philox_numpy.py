@@ -83,10 +83,10 @@ def test_seeded_noise_equals_the_stream_of_the_definition(V, monkeypatch):
 
 
 def test_the_stream_is_plain_tensors_and_the_noise_wraps_them():
-    """philox knows nothing of Noise; Noise.from_seeds (and its older name philox.seeded_noise) wrap the pair."""
+    """philox knows nothing of Noise; Noise.from_seeds wraps the pair."""
     seeds, k = torch.tensor([4, 2**33 + 1], dtype=torch.int64), torch.tensor([2, 0], dtype=torch.int64)
     uniform, exponential = philox.seeded_stream(seeds, k, 9)
     assert type(uniform) is torch.Tensor and type(exponential) is torch.Tensor
-    for noise in (Noise.from_seeds(seeds, k, 9), philox.seeded_noise(seeds, k, 9)):
-        assert isinstance(noise, Noise)
-        assert torch.equal(noise.uniform, uniform) and torch.equal(noise.exponential, exponential)
+    noise = Noise.from_seeds(seeds, k, 9)
+    assert isinstance(noise, Noise)
+    assert torch.equal(noise.uniform, uniform) and torch.equal(noise.exponential, exponential)

@@ -1,4 +1,4 @@
-"""The in-kernel Philox stream of the Triton sampler against reference.philox (via Noise.from_seeds).
+"""The in-kernel Philox stream of the Triton sampler (through tests/triton_probes.py) against reference.philox.
 
 The seeded path is checked exactly only because the reference reproduces its noise; this pins that
 reproduction: uniforms bit for bit, exponentials to a few ulps (the kernel's -log is its own
@@ -19,10 +19,15 @@ if not _CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
 from reference import Noise, philox  # noqa: E402
-from specverify.kernels import triton_sampler  # noqa: E402
+from specverify.kernels import triton_kernels, triton_math  # noqa: E402
 
-if not _CUDA and not triton_sampler._interpreted():
-    triton_sampler = importlib.reload(triton_sampler)
+if not _CUDA and not triton_kernels.interpreted():
+    # Another module imported the kernels before the interpreter was switched on: decorate them again.
+    triton_math = importlib.reload(triton_math)
+import triton_probes  # noqa: E402  (tests/triton_probes.py)
+
+if not _CUDA and type(triton_probes._negative_log_kernel).__name__ != "InterpretedFunction":
+    triton_probes = importlib.reload(triton_probes)
 
 DEVICE = "cuda" if _CUDA else "cpu"
 
@@ -35,7 +40,7 @@ def test_kernel_philox_uniforms_equal_reference_bit_for_bit(device):
     k = torch.tensor([3, 0, 5, 1, 2, 4], dtype=torch.int64)
     V = 1000
     want = Noise.from_seeds(seeds, k, V)
-    got = triton_sampler.seeded_noise(seeds.to(device), k.to(device), V)
+    got = triton_probes.seeded_noise(seeds.to(device), k.to(device), V)
     assert torch.equal(got.uniform.cpu().view(torch.int32), want.uniform.view(torch.int32))
     # Exponentials: E = -log(u) with the kernel's own logarithm, within 4 ulps of torch's.
     rel = ((got.exponential.cpu().double() - want.exponential.double()) / want.exponential.double()).abs()
@@ -50,6 +55,6 @@ def test_kernel_negative_log_is_relatively_accurate_near_one(device):
     m = torch.cat([torch.arange(0, 4096), torch.arange(2**23 - 4096, 2**23)]).to(torch.int64)
     bits = m << 9  # the uniform grid: u = (m + 0.5) * 2**-23
     u = philox.bits_to_uniform(bits)
-    got = triton_sampler.negative_log(u.to(device)).cpu().double()
+    got = triton_probes.negative_log(u.to(device)).cpu().double()
     want = -torch.log(u.double())
     assert float(((got - want) / want).abs().max()) < 4 * 2.0**-23
