@@ -129,7 +129,8 @@ def request_seeds(seed, num_requests: int) -> torch.Tensor:
     return torch.arange(num_requests, dtype=torch.int64) + seed
 
 
-def seeded_stream(seeds: torch.Tensor, num_draft_tokens: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def seeded_stream(seeds: torch.Tensor, num_draft_tokens: torch.Tensor,
+                  vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(uniform [T] float32, exponential [B, V] float32) of the seeded stream, on the CPU.
 
     Draft t of request b, at position j within the request, gets the uniform of counter (j, 0) under
