@@ -41,6 +41,7 @@ class Profile:
     bulk_examples: int = 4
     large_vocabs: tuple = ()      # extra differential sizes (V) for the nightly GPU run
     large_requests: int = 0
+    replicated_copies: int = 8_000  # copies of each statistical case in the replicated differential case
     check_timeout: float = 600.0  # seconds one check may take in the CLI's workers; a correct backend stays far below
     notes: tuple = field(default_factory=tuple)
 
@@ -50,15 +51,16 @@ PROFILES = {
                   family_alpha=1e-3),
     # for slow backends (the Triton interpreter on CPU): the ci plan with fewer samples
     "smoke": Profile("smoke", examples=10, max_requests=8, max_vocab=200, max_draft=4, stat_copies=200,
-                     family_alpha=1e-3, bulk_requests=96, bulk_examples=2, check_timeout=1800.0),
+                     family_alpha=1e-3, bulk_requests=96, bulk_examples=2, replicated_copies=16,
+                     check_timeout=1800.0),
     "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, stat_copies=50_000,
-                   family_alpha=1e-3, check_timeout=1800.0),
+                   family_alpha=1e-3, replicated_copies=20_000, check_timeout=1800.0),
     # CUDA. Batches up to 1,024 requests come from the bulk case (V <= 64); the large-vocabulary case
-    # goes up to V = 262,144 with at most 8 requests: inputs are generated in float64 on the CPU and
-    # the reference checks requests one by one, so B * V is capped to keep each example ~1 s.
-    # 4,000,000 copies per statistical case: tv99 ~ 0.005 at position 0 (issue 4's target).
+    # goes up to V = 262,144 with at most 8 requests: inputs are generated in float64 on the CPU, so
+    # B * V is capped. 4,000,000 copies per statistical case: det99 about 0.005 TV at position 0.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        stat_copies=4_000_000, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
+                       replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),
 }

@@ -18,7 +18,6 @@ from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
 DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab")
-REPLICATED_MAX_COPIES = 20_000   # the reference checks these one request at a time
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -42,7 +41,7 @@ def _case_strategy(case: str, profile: Profile):
 def _replicated_examples(profile: Profile, backend):
     """Every statistical case replicated into one batch: thousands of decisions on inputs built to be
     sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
-    copies = max(1, min(profile.stat_copies, REPLICATED_MAX_COPIES))
+    copies = max(1, profile.replicated_copies)
     for case in STAT_CASES:
         if case.method not in backend.capabilities.methods:
             continue
