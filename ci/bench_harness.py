@@ -13,6 +13,7 @@ Rows, each run as a subprocess from the checkout (its packages first on PYTHONPA
 
 Rows a and b take many minutes on two cores; --only picks rows. The targets are for two idle cores:
 the load average is printed before and after, and a run on a busy machine says so beside its table.
+CPU time (user + system of the command and its children) is printed too: it moves less with load.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -58,6 +60,7 @@ ROWS = {r.key: r for r in (
 class Run:
     command: list
     seconds: float
+    cpu_seconds: float         # user + system time of the command and every process it waited for
     returncode: int | None     # None: killed at the timeout
     tail: str
 
@@ -75,7 +78,7 @@ def run(command: list[str], checkout: Path, timeout: float, extra_env: dict | No
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = os.pathsep.join([str(checkout)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     print(f"$ {' '.join(command)}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     # A session of its own, so that a timeout ends the command's children too (pytest-xdist workers).
     proc = subprocess.Popen(command, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -87,8 +90,11 @@ def run(command: list[str], checkout: Path, timeout: float, extra_env: dict | No
         output, _ = proc.communicate()
         returncode = None
     seconds = time.perf_counter() - start
-    print(f"  {seconds:.1f} s, exit {returncode if returncode is not None else 'timeout'}", file=sys.stderr, flush=True)
-    return Run(command, seconds, returncode, output[-6000:])
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (now.ru_utime - used.ru_utime) + (now.ru_stime - used.ru_stime)
+    print(f"  {seconds:.1f} s wall, {cpu:.1f} s CPU, exit {returncode if returncode is not None else 'timeout'}",
+          file=sys.stderr, flush=True)
+    return Run(command, seconds, cpu, returncode, output[-20000:])
 
 
 def measure(key: str, checkout: Path, timeout: float, pytest_args: list[str]) -> dict:
@@ -107,24 +113,27 @@ def measure(key: str, checkout: Path, timeout: float, pytest_args: list[str]) ->
         failing, passing = runs
         value = failing.seconds / passing.seconds
         shown = f"{value:.1f}x ({failing.seconds:.1f} s failing / {passing.seconds:.1f} s passing)"
+        cpu = f"{failing.cpu_seconds:.0f} / {passing.cpu_seconds:.0f} s"
         expected = failing.returncode == 1 and passing.returncode == 0
     else:
         value = runs[0].seconds
         shown = f"{value / 60:.1f} min" if value >= 120 else f"{value:.1f} s"
+        cpu = f"{runs[0].cpu_seconds:.0f} s"
         expected = runs[0].returncode == 0
     if any(r.returncode is None for r in runs):
         shown += " (timed out)"
     elif not expected:
         shown += " (unexpected exit status: " + ", ".join(str(r.returncode) for r in runs) + ")"
-    return dict(key=key, value=value, shown=shown, met=value <= ROWS[key].target_value and expected,
+    return dict(key=key, value=value, shown=shown, cpu=cpu, met=value <= ROWS[key].target_value and expected,
                 runs=[asdict(r) for r in runs])
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| | measure | today | target | measured | met |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| | measure | today | target | measured | CPU time | met |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for res in results:
         row = ROWS[res["key"]]
-        lines.append(f"| {row.key} | {row.measure} | {row.today} | {row.target} | {res['shown']} | "
+        lines.append(f"| {row.key} | {row.measure} | {row.today} | {row.target} | {res['shown']} | {res['cpu']} | "
                      f"{'yes' if res['met'] else 'no'} |")
     return "\n".join(lines)
 
