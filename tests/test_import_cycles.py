@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("reference", "specverify")
 
@@ -134,42 +136,39 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def test_detector_finds_a_cycle_through_an_import_inside_a_function(tmp_path):
-    root = _tree(tmp_path, {
+DETECTOR_CASES = {
+    "an import inside a function": ({
         "reference/__init__.py": "",
         "reference/a.py": "from reference import b\n",
         "reference/b.py": "def f():\n    from reference.a import g\n",
-    })
-    graph = import_graph(root)
-    assert cycles(graph) == [["reference.a", "reference.b", "reference.a"]]
-    assert "reference.b (line 2) -> reference.a" in describe(graph, cycles(graph)[0])
-
-
-def test_detector_resolves_relative_imports(tmp_path):
-    root = _tree(tmp_path, {
+    }, [["reference.a", "reference.b", "reference.a"]]),
+    "relative imports": ({
         "specverify/__init__.py": "",
         "specverify/kernels/__init__.py": "",
         "specverify/kernels/cpu.py": "from ..backends import Backend\n",
         "specverify/backends.py": "from .kernels import cpu\n",
-    })
-    assert cycles(import_graph(root)) == [["specverify.backends", "specverify.kernels.cpu", "specverify.backends"]]
-
-
-def test_detector_counts_the_packages_an_import_runs(tmp_path):
-    root = _tree(tmp_path, {
+    }, [["specverify.backends", "specverify.kernels.cpu", "specverify.backends"]]),
+    "the packages an import runs": ({
         "specverify/__init__.py": "",
         "specverify/checks/__init__.py": "from specverify.checks import common\nimport specverify.kernels.cpu\n",
         "specverify/checks/common.py": "",
         "specverify/kernels/__init__.py": "",
         "specverify/kernels/cpu.py": "import specverify.checks.common\n",
-    })
-    assert cycles(import_graph(root)) == [["specverify.checks", "specverify.kernels.cpu", "specverify.checks"]]
-
-
-def test_detector_ignores_a_module_importing_its_own_package(tmp_path):
-    root = _tree(tmp_path, {
+    }, [["specverify.checks", "specverify.kernels.cpu", "specverify.checks"]]),
+    "a module importing its own package (no cycle)": ({
         "reference/__init__.py": "from reference.batch import Noise\nfrom reference import philox\n",
         "reference/batch.py": "from reference import philox\n",
         "reference/philox.py": "import reference\n",
-    })
-    assert cycles(import_graph(root)) == []
+    }, []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DETECTOR_CASES))
+def test_detector_on_a_small_tree(name, tmp_path):
+    files, expected = DETECTOR_CASES[name]
+    assert cycles(import_graph(_tree(tmp_path, files))) == expected
+
+
+def test_detector_names_the_line_that_closes_the_cycle(tmp_path):
+    graph = import_graph(_tree(tmp_path, DETECTOR_CASES["an import inside a function"][0]))
+    assert "reference.b (line 2) -> reference.a" in describe(graph, cycles(graph)[0])
