@@ -9,4 +9,6 @@ import torch
 
 torch.set_num_threads(1)
 
+import torch._dynamo  # noqa: E402,F401  (the uninitialized_memory check's first call imports it: pay once)
+
 import specverify.checks  # noqa: E402,F401

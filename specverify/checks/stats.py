@@ -8,6 +8,7 @@ worst-case non-centrality and the stated distance holds for every direction of d
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ def chi_square_gof(probabilities: dict, counts: dict) -> GofResult:
     return GofResult(stat, float(stats.chi2.sf(stat, dof)), dof, n, len(e), [])
 
 
+@functools.lru_cache(maxsize=4096)
 def detectable_tv_chi2(samples: int, dof: int, alpha: float, power: float = POWER) -> float:
     """Smallest TV distance detected with ``power`` by a chi-square test (worst-case direction)."""
     if samples <= 0 or dof <= 0:
