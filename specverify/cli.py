@@ -65,7 +65,8 @@ def _check(args) -> int:
         pool.close()
         print(f"specverify: error: {exc}", file=sys.stderr)
         if args.json:
-            write_json(args.json, document([], args.backend, profile, time.perf_counter() - start, error=str(exc)))
+            write_json(args.json, document([], args.backend, profile, time.perf_counter() - start, passed=False,
+                                           error=str(exc)))
         return 2
     caps = describe(loaded.capabilities)
     print(header(loaded.name, profile, caps), file=sys.stderr)

@@ -75,7 +75,7 @@ def test_a_margin_wider_than_the_harness_is_refused_when_the_backend_is_loaded(t
     """bf16 draft probabilities behind a self-declared 1e-2 margin: refused before any check, exit 2,
     the JSON says why; a tighter margin than the harness's is accepted."""
     status, _, doc = _cli(tmp_path, capsys, "WideMarginBf16")
-    assert status == 2 and "ambiguity_margin=0.01 is refused" in doc["error"]
+    assert status == 2 and "ambiguity_margin=0.01 is refused" in doc["error"] and doc["passed"] is False
     with pytest.raises(ValueError, match="ambiguity_margin"):
         get_backend(hostile.WideMarginBf16())
     tight = hostile.WideMarginBf16()
