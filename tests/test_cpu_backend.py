@@ -197,3 +197,21 @@ def test_chunked_argmax_picks_the_lowest_index_maximum_like_torch_max(V):
     assert torch.equal(first_argmax(scores[:, :V]), want)   # strided rows: a view of a wider tensor
     wide = torch.cat([scores, torch.zeros(64, 3)], dim=1)[:, :V]
     assert torch.equal(first_argmax(wide), want)
+
+
+@pytest.mark.parametrize("name", ["reference", "cpu"])
+@pytest.mark.parametrize("field, value, message", [
+    ("draft_token_ids", 99, "draft_token_ids must lie in"),
+    ("num_draft_tokens", -1, "num_draft_tokens must be >= 0"),
+    ("temperature", float("nan"), "temperature contains NaN"),
+])
+def test_batch_changed_after_construction_gets_the_same_named_value_error(name, field, value, message):
+    """A tensor changed in place after the batch was built is caught at call time, with the error the
+    reference raises, not an IndexError from inside a kernel."""
+    g = torch.Generator().manual_seed(0)
+    batch = SpecBatch(torch.tensor([2, 1]), torch.tensor([1, 3, 0]), torch.randn(5, 7, generator=g), None,
+                      torch.tensor([0.7, 1.0]))
+    getattr(batch, field)[0] = value
+    with pytest.raises(ValueError, match=message):
+        get_backend(name)(batch, seed=torch.tensor([1, 2]))
+
