@@ -15,6 +15,33 @@ from reference import SpecBatch
 DRAFTERS = ("dense", "none", "equal", "disjoint")
 
 
+def draft_distribution(p: torch.Tensor, drafter: str, generator: torch.Generator,
+                       scale: float) -> torch.Tensor | None:
+    """The drafter's q [T, V] float64 for target rows p [T, V], or None (draft_probs None).
+
+    "dense": softmax of independent logits times ``scale``; "equal": q = p (every draft accepted);
+    "disjoint": uniform where p is 0 if p has zeros, else everywhere but p's mode (q and p overlap
+    as little as they can); "none": None, a deterministic drafter.
+    """
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter must be one of {DRAFTERS}, got {drafter!r}")
+    T, V = p.shape
+    if drafter == "dense":
+        return torch.softmax(torch.randn(T, V, generator=generator, dtype=torch.float64) * scale, dim=-1)
+    if drafter == "equal":
+        return p.clone()
+    if drafter == "none":
+        return None
+    outside = (p == 0).double()
+    if V >= 2 and T:
+        mode_free = torch.ones(T, V, dtype=torch.float64)
+        mode_free[torch.arange(T), p.argmax(dim=1)] = 0
+        outside = torch.where(outside.sum(1, keepdim=True) > 0, outside, mode_free)
+    else:
+        outside = torch.ones(T, V, dtype=torch.float64)
+    return outside / outside.sum(dim=1, keepdim=True)
+
+
 def logits_for(p: torch.Tensor, temperature: float) -> torch.Tensor:
     """Logits whose softmax at ``temperature`` is ``p`` (-inf where p = 0)."""
     return torch.log(p.to(torch.float64)) * temperature
@@ -26,11 +53,8 @@ def random_batch(generator: torch.Generator, *, num_requests: int, vocab_size: i
                  logit_scale: float = 3.0, device="cpu") -> SpecBatch:
     """A random ragged batch; drafts are sampled from the drafter's q (argmax of q when greedy).
 
-    drafter: "dense" (q = softmax of independent logits), "none" (draft_probs None, drafts uniform),
-    "equal" (q = p, every draft accepted), "disjoint" (q puts no mass where p does, when V >= 2).
+    drafter: see ``draft_distribution``; with "none" the drafts are uniform.
     """
-    if drafter not in DRAFTERS:
-        raise ValueError(f"drafter must be one of {DRAFTERS}, got {drafter!r}")
     B, V, g = num_requests, vocab_size, generator
     k = torch.randint(1, max_draft + 1, (B,), generator=g) if max_draft > 0 else torch.zeros(B, dtype=torch.int64)
     k[torch.rand(B, generator=g) < zero_draft_fraction] = 0
@@ -43,20 +67,7 @@ def random_batch(generator: torch.Generator, *, num_requests: int, vocab_size: i
     is_draft_row[torch.cumsum(k + 1, 0) - 1] = False
     row_temp = temperature[req_of_row][is_draft_row].double().clamp(min=1e-3)
     p = torch.softmax(logits[is_draft_row].double() / row_temp[:, None], dim=-1)
-    if drafter == "dense":
-        q = torch.softmax(torch.randn(T, V, generator=g, dtype=torch.float64) * logit_scale, dim=-1)
-    elif drafter == "equal":
-        q = p
-    elif drafter == "disjoint":
-        q = torch.zeros(T, V, dtype=torch.float64)
-        if T:
-            top = p.argmax(dim=1)
-            q[:] = 1.0 / max(V - 1, 1)
-            if V >= 2:
-                q[torch.arange(T), top] = 0.0
-            q = q / q.sum(dim=1, keepdim=True)
-    else:
-        q = None
+    q = draft_distribution(p, drafter, g, logit_scale)
     if q is None:
         drafts = torch.randint(0, V, (T,), generator=g)
     else:

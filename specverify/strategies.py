@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from reference import Noise, SpecBatch
+from specverify.generate import DRAFTERS, draft_distribution
 
 LOGIT_STYLES = ("normal", "peaked", "flat", "tied", "near_tied", "masked")
-DRAFTERS = ("dense", "none", "equal", "disjoint")
 TEMPERATURES = (1e-3, 0.1, 0.7, 1.0, 2.5, 100.0)
 PROFILE_ENV = "SPECVERIFY_PROFILE"
 
@@ -159,22 +159,7 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
     row_t = temperature[req_of_row][draft_row].double()
     scaled = logits[draft_row].double() / torch.where(row_t > 0, row_t, torch.ones_like(row_t))[:, None]
     p = torch.softmax(scaled, dim=-1)
-    if drafter == "dense":
-        q = torch.softmax(torch.randn(T, V, generator=g, dtype=torch.float64) * 2, dim=-1)
-    elif drafter == "equal":
-        q = p.clone()
-    elif drafter == "disjoint":
-        # mass only where p is 0 if p has zeros, else away from p's mode
-        outside = (p == 0).double()
-        if V >= 2 and T:
-            mode_free = torch.ones(T, V, dtype=torch.float64)
-            mode_free[torch.arange(T), p.argmax(dim=1)] = 0
-            outside = torch.where(outside.sum(1, keepdim=True) > 0, outside, mode_free)
-        else:
-            outside = torch.ones(T, V, dtype=torch.float64)
-        q = outside / outside.sum(dim=1, keepdim=True)
-    else:
-        q = None
+    q = draft_distribution(p, drafter, g, 2.0)
     if T:
         source = q if q is not None else torch.full((T, V), 1.0 / V, dtype=torch.float64)
         drafts = torch.multinomial(source, 1, generator=g).squeeze(1)
