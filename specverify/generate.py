@@ -84,7 +84,7 @@ def replicated_batch(generator: torch.Generator, p: torch.Tensor, q: torch.Tenso
     With q given, each copy's drafts are drawn x_j ~ q_j independently, so the token emitted at
     position j is distributed as p_j (the theorem the statistical checks lean on).
     """
-    k, V = p.shape[0] - 1, p.shape[1]
+    k = p.shape[0] - 1
     if q is None and drafts is None:
         raise ValueError("replicated_batch needs q or fixed drafts")
     if q is not None:

@@ -19,7 +19,7 @@ from reference import Noise, SpecBatch, exact, leviathan, philox, synthetic
 from reference.alignment import align_draft_probs
 from reference.batch import select_requests
 from reference.sample import sample_per_request, synthetic_rates_f32
-from specverify.generate import logits_for, random_batch, replicated_batch
+from specverify.generate import random_batch, replicated_batch
 
 ALPHA = 1e-4  # per statistical test; the fixed seeds make each outcome deterministic
 

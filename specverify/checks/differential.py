@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from reference import Noise, SpecBatch, SpecOutput, greedy, leviathan
+from reference import Noise, SpecBatch, SpecOutput, leviathan
 from reference.sample import synthetic_rates_f32, target_probs
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
