@@ -121,7 +121,7 @@ def private_batch(batch: SpecBatch) -> SpecBatch:
 def _changed(name: str, given, original) -> str | None:
     if original is None and given is None:
         return None
-    if not isinstance(given, torch.Tensor) or given is None or original is None \
+    if not isinstance(given, torch.Tensor) or original is None \
             or given.shape != original.shape or given.dtype != original.dtype:
         return f"{name} (replaced)"
     if torch.equal(given, original):
@@ -208,11 +208,13 @@ class GuardedBackend:
             out = self._backend(given, noise=given_noise, seed=given_seed, **kwargs)
         except SystemExit as exc:
             raise CheckFailure(f"the backend called sys.exit({exc.code!r}) during a call") from None
-        written = [c for c in (*(_changed(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS),
-                               *((_changed("noise.uniform", given_noise.uniform, noise.uniform),
-                                  _changed("noise.exponential", given_noise.exponential, noise.exponential))
-                                 if noise is not None else ()),
-                               _changed("seed", given_seed, seed) if isinstance(seed, torch.Tensor) else None) if c]
+        pairs = [(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS]
+        if noise is not None:
+            pairs += [("noise.uniform", given_noise.uniform, noise.uniform),
+                      ("noise.exponential", given_noise.exponential, noise.exponential)]
+        if isinstance(seed, torch.Tensor):
+            pairs.append(("seed", given_seed, seed))
+        written = [c for c in (_changed(*pair) for pair in pairs) if c]
         if written:
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
         problems = output_problems(batch, out, batch.device)
