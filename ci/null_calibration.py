@@ -2,7 +2,7 @@
 
     python ci/null_calibration.py [--profile ci] [--sims 2000] [--minutes 10] [--seed 0]
 
-For every statistical check of every case, ``--sims`` outputs of ``profile.stat_copies`` requests are
+For every statistical check of every case, ``--sims`` outputs of ``stat_copies(profile)`` requests are
 drawn directly from the case's exact joint distribution (StatCase.draw_exact), and each output is scored
 by the same evaluation the check uses (specverify.checks.statistical.EVALUATORS). A calibrated test
 rejects at most a fraction a of these at level a. The script prints that fraction at 0.05, 0.01 and 0.001
@@ -21,7 +21,7 @@ import torch
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.result import CheckResult
 from specverify.checks.stats import wilson_interval
-from specverify.checks.statistical import EVALUATORS, check_alpha
+from specverify.checks.statistical import EVALUATORS, check_alpha, stat_copies
 from specverify.strategies import get_profile
 
 LEVELS = (0.05, 0.01, 0.001)
@@ -37,11 +37,11 @@ def main(argv=None) -> int:
     if args.sims < 1 or args.minutes <= 0:
         ap.error("--sims must be >= 1 and --minutes > 0")
     profile = get_profile(args.profile)
-    alpha = check_alpha(profile)
+    alpha, copies = check_alpha(profile), stat_copies(profile)
     pairs = [(case, check) for case in STAT_CASES for check in case.checks if check in EVALUATORS]
     deadline = time.time() + args.minutes * 60
     budget_each = args.minutes * 60 / len(pairs)
-    print(f"profile {profile.name}: {profile.stat_copies:,} requests per output, check alpha {alpha:.2g}; "
+    print(f"profile {profile.name}: {copies:,} requests per output, check alpha {alpha:.2g}; "
           f"up to {args.sims} outputs per check, {args.minutes:g} min in all")
     print("| check | outputs | " + " | ".join(f"p < {a:g} (95% interval)" for a in LEVELS) + f" | p < {alpha:.2g} |")
     print("| --- | ---: |" + " --- |" * len(LEVELS) + " ---: |")
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         p_values = []
         while len(p_values) < args.sims and time.time() < stop:
             result = CheckResult(check, case.name, "exact-null", "statistical", "pass", alpha=alpha)
-            evaluate(result, case, case.draw_exact(profile.stat_copies, g))
+            evaluate(result, case, case.draw_exact(copies, g))
             p_values.append(result.p_value)
         p = np.asarray(p_values)
         cells = []

@@ -26,14 +26,21 @@ PROFILE_ENV = "SPECVERIFY_PROFILE"
 
 @dataclass(frozen=True)
 class Profile:
-    """How hard a run looks: example counts, sizes, statistical sample sizes and error budget."""
+    """How hard a run looks: example counts, sizes, the statistical target and error budget.
+
+    The statistical sample size is declared by what it guarantees, not as a count: ``detect_tv`` is the
+    total-variation distance at position 0 that every token_distribution check detects with probability
+    0.99 at its per-position alpha. ``specverify.checks.statistical.stat_copies`` turns it into the
+    number of replicated requests per statistical case (the checks own the cases and the tests, and this
+    module may not import them). ``stat_copies`` set here overrides that, for a run of a fixed size.
+    """
 
     name: str
     examples: int                 # Hypothesis examples per differential / structural case
     max_requests: int
     max_vocab: int
     max_draft: int
-    stat_copies: int              # replicated requests per statistical case (samples at position 0)
+    detect_tv: float              # TV distance at position 0 each token_distribution check detects (power 0.99)
     family_alpha: float           # family-wise false-alarm budget over all statistical checks of a run
     device: str = "cpu"
     logit_dtypes: tuple = (torch.float32, torch.bfloat16, torch.float16)
@@ -44,22 +51,23 @@ class Profile:
     replicated_copies: int = 8_000  # copies of each statistical case in the replicated differential case
     check_timeout: float = 600.0  # seconds one check may take in the CLI's workers; a correct backend stays far below
     notes: tuple = field(default_factory=tuple)
+    stat_copies: int | None = None  # replicated requests per statistical case; None: sized from detect_tv
 
 
 PROFILES = {
-    "ci": Profile("ci", examples=20, max_requests=10, max_vocab=300, max_draft=4, stat_copies=8_000,
+    "ci": Profile("ci", examples=20, max_requests=10, max_vocab=300, max_draft=4, detect_tv=0.045,
                   family_alpha=1e-3),
     # for slow backends (the Triton interpreter on CPU): the ci plan with fewer samples
-    "smoke": Profile("smoke", examples=10, max_requests=8, max_vocab=200, max_draft=4, stat_copies=200,
+    "smoke": Profile("smoke", examples=10, max_requests=8, max_vocab=200, max_draft=4, detect_tv=0.3,
                      family_alpha=1e-3, bulk_requests=96, bulk_examples=2, replicated_copies=16,
                      check_timeout=1800.0),
-    "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, stat_copies=50_000,
+    "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, detect_tv=0.018,
                    family_alpha=1e-3, replicated_copies=20_000, check_timeout=1800.0),
     # CUDA. Batches up to 1,024 requests come from the bulk case (V <= 64); the large-vocabulary case
     # goes up to V = 262,144 with at most 8 requests: inputs are generated in float64 on the CPU, so
-    # B * V is capped. 4,000,000 copies per statistical case: det99 about 0.005 TV at position 0.
+    # B * V is capped.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
-                       stat_copies=4_000_000, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
+                       detect_tv=0.002, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),
@@ -179,5 +187,5 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
         return values if len(values) <= 16 else f"{values[:16]} ... ({len(values)} requests)"
 
     desc = (f"Example(B={B}, V={V}, num_draft_tokens={shown(counts)}, temperature={shown(temps)}, "
-            f"logits={shown(styles)}, drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, seed={seed})")
+            f"logits={shown(styles)}, drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, contents_seed={seed})")
     return Example(batch, noise, seeds, desc)

@@ -83,7 +83,7 @@ def test_bf16_draft_probs_shift_exceeds_the_nightly_detectable_distance():
     larger than the distance the nightly acceptance test detects with power 0.99: the power claim is
     computed, not hoped for. The shift is computed exactly from the case's p and q."""
     from specverify.checks.cases import STAT_CASE_BY_NAME
-    from specverify.checks.stats import detectable_delta_binomial
+    from specverify.checks.stats import min_shift_detectable_by_binomial_test
     import torch
     case = STAT_CASE_BY_NAME["bf16_sensitive"]
     q32, q16 = case.q[0].float().double(), case.q[0].float().to(torch.bfloat16).double()
@@ -91,5 +91,6 @@ def test_bf16_draft_probs_shift_exceeds_the_nightly_detectable_distance():
     alpha16 = float((case.q[0] * torch.clamp(case.p[0] / q16, max=1)).sum())
     nightly = get_profile("nightly")
     from specverify.checks import check_alpha
-    detectable = detectable_delta_binomial(nightly.stat_copies, alpha32, check_alpha(nightly))
+    from specverify.checks.statistical import stat_copies
+    detectable = min_shift_detectable_by_binomial_test(stat_copies(nightly), alpha32, check_alpha(nightly))
     assert alpha16 - alpha32 > detectable, (alpha16 - alpha32, detectable)

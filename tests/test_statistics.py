@@ -1,5 +1,8 @@
 """The statistical machinery itself: merging, outright failures, and that stated power is real power."""
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -7,8 +10,8 @@ import torch
 from specverify.checks import stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES
 from specverify.checks.result import CheckResult
-from specverify.checks.statistical import EVALUATORS
-from specverify.strategies import get_profile
+from specverify.checks.statistical import EVALUATORS, check_alpha, stat_copies
+from specverify.strategies import PROFILES, get_profile
 
 
 def test_sample_in_zero_probability_bin_fails_outright():
@@ -40,7 +43,7 @@ def test_stated_detectable_distance_is_detected_with_power_099(n, bins, alpha):
     """Simulate the least detectable deviation (|d| proportional to p0, signs half + half -) at the
     stated TV distance: the test must reject in at least 97% of 400 trials (power 0.99 stated;
     the binomial 1e-3 lower quantile of 400 trials at 0.99 is above 0.97)."""
-    delta = stats.detectable_tv_chi2(n, bins - 1, alpha)
+    delta = stats.min_tv_detectable_by_chi2_test(n, bins - 1, alpha)
     p0 = np.full(bins, 1.0 / bins)
     sign = np.where(np.arange(bins) < bins // 2, 1.0, -1.0)
     p1 = p0 + sign * 2 * delta * p0
@@ -59,10 +62,72 @@ def test_stated_detectable_distance_is_detected_with_power_099(n, bins, alpha):
 def test_binomial_detectable_delta_is_detected_with_power_099():
     """Exact binomial test at the stated delta: rejection in at least 97% of 400 trials."""
     n, p0, alpha = 8000, 0.3, 1e-4
-    delta = stats.detectable_delta_binomial(n, p0, alpha)
+    delta = stats.min_shift_detectable_by_binomial_test(n, p0, alpha)
     rng = np.random.default_rng(2)
     rejections = sum(stats.binomial_test(int(rng.binomial(n, p0 + delta)), n, p0) < alpha for _ in range(400))
     assert rejections >= 388
+
+
+# (minimum detectable discrepancy for n samples, minimum sample count for a discrepancy) of each test
+FACES = {
+    "chi2_tv": (lambda n: stats.min_tv_detectable_by_chi2_test(n, 7, 2.5e-5),
+                lambda d: stats.min_num_samples_for_chi2_tv_test(d, 7, 2.5e-5)),
+    "chi2_tv_power_0.8": (lambda n: stats.min_tv_detectable_by_chi2_test(n, 3, 1e-2, false_pass_rate=0.2),
+                          lambda d: stats.min_num_samples_for_chi2_tv_test(d, 3, 1e-2, false_pass_rate=0.2)),
+    "binomial_shift": (lambda n: stats.min_shift_detectable_by_binomial_test(n, 0.3, 1e-4),
+                       lambda d: stats.min_num_trials_for_binomial_shift(d, 0.3, 1e-4)),
+    "binomial_shift_near_1": (lambda n: stats.min_shift_detectable_by_binomial_test(n, 0.97, 1e-3),
+                              lambda d: stats.min_num_trials_for_binomial_shift(d, 0.97, 1e-3)),
+    "mean_shift": (lambda n: stats.min_mean_shift_detectable_by_z_test(n, 1.3, 1e-4),
+                   lambda d: stats.min_num_samples_for_mean_shift(d, 1.3, 1e-4)),
+}
+
+
+@pytest.mark.parametrize("discrepancy", [0.3, 0.045, 0.0021])
+@pytest.mark.parametrize("face", sorted(FACES))
+def test_min_sample_count_is_the_inverse_of_the_min_detectable_discrepancy(face, discrepancy):
+    """n samples detect the discrepancy and n - 1 do not: the two faces of each test agree exactly."""
+    detectable, min_count = FACES[face]
+    n = min_count(discrepancy)
+    assert detectable(n) <= discrepancy < detectable(n - 1), (n, detectable(n), detectable(n - 1))
+
+
+def test_mean_z_test_is_two_sided():
+    """A sample mean 3 standard errors above or below the exact mean gives p = 2 * sf(3)."""
+    up, down = stats.mean_z_test(1.03, 1.0, 0.25, 2500), stats.mean_z_test(0.97, 1.0, 0.25, 2500)
+    assert up[0] == pytest.approx(3.0) and down[0] == pytest.approx(-3.0)
+    assert up[1] == pytest.approx(0.0026997960632601866) and down[1] == pytest.approx(up[1])
+
+
+# The sample counts the profiles' targets were chosen to give: 'smoke' for slow backends, 'ci' for every
+# change, 'dev' for local runs, 'nightly' for the GPU run whose acceptance test sees the bf16 shift.
+PROFILE_STAT_COPIES = {"smoke": 200, "ci": 8_000, "dev": 50_000, "nightly": 4_000_000}
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_profile_sample_size_is_the_inverse_of_its_target_distance(name):
+    """A profile's statistical sample size is the fewest copies with which every token_distribution
+    check detects the profile's ``detect_tv`` at position 0 (power 0.99, at its per-position alpha),
+    rounded up to one significant digit; each target gives its profile's established count."""
+    profile = get_profile(name)
+    copies = stat_copies(profile)
+    assert copies == PROFILE_STAT_COPIES[name]
+    needs = []
+    for case in (c for c in STAT_CASES if "token_distribution" in c.checks):
+        dof = int((case.position_distributions[0] > 0).sum()) - 1
+        alpha = check_alpha(profile) / (case.k + 1)
+        needs.append(stats.min_num_samples_for_chi2_tv_test(profile.detect_tv, dof, alpha))
+        assert stats.min_tv_detectable_by_chi2_test(copies, dof, alpha) <= profile.detect_tv
+    unit = 10 ** int(math.log10(max(needs)))
+    assert math.ceil(max(needs) / unit) * unit == copies, (max(needs), copies)
+
+
+def test_a_profile_that_sets_stat_copies_uses_that_count():
+    """``replace(profile, stat_copies=...)`` fixes the count (a run of a given size); replacing another
+    field keeps the count sized from the target."""
+    ci = get_profile("ci")
+    assert stat_copies(replace(ci, stat_copies=1_234)) == 1_234
+    assert stat_copies(replace(ci, device="cuda")) == stat_copies(ci)
 
 
 def test_binomial_with_certain_outcome_fails_on_any_contrary_sample():
@@ -76,7 +141,7 @@ def test_wilson_interval_covers_the_observed_rate():
 
 
 NULL_OUTPUTS = 300
-CI_COPIES = get_profile("ci").stat_copies   # requests per output, as the ci profile samples them
+CI_COPIES = stat_copies(get_profile("ci"))   # requests per output, as the ci profile samples them
 
 
 @pytest.mark.parametrize("case_check", [f"{case.name}:{check}" for case in STAT_CASES for check in case.checks

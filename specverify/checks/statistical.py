@@ -15,11 +15,10 @@ Drafts are drawn from q; the backend's own seeded noise is used when it has a se
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import math
 
 import torch
-from scipy import stats as sps
 
 from reference import Noise, exact
 from reference.sample import synthetic_rates_f32
@@ -40,14 +39,42 @@ def check_alpha(profile: Profile) -> float:
     return profile.family_alpha / statistical_test_count()
 
 
+def stat_copies(profile: Profile) -> int:
+    """Replicated requests per statistical case: ``profile.stat_copies`` when the profile sets it, else
+    the fewest with which every token_distribution check detects ``profile.detect_tv`` at position 0
+    (where every request contributes a sample) with power 0.99, at that check's per-position alpha.
+    The count is rounded up to one significant digit (any need from 7,001 to 8,000 gives 8,000):
+    rounding up keeps the guarantee, and one digit keeps sample counts round."""
+    if profile.stat_copies is not None:
+        return profile.stat_copies
+    return _copies_to_detect(profile.detect_tv, check_alpha(profile))
+
+
+@functools.lru_cache(maxsize=64)
+def _copies_to_detect(tv: float, alpha: float) -> int:
+    need = max(stats.min_num_samples_for_chi2_tv_test(tv, _position0_dof(case), alpha / (case.k + 1))
+               for case in STAT_CASES if "token_distribution" in case.checks)
+    return _round_up_to_one_significant_digit(need)
+
+
+def _position0_dof(case: StatCase) -> int:
+    """Degrees of freedom of the chi-square at position 0 with no bin merged: its support size less one."""
+    return int((case.position_distributions[0] > 0).sum()) - 1
+
+
+def _round_up_to_one_significant_digit(n: int) -> int:
+    unit = 10 ** (len(str(n)) - 1)
+    return -(-n // unit) * unit
+
+
 def _seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:7], "little")
 
 
 def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
-    """One launch of ``profile.stat_copies`` copies of the case; returns (batch, output) on the CPU."""
+    """One launch of ``stat_copies(profile)`` copies of the case; returns (batch, output) on the CPU."""
     g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
-    batch = case.batch(profile.stat_copies, g)
+    batch = case.batch(stat_copies(profile), g)
     if "seeded" in backend.capabilities.noise:
         seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
         dev_batch, _ = on_device(batch, None, profile.device)
@@ -89,7 +116,7 @@ def _token_distribution(result, case: StatCase, out) -> None:
             result.fail(f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
             return
         p_values.append(gof.p_value)
-        detectable.append(stats.detectable_tv_chi2(gof.samples, gof.dof, alpha / (case.k + 1)))
+        detectable.append(stats.min_tv_detectable_by_chi2_test(gof.samples, gof.dof, alpha / (case.k + 1)))
         if j == 0:
             result.samples = gof.samples
         if worst is None or gof.p_value < worst[1].p_value:
@@ -113,7 +140,8 @@ def _acceptance_rate(result, case: StatCase, out) -> None:
             continue
         p_values.append(stats.binomial_test(accepted, trials, float(expected[j])))
         lines.append(f"pos {j}: {accepted}/{trials}={accepted / trials:.4f} vs {float(expected[j]):.4f}")
-        detectable.append(stats.detectable_delta_binomial(trials, float(expected[j]), result.alpha / case.k))
+        detectable.append(stats.min_shift_detectable_by_binomial_test(trials, float(expected[j]),
+                                                                      result.alpha / case.k))
         if j == 0:
             result.samples, result.statistic = trials, accepted / trials
     _state_power(result, detectable, "acceptance")
@@ -130,11 +158,9 @@ def _synthetic_rate(result, case: StatCase, out) -> None:
     mean = float((dist * m).sum())
     var = float((dist * (m - mean) ** 2).sum())
     N, observed = n.numel(), float(n.mean())
-    z = (observed - mean) / math.sqrt(max(var, 1e-300) / N)
-    result.samples, result.statistic = N, z
-    result.p_value = float(2 * sps.norm.sf(abs(z)))
-    z_need = sps.norm.isf(result.alpha / 2) + sps.norm.isf(1 - stats.POWER)
-    _state_power(result, [z_need * math.sqrt(var / N) / case.steps], "rate")
+    result.samples = N
+    result.statistic, result.p_value = stats.mean_z_test(observed, mean, var, N)
+    _state_power(result, [stats.min_mean_shift_detectable_by_z_test(N, var, result.alpha) / case.steps], "rate")
     result.message = (f"mean joint acceptance {observed / case.steps:.4f} vs configured r={case.rate} "
                       f"(exact mean num_accepted {mean:.4f})")
     if result.p_value < result.alpha:
@@ -170,4 +196,4 @@ def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> Non
 
 
 __all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
-           "check_token_distribution", "sample_case", "statistical_needs", "statistical_test_count"]
+           "check_token_distribution", "sample_case", "stat_copies", "statistical_needs", "statistical_test_count"]

@@ -1,9 +1,20 @@
-"""Goodness-of-fit and binomial tests with stated power (SPEC section 5). Plain functions, float64.
+"""Statistical tests with stated power (SPEC section 5). Plain functions, float64.
 
-Power is stated as the smallest total-variation distance a test detects with probability 0.99 at
-its alpha and sample size. For a chi-square test with n samples, a deviation d of TV distance delta
-has non-centrality n * sum(d^2 / p0) >= 4 n delta^2 (Cauchy-Schwarz), so 4 n delta^2 is the
-worst-case non-centrality and the stated distance holds for every direction of deviation.
+Each test has three faces, named by what they guarantee:
+
+- the test itself: ``chi_square_gof``, ``binomial_test``, ``mean_z_test`` (p-values);
+- the minimum detectable discrepancy: the smallest deviation the test, run at false-fail rate
+  ``false_fail_rate`` (its alpha) on a given number of samples, detects with probability
+  ``1 - false_pass_rate``: ``min_tv_detectable_by_chi2_test``, ``min_shift_detectable_by_binomial_test``,
+  ``min_mean_shift_detectable_by_z_test``;
+- its inverse, the minimum sample count that detects a given discrepancy at those two rates:
+  ``min_num_samples_for_chi2_tv_test``, ``min_num_trials_for_binomial_shift``,
+  ``min_num_samples_for_mean_shift``. The count n it returns is the smallest for which the detectable
+  discrepancy is at most the given one: at n - 1 it is larger.
+
+The chi-square test's discrepancy is a total-variation distance. With n samples, a deviation d of TV
+distance delta has non-centrality n * sum(d^2 / p0) >= 4 n delta^2 (Cauchy-Schwarz), so 4 n delta^2 is
+the worst-case non-centrality and the stated distance holds for every direction of deviation.
 """
 
 from __future__ import annotations
@@ -15,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-POWER = 0.99
+FALSE_PASS_RATE = 0.01     # 1 - power: every stated detectable discrepancy has power 0.99
 MIN_EXPECTED = 5.0
+_MAX_COUNT = 2 ** 62
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,49 @@ def merge_small_bins(expected: np.ndarray, observed: np.ndarray) -> tuple[np.nda
     return np.asarray(e, dtype=np.float64), np.asarray(o, dtype=np.float64)
 
 
+def _smallest_in_unit_interval(holds) -> float:
+    """The smallest x in (0, 1] for which ``holds(x)`` is true, for a predicate that stays true above
+    it (60 halvings: float64 resolution). Every minimum detectable discrepancy is found this way."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _smallest_count(detectable, discrepancy: float) -> int:
+    """The smallest n >= 1 with ``detectable(n) <= discrepancy``, for a ``detectable`` that does not grow
+    with n. Every minimum sample count is found this way, from the matching minimum detectable
+    discrepancy, so the two faces of a test agree exactly. The search starts at the count the scaling
+    discrepancy ~ 1 / sqrt(n) predicts (exact for the chi-square and z-tests, close for the binomial),
+    gallops until the answer is bracketed, then bisects: a few evaluations of ``detectable``."""
+    if not discrepancy > 0:
+        raise ValueError(f"a discrepancy of {discrepancy} is not detectable with any number of samples")
+    m = 1
+    while math.isinf(detectable(m)):
+        m *= 2
+        if m > _MAX_COUNT:
+            raise ValueError("the test detects nothing with any number of samples")
+    lo, hi, step = 0, max(1, math.ceil(m * (detectable(m) / discrepancy) ** 2)), 1
+    while detectable(hi) > discrepancy:             # too few: gallop up
+        lo, hi, step = hi, hi + step, 2 * step
+        if hi > _MAX_COUNT:
+            raise ValueError(f"a discrepancy of {discrepancy} needs more than {_MAX_COUNT} samples")
+    lo, step = max(lo, hi - 1), 1
+    while lo > 0 and detectable(lo) <= discrepancy:  # enough: gallop down
+        hi, lo, step = lo, max(lo - step, 0), 2 * step
+    while hi - lo > 1:                              # detectable(lo) > discrepancy (or lo == 0) >= detectable(hi)
+        mid = (lo + hi) // 2
+        if detectable(mid) <= discrepancy:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def chi_square_gof(probabilities: dict, counts: dict) -> GofResult:
     """Pearson chi-square of observed ``counts`` against exact ``probabilities`` (both keyed by category).
 
@@ -68,28 +123,27 @@ def chi_square_gof(probabilities: dict, counts: dict) -> GofResult:
     return GofResult(stat, float(stats.chi2.sf(stat, dof)), dof, n, len(e), [])
 
 
-def _smallest_in_unit_interval(holds) -> float:
-    """The smallest x in (0, 1] for which ``holds(x)`` is true, for a predicate that stays true above
-    it (60 halvings: float64 resolution). Every minimum detectable deviation is found this way."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 @functools.lru_cache(maxsize=4096)
-def detectable_tv_chi2(samples: int, dof: int, alpha: float, power: float = POWER) -> float:
-    """Smallest TV distance detected with ``power`` by a chi-square test (worst-case direction)."""
+def min_tv_detectable_by_chi2_test(samples: int, dof: int, false_fail_rate: float,
+                                   false_pass_rate: float = FALSE_PASS_RATE) -> float:
+    """Smallest TV distance a chi-square test on ``dof`` degrees of freedom and ``samples`` samples, run
+    at ``false_fail_rate``, detects with probability ``1 - false_pass_rate`` (worst-case direction);
+    inf when even a TV distance of 1 is not detected that reliably."""
     if samples <= 0 or dof <= 0:
         return math.inf
-    crit = stats.chi2.isf(alpha, dof)
+    crit, power = stats.chi2.isf(false_fail_rate, dof), 1 - false_pass_rate
     if stats.ncx2.sf(crit, dof, 4 * samples) < power:
         return math.inf
     return _smallest_in_unit_interval(lambda delta: stats.ncx2.sf(crit, dof, 4 * samples * delta ** 2) >= power)
+
+
+@functools.lru_cache(maxsize=256)
+def min_num_samples_for_chi2_tv_test(tv: float, dof: int, false_fail_rate: float,
+                                     false_pass_rate: float = FALSE_PASS_RATE) -> int:
+    """Fewest samples with which a chi-square test on ``dof`` degrees of freedom, run at
+    ``false_fail_rate``, detects every deviation of TV distance ``tv`` with probability
+    ``1 - false_pass_rate``."""
+    return _smallest_count(lambda n: min_tv_detectable_by_chi2_test(n, dof, false_fail_rate, false_pass_rate), tv)
 
 
 def binomial_test(successes: int, trials: int, p0: float) -> float:
@@ -103,12 +157,14 @@ def binomial_test(successes: int, trials: int, p0: float) -> float:
     return float(stats.binomtest(successes, trials, p0).pvalue)
 
 
-def detectable_delta_binomial(trials: int, p0: float, alpha: float, power: float = POWER) -> float:
-    """Smallest |p - p0| (the TV distance of two Bernoullis) detected with ``power`` (normal approximation
-    of the exact test; conservative by using the larger variance of the two hypotheses)."""
+def min_shift_detectable_by_binomial_test(trials: int, p0: float, false_fail_rate: float,
+                                          false_pass_rate: float = FALSE_PASS_RATE) -> float:
+    """Smallest |p - p0| (the TV distance of two Bernoullis) the binomial test on ``trials`` trials, run at
+    ``false_fail_rate``, detects with probability ``1 - false_pass_rate`` (normal approximation of the
+    exact test; conservative by using the larger variance of the two hypotheses)."""
     if trials <= 0:
         return math.inf
-    z_a, z_b = stats.norm.isf(alpha / 2), stats.norm.isf(1 - power)
+    z_a, z_b = stats.norm.isf(false_fail_rate / 2), stats.norm.isf(false_pass_rate)
 
     def detected(delta: float) -> bool:
         var = max(p0 * (1 - p0), min(max(p0 + delta, 0), 1) * (1 - min(max(p0 + delta, 0), 1)),
@@ -116,6 +172,39 @@ def detectable_delta_binomial(trials: int, p0: float, alpha: float, power: float
         return delta * math.sqrt(trials) >= (z_a + z_b) * math.sqrt(var)
 
     return _smallest_in_unit_interval(detected)
+
+
+def min_num_trials_for_binomial_shift(shift: float, p0: float, false_fail_rate: float,
+                                      false_pass_rate: float = FALSE_PASS_RATE) -> int:
+    """Fewest trials with which the binomial test against ``p0``, run at ``false_fail_rate``, detects a
+    shift of the success probability by ``shift`` (either way) with probability ``1 - false_pass_rate``."""
+    return _smallest_count(
+        lambda n: min_shift_detectable_by_binomial_test(n, p0, false_fail_rate, false_pass_rate), shift)
+
+
+def mean_z_test(sample_mean: float, mean: float, variance: float, samples: int) -> tuple[float, float]:
+    """(z, two-sided p-value) of the mean of ``samples`` independent draws against the exact ``mean`` and
+    ``variance`` of one draw (normal approximation of the sample mean)."""
+    z = (sample_mean - mean) / math.sqrt(max(variance, 1e-300) / samples)
+    return z, float(2 * stats.norm.sf(abs(z)))
+
+
+def min_mean_shift_detectable_by_z_test(samples: int, variance: float, false_fail_rate: float,
+                                        false_pass_rate: float = FALSE_PASS_RATE) -> float:
+    """Smallest shift of the mean the z-test on ``samples`` draws of the given ``variance``, run at
+    ``false_fail_rate``, detects with probability ``1 - false_pass_rate``."""
+    if samples <= 0:
+        return math.inf
+    z_need = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
+    return float(z_need * math.sqrt(variance / samples))
+
+
+def min_num_samples_for_mean_shift(shift: float, variance: float, false_fail_rate: float,
+                                   false_pass_rate: float = FALSE_PASS_RATE) -> int:
+    """Fewest draws of the given ``variance`` with which the z-test, run at ``false_fail_rate``, detects a
+    shift of the mean by ``shift`` (either way) with probability ``1 - false_pass_rate``."""
+    return _smallest_count(
+        lambda n: min_mean_shift_detectable_by_z_test(n, variance, false_fail_rate, false_pass_rate), shift)
 
 
 def bonferroni(p_values: list[float]) -> float:
