@@ -193,6 +193,9 @@ class Noise:
         uniform, exponential = philox.seeded_stream(request_seeds, num_draft_tokens, vocab_size)
         return Noise(uniform, exponential)
 
+    def to(self, device) -> "Noise":
+        return Noise(self.uniform.to(device), self.exponential.to(device))
+
     def select(self, batch: SpecBatch, requests: torch.Tensor) -> "Noise":
         """The noise of a sub-batch made of ``requests`` (in that order)."""
         off = batch.draft_offsets().tolist()

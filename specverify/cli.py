@@ -18,7 +18,9 @@ from dataclasses import replace
 
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
 from specverify.pool import BackendLoadError, CheckPool
-from specverify.report import document, header, render, write_json
+from specverify.checks.repro import write_reproducer
+from specverify.report import document, header, junit_xml, render, write_json
+from specverify.replay import replay_file
 from specverify.strategies import PROFILES, get_profile
 from specverify.verdict import describe, parse_requirements, verdict
 
@@ -57,7 +59,8 @@ def _check(args) -> int:
     require = parse_requirements(args.require)
     pairs = plan(profile, selected)
     timeout = args.timeout or profile.check_timeout
-    pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout)
+    pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout,
+                     failures_dir=args.failures_dir)
     start = time.perf_counter()
     try:
         loaded = pool.load()
@@ -92,6 +95,8 @@ def _check(args) -> int:
     finally:
         pool.close()
     seconds = time.perf_counter() - start
+    for result in results:   # a check that hung or crashed its worker gets a "check" reproducer here
+        write_reproducer(result, args.failures_dir, profile, args.backend)
     outcome = verdict(results, loaded.capabilities, require)
     if interrupted:
         outcome.passed = False
@@ -101,6 +106,9 @@ def _check(args) -> int:
         write_json(args.json, document(results, loaded.name, profile, seconds, outcome, capabilities=caps,
                                        require=list(require), interrupted=interrupted, timeout=timeout,
                                        workers=pool.workers))
+    if args.junit:
+        with open(args.junit, "w") as f:
+            f.write(junit_xml(results, loaded.name, seconds))
     if interrupted:
         return 130
     return 0 if outcome.passed else 1
@@ -130,7 +138,15 @@ def main(argv=None) -> int:
     check.add_argument("--require", default=None, metavar="LIST",
                        help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
                             "declare and the run must check; the run fails otherwise")
+    check.add_argument("--failures-dir", default="specverify-failures", metavar="DIR",
+                       help="where each failed check writes its reproducer (default: specverify-failures)")
+    check.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML, one test case per check")
     check.set_defaults(func=_check)
+    replay = sub.add_parser("replay", help="re-run a reproducer written by a failed check against a backend")
+    replay.add_argument("file", help="a reproducer (.pt) from the failures directory")
+    replay.add_argument("backend", help="reference, cpu, triton, or MODULE:ATTR")
+    replay.add_argument("--device", default=None, help="device to replay on (default: the reproducer's, else cpu)")
+    replay.set_defaults(func=lambda args: replay_file(args.file, args.backend, args.device))
     sub.add_parser("list", help="list the checks and their cases").set_defaults(func=_list)
     args = parser.parse_args(argv)
     try:

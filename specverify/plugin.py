@@ -52,6 +52,8 @@ def pytest_addoption(parser):
                          "GPU) or a list of device ids '0,1,3' (default: $SPECVERIFY_GPUS, else no pinning)")
     group.addoption("--specverify-json", default=None, metavar="FILE",
                     help="write every CheckResult of the run (all workers) to FILE as JSON")
+    group.addoption("--specverify-failures-dir", default="specverify-failures", metavar="DIR",
+                    help="where each failed check writes its reproducer (default: specverify-failures)")
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
                     help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
@@ -161,7 +163,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.fixture
 def specverify_record(request):
     """``record(result)``: attach a CheckResult to this test's report, for the run's verdict and JSON."""
+    from specverify.checks.repro import write_reproducer  # noqa: PLC0415
+
     def record(result):
+        config = request.config
+        write_reproducer(result, config.getoption("--specverify-failures-dir"),
+                         request.getfixturevalue("specverify_profile"), config.getoption("--specverify-backend"))
         request.node.user_properties.append((_RESULT_KEY, json.dumps(result.to_json())))
         return result
     return record

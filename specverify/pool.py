@@ -37,7 +37,7 @@ class Loaded:
     capabilities: object
 
 
-def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int) -> None:
+def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None) -> None:
     """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
@@ -45,6 +45,7 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int) -> N
     import torch  # noqa: PLC0415
 
     from specverify.checks import run_check  # noqa: PLC0415
+    from specverify.checks.repro import write_reproducer  # noqa: PLC0415
     from specverify.registry import get_backend  # noqa: PLC0415
     torch.set_num_threads(threads)
     try:
@@ -65,6 +66,12 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int) -> N
             conn.send(("last", _fail(check, case, backend.name,
                                      f"the backend called sys.exit({exc.code!r}) during the check")))
             return
+        try:
+            if failures_dir:
+                write_reproducer(result, failures_dir, spec=spec)
+        except Exception as exc:  # noqa: BLE001 - a reproducer that cannot be written is said, not fatal
+            result.message += f" (reproducer not written: {type(exc).__name__}: {exc})"
+        result.__dict__.pop("repro", None)
         # The CUDA context is unusable after a fault: the next check gets a fresh worker.
         last = result.status == FAIL and any(m in result.message for m in CUDA_FAULT_MARKERS)
         conn.send(("last" if last else "result", result))
@@ -91,9 +98,10 @@ def _death(exitcode: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx, spec: str, profile: Profile, threads: int) -> None:
+    def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, spec, profile, list(sys.path), threads), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, spec, profile, list(sys.path), threads, failures_dir),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.item = None          # (index, check, case) in flight
@@ -115,12 +123,14 @@ class _Worker:
 class CheckPool:
     """Runs (check, case) pairs of one backend in ``workers`` child processes, each under ``timeout``."""
 
-    def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0) -> None:
+    def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0,
+                 failures_dir: str | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
+        self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
         self.threads = max(1, (os.cpu_count() or 1) // workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["specverify._worker_preload"])
@@ -128,7 +138,7 @@ class CheckPool:
         self.loaded: Loaded | None = None
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, self.spec, self.profile, self.threads)
+        worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir)
         limit = max(self.timeout, 120.0)
         deadline = time.perf_counter() + limit
         while not worker.conn.poll(0.2) and worker.proc.is_alive():

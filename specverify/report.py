@@ -8,10 +8,12 @@ import json
 import os
 import platform
 import subprocess
+from xml.etree import ElementTree
 
 import torch
 
-from specverify.checks import FAIL, NOT_APPLICABLE, CheckResult, check_alpha, statistical_test_count
+from specverify.checks import FAIL, NOT_APPLICABLE, NOT_RUN, CheckResult, check_alpha, statistical_test_count
+from specverify.checks.statistical import stat_copies
 from specverify.strategies import Profile
 from specverify.verdict import Verdict
 
@@ -71,6 +73,7 @@ def environment(profile: Profile) -> dict:
             commit = None
     params = {k: (str(v) if not isinstance(v, (int, float, str, type(None))) else v)
               for k, v in dataclasses.asdict(profile).items()}
+    params["stat_copies"] = stat_copies(profile)
     return {"specverify": version, "commit": commit, "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "cuda": torch.version.cuda, "device": profile.device, "profile_parameters": params}
@@ -86,6 +89,26 @@ def document(results: list[CheckResult], backend_name: str, profile: Profile, se
            "environment": environment(profile), "results": [r.to_json() for r in results]}
     doc.update(extra)
     return doc
+
+
+def junit_xml(results: list[CheckResult], backend_name: str, seconds: float) -> str:
+    """JUnit XML for CI systems: one test case per (check, case); a FAIL is a failure, n/a a skip
+    with its reason, a check that did not run an error."""
+    suite = ElementTree.Element("testsuite", name=f"specverify[{backend_name}]", tests=str(len(results)),
+                                failures=str(sum(r.status == FAIL for r in results)),
+                                skipped=str(sum(r.status == NOT_APPLICABLE for r in results)),
+                                errors=str(sum(r.status == NOT_RUN for r in results)), time=f"{seconds:.3f}")
+    for r in results:
+        case = ElementTree.SubElement(suite, "testcase", classname=f"specverify.{backend_name}.{r.check}",
+                                      name=r.id, time=f"{r.seconds:.3f}")
+        if r.status == FAIL:
+            failure = ElementTree.SubElement(case, "failure", message=r.message[:1000])
+            failure.text = r.line()
+        elif r.status == NOT_APPLICABLE:
+            ElementTree.SubElement(case, "skipped", message=r.message)
+        elif r.status == NOT_RUN:
+            ElementTree.SubElement(case, "error", message=r.message or "not run")
+    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
 def write_json(path: str, doc: dict) -> None:

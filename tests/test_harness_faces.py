@@ -22,15 +22,22 @@ MUTANT = "specverify.mutants.samplers:SyntheticRateDefaultsToZero"
 
 def test_cli_exits_nonzero_and_names_the_failing_check_for_a_buggy_backend(tmp_path, capsys):
     """A backend whose unset synthetic rate defaults to 0 fails synthetic_validation and passes
-    determinism: exit 1, the report says FAIL on that line only, and the JSON records both."""
+    determinism: exit 1, the report says FAIL on that line only, the JSON records both, and the
+    failure's reproducer (the call the reference rejects and the backend accepts) is written."""
     out = tmp_path / "r.json"
-    status = main(["check", MUTANT, "--checks", "synthetic_validation,determinism", "--json", str(out)])
+    status = main(["check", MUTANT, "--checks", "synthetic_validation,determinism", "--json", str(out),
+                   "--failures-dir", str(tmp_path / "failures")])
     printed = capsys.readouterr().out
     assert status == 1
     assert "FAIL  synthetic_validation[bad_rates]" in printed and "FAILED: 1 passed, 1 failed" in printed
     doc = json.loads(out.read_text())
     assert doc["passed"] is False
     assert {r["check"]: r["status"] for r in doc["results"]} == {"determinism": "pass", "synthetic_validation": "fail"}
+    failed = next(r for r in doc["results"] if r["status"] == "fail")
+    assert failed["replay"] == f"specverify replay {failed['reproducer']} {MUTANT}" and failed["replay"] in printed
+    assert main(["replay", failed["reproducer"], MUTANT]) == 1
+    assert main(["replay", failed["reproducer"], "cpu"]) == 0
+    assert "the reference raises ValueError" in capsys.readouterr().out
 
 
 def test_cli_exits_zero_for_a_correct_backend(capsys):
@@ -47,16 +54,19 @@ def test_cli_rejects_unknown_backend_and_check_with_status_2(capsys):
     assert "unknown backend 'no-such-backend'" in err and "no_such_check" in err
 
 
-def test_shipped_suite_under_xdist_fails_on_the_buggy_check_only():
+def test_shipped_suite_under_xdist_fails_on_the_buggy_check_only(tmp_path):
     """pytest --pyargs specverify.suite with a MODULE:ATTR backend, two xdist workers: the mutant's
-    synthetic_validation test fails, its determinism test passes."""
+    synthetic_validation test fails, its determinism test passes, the failure leaves a reproducer."""
     env = dict(os.environ, SPECVERIFY_PROFILE="ci")
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "specverify.suite", f"--specverify-backend={MUTANT}",
-           "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "determinism or synthetic_validation"]
+           "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "determinism or synthetic_validation",
+           f"--specverify-failures-dir={tmp_path}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.path.dirname(__file__), timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "FAILED" in proc.stdout and "synthetic_validation" in proc.stdout
     assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["synthetic_rate_defaults_to_zero-synthetic_validation-bad_rates.pt",
+                                                          "synthetic_rate_defaults_to_zero-synthetic_validation-bad_rates.txt"]
 
 
 def _one_request(p_x_logit: float, u: float) -> tuple[SpecBatch, Noise]:

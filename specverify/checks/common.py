@@ -7,31 +7,39 @@ from hypothesis import given
 
 from reference import Noise, SpecBatch
 from specverify.checks.runner import CheckFailure, Context
-from specverify.strategies import Profile, hypothesis_settings
+from specverify.strategies import Example, Profile, hypothesis_settings
 
 
 def on_device(batch: SpecBatch, noise: Noise | None, device: str):
-    moved = batch.to(device)
-    if noise is None:
-        return moved, None
-    return moved, Noise(noise.uniform.to(device), noise.exponential.to(device))
+    return batch.to(device), None if noise is None else noise.to(device)
+
+
+def describe_drawn(drawn) -> str:
+    """A drawn value in one line: an Example by its description (sizes, styles, and the seed of the
+    torch.Generator its tensor contents come from), call keywords as a dict."""
+    if isinstance(drawn, tuple):
+        return " with ".join(describe_drawn(d) for d in drawn)
+    return drawn.description if isinstance(drawn, Example) else repr(drawn)
 
 
 def run_examples(strategy, profile: Profile, body, examples: int | None = None,
                  shrink: bool = True) -> tuple[str | None, str | None]:
-    """Run ``body`` on Hypothesis examples; returns (failure message, shrunk counterexample) or (None, None)."""
+    """Run ``body`` on Hypothesis examples; returns (failure message, the failing example described)
+    or (None, None). Hypothesis runs the (shrunk) failing example last, so the last one drawn is it."""
+    last = []
 
     @hypothesis_settings(profile, examples, shrink)
     @given(strategy)
-    def prop(example):
-        body(example)
+    def prop(drawn):
+        last[:] = [drawn]
+        body(drawn)
 
     try:
         prop()
     except Exception as exc:  # noqa: BLE001 - any exception from the backend is a finding
-        notes = [n for n in getattr(exc, "__notes__", []) if "Example(" in n or "Falsifying" in n]
         kind = "" if isinstance(exc, CheckFailure) else f"{type(exc).__name__}: "
-        return f"{kind}{exc}", " ".join(notes) or None
+        where = f"Hypothesis example {describe_drawn(last[0])}" if last else None
+        return f"{kind}{exc}", where
     return None, None
 
 

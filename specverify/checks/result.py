@@ -19,6 +19,9 @@ class CheckResult:
     ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
     distribution; "acceptance": shift of the acceptance probability; "rate": shift of the mean joint
     acceptance rate). ``covered`` lists what the check's calls exercised (method, noise path, greedy).
+    A failure carries ``counterexample`` (Python that rebuilds the failing call, when one call shows
+    it) and, once a face has written it, ``reproducer``: the path of its reproducer file, and
+    ``replay``: the command that replays it.
     """
 
     check: str
@@ -35,6 +38,8 @@ class CheckResult:
     detectable_measure: str | None = None
     detectable_by_position: list | None = None
     counterexample: str | None = None
+    reproducer: str | None = None
+    replay: str | None = None
     seconds: float = 0.0
     covered: list = field(default_factory=list)
 
@@ -81,5 +86,7 @@ class CheckResult:
         if self.message:
             text += f"\n      {self.message}"
         if self.counterexample and self.status == FAIL:
-            text += f"\n      counterexample: {self.counterexample}"
+            text += "\n      counterexample:\n" + "\n".join(f"        {line}" for line in self.counterexample.splitlines())
+        if self.reproducer and self.status == FAIL:
+            text += f"\n      reproducer: {self.reproducer}\n      replay: {self.replay}"
         return text

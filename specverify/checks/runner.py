@@ -28,6 +28,7 @@ import torch
 from reference import Noise, SpecBatch, SpecOutput
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
+from specverify.checks.repro import Call, Reproducer, judge, python_source, reduce
 from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
 from specverify.registry import checked_backend
 from specverify.strategies import Profile
@@ -191,6 +192,8 @@ class GuardedBackend:
     def __init__(self, backend) -> None:
         self._backend = backend
         self.covered: set[str] = set()
+        self.last_call: Call | None = None      # the latest call, as the caller made it
+        self.failed_call: Call | None = None    # the latest call a guard or a comparison found wrong
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
@@ -204,9 +207,11 @@ class GuardedBackend:
         given = private_batch(batch)
         given_noise = None if noise is None else Noise(noise.uniform.clone(), noise.exponential.clone())
         given_seed = seed.clone() if isinstance(seed, torch.Tensor) else seed
+        self.last_call = Call(batch, noise, seed if isinstance(seed, torch.Tensor) else None, dict(kwargs))
         try:
             out = self._backend(given, noise=given_noise, seed=given_seed, **kwargs)
         except SystemExit as exc:
+            self.failed_call = self.last_call
             raise CheckFailure(f"the backend called sys.exit({exc.code!r}) during a call") from None
         pairs = [(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS]
         if noise is not None:
@@ -216,9 +221,11 @@ class GuardedBackend:
             pairs.append(("seed", given_seed, seed))
         written = [c for c in (_changed(*pair) for pair in pairs) if c]
         if written:
+            self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
         problems = output_problems(batch, out, batch.device)
         if problems:
+            self.failed_call = self.last_call
             raise CheckFailure("output structure: " + "; ".join(problems[:3]))
         self.covered.add(kwargs.get("method", "standard"))
         self.covered.add("injected" if noise is not None else "seeded")
@@ -247,6 +254,10 @@ class Context:
         ones are counted, and ``execute`` bounds them for the whole check."""
         cmp = compare_to_reference(batch, got, noise, tol=self.tolerance, **kwargs)
         if cmp.real:
+            last = self.backend.last_call
+            seeded = last is not None and last.noise is None and last.seeds is not None
+            self.backend.failed_call = Call(batch, None if seeded else noise, last.seeds if seeded else None,
+                                            dict(kwargs))
             prefix = f"{where}: " if where else ""
             raise CheckFailure(f"{prefix}{len(cmp.real)} real divergence(s) from the reference; first: {cmp.real[0]}")
         self.decisions += cmp.decisions
@@ -275,12 +286,13 @@ def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
     """Run one declared check on one case; always returns a CheckResult (never raises for the backend)."""
     name = getattr(backend, "name", repr(backend))
     result = CheckResult(check=check.name, case=case, backend=str(name), kind=check.kind, status=PASS)
-    start = time.perf_counter()
+    start, ctx = time.perf_counter(), None
     try:
         backend = checked_backend(backend, str(name))
         why = not_applicable_because(check.needs(case), backend.capabilities, profile)
         if why:
             result.status, result.message = NOT_APPLICABLE, why
+            result.seconds = time.perf_counter() - start
             return result
         ctx = Context(GuardedBackend(backend), profile, result)
         try:
@@ -293,10 +305,44 @@ def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
         result.status, result.message = FAIL, str(exc)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises is a finding, never a crash
         result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
-    finally:
-        result.seconds = time.perf_counter() - start
+    if result.status == FAIL and ctx is not None:
+        result.repro = reproduce(ctx)
+        if result.repro.call is not None:
+            result.counterexample = python_source(result.repro.call, result.repro.outcome)
+    result.seconds = time.perf_counter() - start
     return result
 
 
+def reproduce(ctx: Context) -> Reproducer:
+    """The failure as a reproducer: the failing call (the one a guard or a comparison flagged, else the
+    latest) reduced to its smallest sub-batch that fails the same way; a "check" reproducer when no
+    single call fails on its own."""
+    result, profile, backend = ctx.result, ctx.profile, ctx.backend
+    found = Reproducer.of_check(result, profile)
+    call = backend.failed_call or backend.last_call
+    if call is None:
+        return found
+
+    def run(c: Call):
+        return judge(backend, c, profile.device, backend.capabilities.seeded_stream, ctx.tolerance, (CheckFailure,))
+
+    try:
+        call = call.cpu()
+        full = run(call)
+        if full.category is None:
+            return found
+        size = call.batch.num_requests
+        keep = reduce(lambda requests: run(call.select(requests)).category == full.category, size, full.requests)
+        outcome = run(call.select(keep)) if len(keep) < size else full
+        if outcome.category != full.category:
+            keep, outcome = list(range(size)), full
+        reduced = call.select(keep) if len(keep) < size else call
+    except Exception as exc:  # noqa: BLE001 - a failure to reduce never hides the failure itself
+        found.message += f" (no single-call reproducer: {type(exc).__name__}: {exc})"
+        return found
+    found.kind, found.call, found.requests, found.full_requests, found.outcome = "call", reduced, keep, size, outcome
+    return found
+
+
 __all__ = ["CORE_KINDS", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "execute",
-           "not_applicable_because", "output_problems", "private_batch"]
+           "not_applicable_because", "output_problems", "private_batch", "reproduce"]
