@@ -37,6 +37,27 @@ class UnsupportedError(NotImplementedError):
 
 
 @dataclass(frozen=True)
+class Deviation:
+    """A known, accepted failure: the check and case (``"*"``: every case) where it shows, why it is
+    accepted, and ``match``, a regular expression its failure text matches (a divergence such as
+    "request 0, position 0: expected [1], got [0] (REAL: acceptance ...)", or the check's message).
+    Only failures that match are excused; any other failure of the same check still fails the run."""
+
+    check: str
+    case: str
+    reason: str
+    match: str
+
+    def __post_init__(self) -> None:
+        for name in ("check", "case", "reason", "match"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ValueError(f"deviation {self.check!r}: {name} must be a non-empty string")
+
+    def covers(self, check: str, case: str) -> bool:
+        return self.check == check and self.case in ("*", case)
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can do. ``seeded_stream`` says whether its seeded noise is the reference's
     Philox stream ("philox": checked bit for bit) or its own ("own": checked statistically)."""
@@ -51,6 +72,11 @@ class Capabilities:
     # Disagreements with the float64 reference are excused only where the decision is within this
     # relative margin; at most HARNESS_AMBIGUITY_MARGIN (a wider declaration is refused at load).
     ambiguity_margin: float = HARNESS_AMBIGUITY_MARGIN
+    # Declared limits: the most drafts one request may carry (None: no limit), and whether a batch of
+    # no requests is accepted. The checks stay inside them, and calls outside are UnsupportedError.
+    max_draft: int | None = None
+    empty_batches: bool = True
+    deviations: tuple = ()      # Deviation entries: known failures, reported as such, never as passes
     notes: tuple = field(default_factory=tuple)
 
 
@@ -61,6 +87,10 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
     path = "injected" if noise is not None else "seeded"
     if path not in caps.noise:
         raise UnsupportedError(name, f"{path} noise", caps.noise)
+    if batch.num_requests == 0 and not caps.empty_batches:
+        raise UnsupportedError(name, "an empty batch", ["batches of at least one request"])
+    if caps.max_draft is not None and batch.num_requests and batch.max_draft > caps.max_draft:
+        raise UnsupportedError(name, f"{batch.max_draft} drafts in one request", [f"at most {caps.max_draft}"])
     device = batch.device.type
     if device not in caps.devices:
         raise UnsupportedError(name, f"device {device!r}", caps.devices)

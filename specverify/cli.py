@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
 from specverify.pool import BackendLoadError, CheckPool
+from specverify.checks.deviations import load_deviations
 from specverify.checks.repro import write_reproducer
 from specverify.report import document, header, junit_xml, render, write_json
 from specverify.replay import replay_file
@@ -57,10 +58,11 @@ def _check(args) -> int:
         print(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
         return 2
     require = parse_requirements(args.require)
+    deviations = load_deviations(args.deviations, CHECKS) if args.deviations else ()
     pairs = plan(profile, selected)
     timeout = args.timeout or profile.check_timeout
     pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout,
-                     failures_dir=args.failures_dir)
+                     failures_dir=args.failures_dir, deviations=deviations)
     start = time.perf_counter()
     try:
         loaded = pool.load()
@@ -140,6 +142,9 @@ def main(argv=None) -> int:
                             "declare and the run must check; the run fails otherwise")
     check.add_argument("--failures-dir", default="specverify-failures", metavar="DIR",
                        help="where each failed check writes its reproducer (default: specverify-failures)")
+    check.add_argument("--deviations", default=None, metavar="FILE",
+                       help="TOML file of known deviations ([[deviation]] check, case, reason, match): a failure "
+                            "matching one is reported as known and does not fail the run")
     check.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML, one test case per check")
     check.set_defaults(func=_check)
     replay = sub.add_parser("replay", help="re-run a reproducer written by a failed check against a backend")

@@ -54,6 +54,8 @@ def pytest_addoption(parser):
                     help="write every CheckResult of the run (all workers) to FILE as JSON")
     group.addoption("--specverify-failures-dir", default="specverify-failures", metavar="DIR",
                     help="where each failed check writes its reproducer (default: specverify-failures)")
+    group.addoption("--specverify-deviations", default=None, metavar="FILE",
+                    help="TOML file of known deviations: a failure matching one is an xfail, not a failure")
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
                     help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
@@ -180,6 +182,15 @@ def specverify_profile(request):
     profile = get_profile(request.config.getoption("--specverify-profile"))
     device = request.config.getoption("--specverify-device")
     return replace(profile, device=device) if device else profile
+
+
+@pytest.fixture(scope="session")
+def specverify_deviations(request):
+    """The run's declared deviations (``--specverify-deviations FILE``), besides the backend's own."""
+    from specverify.checks import CHECKS  # noqa: PLC0415
+    from specverify.checks.deviations import load_deviations  # noqa: PLC0415
+    path = request.config.getoption("--specverify-deviations")
+    return load_deviations(path, CHECKS) if path else ()
 
 
 @pytest.fixture(scope="session")

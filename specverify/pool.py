@@ -37,7 +37,8 @@ class Loaded:
     capabilities: object
 
 
-def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None) -> None:
+def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None,
+           deviations: tuple) -> None:
     """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
@@ -61,7 +62,7 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, fail
             return
         check, case = request
         try:
-            result = run_check(backend, check, case, profile)
+            result = run_check(backend, check, case, profile, deviations)
         except SystemExit as exc:
             conn.send(("last", _fail(check, case, backend.name,
                                      f"the backend called sys.exit({exc.code!r}) during the check")))
@@ -98,10 +99,11 @@ def _death(exitcode: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None) -> None:
+    def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None,
+                 deviations: tuple) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, spec, profile, list(sys.path), threads, failures_dir),
-                                daemon=True)
+        self.proc = ctx.Process(target=_serve, daemon=True,
+                                args=(child, spec, profile, list(sys.path), threads, failures_dir, deviations))
         self.proc.start()
         child.close()
         self.item = None          # (index, check, case) in flight
@@ -124,13 +126,14 @@ class CheckPool:
     """Runs (check, case) pairs of one backend in ``workers`` child processes, each under ``timeout``."""
 
     def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0,
-                 failures_dir: str | None = None) -> None:
+                 failures_dir: str | None = None, deviations: tuple = ()) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
         self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
+        self.deviations = tuple(deviations)  # declared by the run, besides the backend's own
         self.threads = max(1, (os.cpu_count() or 1) // workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["specverify._worker_preload"])
@@ -138,7 +141,7 @@ class CheckPool:
         self.loaded: Loaded | None = None
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir)
+        worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir, self.deviations)
         limit = max(self.timeout, 120.0)
         deadline = time.perf_counter() + limit
         while not worker.conn.poll(0.2) and worker.proc.is_alive():

@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 
 import torch
 
-from specverify.checks import FAIL, NOT_APPLICABLE, NOT_RUN, CheckResult, check_alpha, statistical_test_count
+from specverify.checks import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, CheckResult, check_alpha, statistical_test_count
 from specverify.checks.statistical import stat_copies
 from specverify.strategies import Profile
 from specverify.verdict import Verdict
@@ -37,10 +37,13 @@ def header(backend_name: str, profile: Profile, capabilities: str = "") -> str:
 def summary(results: list[CheckResult], seconds: float, verdict: Verdict | None = None) -> str:
     failed = [r for r in results if r.status == FAIL]
     na = [r for r in results if r.status == NOT_APPLICABLE]
-    unfinished = [r for r in results if r.status not in (FAIL, NOT_APPLICABLE, "pass")]
+    known = [r for r in results if r.status == KNOWN]
+    unfinished = [r for r in results if r.status == NOT_RUN]
     passed = verdict.passed if verdict is not None else not failed
-    text = (f"{'PASSED' if passed else 'FAILED'}: {len(results) - len(failed) - len(na) - len(unfinished)} passed, "
+    text = (f"{'PASSED' if passed else 'FAILED'}: "
+            f"{len(results) - len(failed) - len(na) - len(known) - len(unfinished)} passed, "
             f"{len(failed)} failed, {len(na)} not applicable"
+            + (f", {len(known)} known deviation(s)" if known else "")
             + (f", {len(unfinished)} not run" if unfinished else "") + f" in {seconds:.1f}s")
     if failed:
         text += "\nfailed: " + ", ".join(r.id for r in failed)
@@ -96,7 +99,7 @@ def junit_xml(results: list[CheckResult], backend_name: str, seconds: float) -> 
     with its reason, a check that did not run an error."""
     suite = ElementTree.Element("testsuite", name=f"specverify[{backend_name}]", tests=str(len(results)),
                                 failures=str(sum(r.status == FAIL for r in results)),
-                                skipped=str(sum(r.status == NOT_APPLICABLE for r in results)),
+                                skipped=str(sum(r.status in (NOT_APPLICABLE, KNOWN) for r in results)),
                                 errors=str(sum(r.status == NOT_RUN for r in results)), time=f"{seconds:.3f}")
     for r in results:
         case = ElementTree.SubElement(suite, "testcase", classname=f"specverify.{backend_name}.{r.check}",
@@ -104,7 +107,7 @@ def junit_xml(results: list[CheckResult], backend_name: str, seconds: float) -> 
         if r.status == FAIL:
             failure = ElementTree.SubElement(case, "failure", message=r.message[:1000])
             failure.text = r.line()
-        elif r.status == NOT_APPLICABLE:
+        elif r.status in (NOT_APPLICABLE, KNOWN):
             ElementTree.SubElement(case, "skipped", message=r.message)
         elif r.status == NOT_RUN:
             ElementTree.SubElement(case, "error", message=r.message or "not run")

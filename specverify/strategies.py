@@ -140,7 +140,7 @@ def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
 
 
 @st.composite
-def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_requests: int = 0,
+def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_requests: int = 1,
                   max_requests: int | None = None, device: str = "cpu"):
     """A batch with its noise and seeds (see the module docstring for what varies); every request
     draws its own logit style, temperature and draft count."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specverify.checks import CORE_KINDS, FAIL, NOT_APPLICABLE, CheckResult
+from specverify.checks import CORE_KINDS, FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 
 REQUIREMENTS = ("standard", "greedy", "synthetic", "injected", "seeded")
 
@@ -37,7 +37,10 @@ def describe(caps) -> str:
         return ", ".join(sorted(str(v).replace("torch.", "") for v in values)) or "none"
     return (f"methods: {shown(caps.methods)}; noise: {shown(caps.noise)}; devices: {shown(caps.devices)}; "
             f"logit dtypes: {shown(caps.logit_dtypes)}; seeded stream: {caps.seeded_stream}; "
-            f"cuda graphs: {'yes' if getattr(caps, 'cuda_graphs', False) else 'no'}")
+            f"cuda graphs: {'yes' if getattr(caps, 'cuda_graphs', False) else 'no'}"
+            + (f"; at most {caps.max_draft} drafts per request" if getattr(caps, "max_draft", None) else "")
+            + ("" if getattr(caps, "empty_batches", True) else "; no empty batches")
+            + (f"; {len(caps.deviations)} declared deviation(s)" if getattr(caps, "deviations", ()) else ""))
 
 
 @dataclass
@@ -46,10 +49,13 @@ class Verdict:
     reasons: list = field(default_factory=list)      # why the run did not pass, besides failed checks
     coverage: dict = field(default_factory=dict)     # requirement name -> ids of core checks exercising it
     not_applicable: dict = field(default_factory=dict)  # check id -> reason
+    known: dict = field(default_factory=dict)           # check id -> reason of the declared deviation it showed
+    stale: dict = field(default_factory=dict)           # check id -> declared deviation that did not occur
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "reasons": self.reasons, "coverage": self.coverage,
-                "not_applicable": self.not_applicable}
+                "not_applicable": self.not_applicable, "known_deviations": self.known,
+                "deviations_not_seen": self.stale}
 
     def lines(self) -> list[str]:
         out = ["coverage (core checks that ran, by what their calls exercised):"]
@@ -59,12 +65,18 @@ class Verdict:
         if self.not_applicable:
             out.append(f"not applicable ({len(self.not_applicable)}; never counted as passed):")
             out += [f"  {cid}: {why}" for cid, why in self.not_applicable.items()]
+        if self.known:
+            out.append(f"known deviations ({len(self.known)}; declared, so not failures, and never counted as passed):")
+            out += [f"  {cid}: {why}" for cid, why in self.known.items()]
+        if self.stale:
+            out.append(f"declared deviations that did not occur ({len(self.stale)}; remove them):")
+            out += [f"  {cid}: {why}" for cid, why in self.stale.items()]
         out += [f"VERDICT: {reason}" for reason in self.reasons]
         return out
 
 
 def verdict(results: list[CheckResult], caps, require: tuple = ()) -> Verdict:
-    ran = [r for r in results if r.status != NOT_APPLICABLE]
+    ran = [r for r in results if r.status not in (NOT_APPLICABLE, KNOWN)]
     core = [r for r in ran if r.kind in CORE_KINDS]
     coverage = {name: [r.id for r in core if name in r.covered] for name in REQUIREMENTS}
     reasons = []
@@ -79,7 +91,9 @@ def verdict(results: list[CheckResult], caps, require: tuple = ()) -> Verdict:
             reasons.append(f"required {name!r} is declared but no core check exercised it")
     failed = any(r.status == FAIL for r in results)
     return Verdict(passed=not failed and not reasons, reasons=reasons, coverage=coverage,
-                   not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE})
+                   not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE},
+                   known={r.id: r.deviation for r in results if r.status == KNOWN},
+                   stale={r.id: r.deviation for r in results if r.status == PASS and r.deviation})
 
 
 __all__ = ["REQUIREMENTS", "Verdict", "declared", "describe", "parse_requirements", "verdict"]

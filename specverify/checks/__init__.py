@@ -15,11 +15,12 @@ from specverify.checks.cases import STAT_CASES
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
     check_synthetic_validation
-from specverify.checks.result import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
+from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
 from specverify.checks.statistical import (check_acceptance_rate, check_alpha, check_synthetic_rate,
                                            check_token_distribution, statistical_needs, statistical_test_count)
-from specverify.checks.structural import (SHARED_NOISE, check_batch_invariance, check_determinism,
+from specverify.checks.structural import (EMPTY_BATCH, SHARED_NOISE, check_batch_invariance, check_determinism,
+                                          check_empty_batch,
                                           check_input_integrity, check_output_structure, check_repeated_calls,
                                           check_uninitialized_memory, check_zero_draft_layouts)
 from specverify.strategies import Profile, get_profile
@@ -52,7 +53,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "a request's output independent of the rest of the batch"),
     Check("determinism", "structural", check_determinism, ("random",), "same seed or noise, same output"),
     Check("zero_draft_layouts", "structural", check_zero_draft_layouts, ("layouts",),
-          "zero-draft requests anywhere, all-zero and empty batches"),
+          "zero-draft requests anywhere and all-zero batches"),
+    Check("empty_batch", "structural", check_empty_batch, ("empty",),
+          "a batch of no requests, on every declared path and method", _always(EMPTY_BATCH)),
     Check("repeated_calls", "structural", check_repeated_calls, ("same_shapes",),
           "each call sees its own draft probabilities (no stale state)", _always(SHARED_NOISE)),
     Check("input_integrity", "structural", check_input_integrity, ("random",),
@@ -75,22 +78,23 @@ def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
             if not (case == "large_vocab" and not profile.large_vocabs)]
 
 
-def run_check(backend, check: str, case: str, profile: Profile | None = None) -> CheckResult:
-    """One (check, case) on ``backend``, in this process."""
-    return execute(CHECKS[check], backend, case, profile or get_profile())
+def run_check(backend, check: str, case: str, profile: Profile | None = None, deviations: tuple = ()) -> CheckResult:
+    """One (check, case) on ``backend``, in this process, with the run's declared ``deviations``."""
+    return execute(CHECKS[check], backend, case, profile or get_profile(), deviations)
 
 
-def run_suite(backend, profile: Profile | None = None, checks=None, progress=None) -> list[CheckResult]:
+def run_suite(backend, profile: Profile | None = None, checks=None, progress=None,
+              deviations: tuple = ()) -> list[CheckResult]:
     """All checks on one backend, in this process; ``progress(i, n, result)`` is called after each."""
     profile = profile or get_profile()
     pairs = plan(profile, checks)
     results = []
     for i, (check, case) in enumerate(pairs):
-        results.append(run_check(backend, check, case, profile))
+        results.append(run_check(backend, check, case, profile, deviations))
         if progress:
             progress(i + 1, len(pairs), results[-1])
     return results
 
 
-__all__ = ["CHECKS", "CORE_KINDS", "FAIL", "NOT_APPLICABLE", "NOT_RUN", "PASS", "Check", "CheckResult", "Needs", "check_alpha",
+__all__ = ["CHECKS", "CORE_KINDS", "FAIL", "KNOWN", "NOT_APPLICABLE", "NOT_RUN", "PASS", "Check", "CheckResult", "Needs", "check_alpha",
            "check_request_alignment", "plan", "run_check", "run_suite", "statistical_test_count"]

@@ -22,24 +22,44 @@ def describe_drawn(drawn) -> str:
     return drawn.description if isinstance(drawn, Example) else repr(drawn)
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _finding(exc: BaseException, with_example: bool = True) -> str:
+    kind = "" if isinstance(exc, CheckFailure) else f"{type(exc).__name__}: "
+    drawn = getattr(exc, "specverify_drawn", None) if with_example else None
+    return f"{kind}{exc}" + (f" [Hypothesis example {describe_drawn(drawn)}]" if drawn is not None else "")
+
+
 def run_examples(strategy, profile: Profile, body, examples: int | None = None,
                  shrink: bool = True) -> tuple[str | None, str | None]:
     """Run ``body`` on Hypothesis examples; returns (failure message, the failing example described)
-    or (None, None). Hypothesis runs the (shrunk) failing example last, so the last one drawn is it."""
+    or (None, None). Every distinct failure Hypothesis finds is reported, one line each with its own
+    example; Hypothesis replays the failing examples last, so the last one drawn is the last failure's."""
     last = []
 
     @hypothesis_settings(profile, examples, shrink)
     @given(strategy)
     def prop(drawn):
         last[:] = [drawn]
-        body(drawn)
+        try:
+            body(drawn)
+        except Exception as exc:
+            exc.specverify_drawn = drawn
+            raise
 
     try:
         prop()
     except Exception as exc:  # noqa: BLE001 - any exception from the backend is a finding
-        kind = "" if isinstance(exc, CheckFailure) else f"{type(exc).__name__}: "
+        found = _leaves(exc)
         where = f"Hypothesis example {describe_drawn(last[0])}" if last else None
-        return f"{kind}{exc}", where
+        if len(found) == 1:
+            return _finding(found[0], with_example=False), where
+        lines = [f"{len(found)} distinct failures:"] + [f"  {i + 1}. {_finding(e)}" for i, e in enumerate(found)]
+        return "\n".join(lines), where
     return None, None
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-PASS, FAIL, NOT_APPLICABLE, NOT_RUN = "pass", "fail", "n/a", "not run"
+PASS, FAIL, NOT_APPLICABLE, NOT_RUN, KNOWN = "pass", "fail", "n/a", "not run", "known deviation"
 
 
 @dataclass
 class CheckResult:
     """One check of one backend on one case.
 
-    status: "pass", "fail", "not run" (a stopped run) or "n/a" (the backend does not declare what the check needs; the reason
-    is in ``message``; n/a is never a pass). Statistical checks fill statistic, p_value, alpha,
+    status: "pass", "fail", "not run" (a stopped run), "n/a" (the backend does not declare what the
+    check needs; the reason is in ``message``; n/a is never a pass) or "known deviation" (a failure a
+    declared deviation matches: neither a pass nor a new failure; ``deviation`` holds its reason). Statistical checks fill statistic, p_value, alpha,
     samples and the power they have: ``detectable_by_position`` [j] is the smallest deviation at
     position j detected with probability 0.99 at alpha, ``detectable`` the worst (largest) of them,
     ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
@@ -40,6 +41,7 @@ class CheckResult:
     counterexample: str | None = None
     reproducer: str | None = None
     replay: str | None = None
+    deviation: str | None = None       # the reason of a declared deviation of this check and case
     seconds: float = 0.0
     covered: list = field(default_factory=list)
 
@@ -78,7 +80,7 @@ class CheckResult:
         """One report line: verdict, statistic, p-value, samples, detectable distance."""
         def fmt(x, spec):
             return "-" if x is None else format(x, spec)
-        verdict = {PASS: "PASS", FAIL: "FAIL", NOT_APPLICABLE: "n/a ", NOT_RUN: "----"}[self.status]
+        verdict = {PASS: "PASS", FAIL: "FAIL", NOT_APPLICABLE: "n/a ", NOT_RUN: "----", KNOWN: "KNWN"}[self.status]
         power = fmt(self.detectable, '.4f') + (f" {self.detectable_measure}" if self.detectable_measure else "")
         text = (f"{verdict}  {self.id:<46} stat={fmt(self.statistic, '.4g'):>9}  p={fmt(self.p_value, '.3g'):>8}"
                 f"  alpha={fmt(self.alpha, '.2g'):>7}  n={self.samples:>8}  det99={power:<17}"

@@ -20,16 +20,17 @@ and fill ``ctx.result`` with their statistics.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
+from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
 from specverify.checks.repro import Call, Reproducer, judge, python_source, reduce
-from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS, CheckResult
+from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 from specverify.registry import checked_backend
 from specverify.strategies import Profile
 
@@ -53,6 +54,8 @@ class Needs:
     noise: str | None = "any"
     device: bool = True
     cuda_graphs: bool = False
+    empty_batch: bool = False
+    max_draft: int = 0          # the longest draft the case's batches hold, when fixed (statistical cases)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,11 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
             return why
     if needs.device and profile.device not in caps.devices:
         return f"backend does not run on {profile.device}"
+    if needs.empty_batch and not getattr(caps, "empty_batches", True):
+        return "backend declares that it does not take empty batches"
+    limit = getattr(caps, "max_draft", None)
+    if limit is not None and needs.max_draft > limit:
+        return f"the case has {needs.max_draft} drafts per request; the backend declares at most {limit}"
     return None
 
 
@@ -242,6 +250,8 @@ class Context:
     result: CheckResult
     decisions: int = 0
     ambiguous: list = field(default_factory=list)
+    deviations: tuple = ()                         # declared deviations of this check and case
+    known: list = field(default_factory=list)      # divergences a declared deviation excuses
 
     @property
     def tolerance(self) -> float:
@@ -253,13 +263,16 @@ class Context:
         """Compare ``got`` with the reference under ``noise``: a real divergence fails at once; ambiguous
         ones are counted, and ``execute`` bounds them for the whole check."""
         cmp = compare_to_reference(batch, got, noise, tol=self.tolerance, **kwargs)
-        if cmp.real:
+        known = [d for d in cmp.real if matching(str(d), self.deviations)]
+        self.known.extend(known)
+        real = [d for d in cmp.real if d not in known]
+        if real:
             last = self.backend.last_call
             seeded = last is not None and last.noise is None and last.seeds is not None
             self.backend.failed_call = Call(batch, None if seeded else noise, last.seeds if seeded else None,
                                             dict(kwargs))
             prefix = f"{where}: " if where else ""
-            raise CheckFailure(f"{prefix}{len(cmp.real)} real divergence(s) from the reference; first: {cmp.real[0]}")
+            raise CheckFailure(f"{prefix}{len(real)} real divergence(s) from the reference; first: {real[0]}")
         self.decisions += cmp.decisions
         self.ambiguous.extend(cmp.ambiguous)
         return cmp
@@ -282,8 +295,26 @@ def _bound_ambiguous(ctx: Context) -> None:
         ctx.fail(f"too many ambiguous divergences: {note}; e.g. {ctx.ambiguous[0]}")
 
 
-def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
-    """Run one declared check on one case; always returns a CheckResult (never raises for the backend)."""
+def _apply_deviations(ctx: Context) -> None:
+    """A failure (or excused divergences) matching a declared deviation becomes a known deviation; a
+    declared deviation that did not occur is said, so that it gets removed."""
+    result = ctx.result
+    known = matching(result.message, ctx.deviations) if result.status == FAIL else None
+    if known is None and result.status != FAIL and ctx.known:
+        known = matching(str(ctx.known[0]), ctx.deviations)
+        result.message = f"{len(ctx.known)} divergence(s) as declared, e.g. {ctx.known[0]}"
+    if known is not None:
+        result.status, result.deviation = KNOWN, known.reason
+        result.message = f"known deviation ({known.reason}): {result.message}"
+    elif result.status == PASS:
+        result.deviation = "; ".join(d.reason for d in ctx.deviations)
+        note = "declared deviation did not occur: remove it"
+        result.message = f"{result.message}; {note}" if result.message else note
+
+
+def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = ()) -> CheckResult:
+    """Run one declared check on one case; always returns a CheckResult (never raises for the backend).
+    ``deviations`` are declared by the run, in addition to those the backend declares."""
     name = getattr(backend, "name", repr(backend))
     result = CheckResult(check=check.name, case=case, backend=str(name), kind=check.kind, status=PASS)
     start, ctx = time.perf_counter(), None
@@ -294,7 +325,12 @@ def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
             result.status, result.message = NOT_APPLICABLE, why
             result.seconds = time.perf_counter() - start
             return result
-        ctx = Context(GuardedBackend(backend), profile, result)
+        limit = getattr(backend.capabilities, "max_draft", None)
+        if limit is not None and limit < profile.max_draft:
+            profile = replace(profile, max_draft=limit)    # generated batches stay inside the declared limit
+        declared = tuple(getattr(backend.capabilities, "deviations", ())) + tuple(deviations)
+        ctx = Context(GuardedBackend(backend), profile, result,
+                      deviations=tuple(d for d in declared if d.covers(check.name, case)))
         try:
             check.fn(ctx, case)
         finally:
@@ -305,6 +341,8 @@ def execute(check: Check, backend, case: str, profile: Profile) -> CheckResult:
         result.status, result.message = FAIL, str(exc)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises is a finding, never a crash
         result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
+    if ctx is not None and ctx.deviations:
+        _apply_deviations(ctx)
     if result.status == FAIL and ctx is not None:
         result.repro = reproduce(ctx)
         if result.repro.call is not None:

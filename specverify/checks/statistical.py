@@ -94,7 +94,8 @@ def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):
 
 
 def statistical_needs(case_name: str) -> Needs:
-    return Needs(method=STAT_CASE_BY_NAME[case_name].method, noise="any")
+    case = STAT_CASE_BY_NAME[case_name]
+    return Needs(method=case.method, noise="any", max_draft=case.k)
 
 
 def _token_distribution(result, case: StatCase, out) -> None:

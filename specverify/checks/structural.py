@@ -7,7 +7,8 @@ uninitialized_memory  outputs do not depend on memory the backend never wrote: o
                       poison (plausible values), both equal to each other
 batch_invariance      a request's output does not change when others are added, removed, reordered
 determinism           same seed (or noise) twice gives the same output
-zero_draft_layouts    zero-draft requests first / middle / last, all-zero batch, empty batch
+zero_draft_layouts    zero-draft requests first / middle / last, all-zero batch
+empty_batch           no requests at all (its own check: every other check draws at least one request)
 repeated_calls        a second call with new draft probabilities of the same shapes sees them (stale state)
 input_integrity       the backend never writes into its inputs (batch tensors, noise, seeds)
 
@@ -170,7 +171,7 @@ def check_determinism(ctx: Context, case: str) -> None:
 # ---- zero-draft layouts and repeated calls ------------------------------------------------------
 ZERO_DRAFT_LAYOUTS = {
     "zero first": [0, 3, 2], "zero middle": [2, 0, 3], "zero last": [3, 2, 0], "zeros between": [1, 0, 0, 2, 0],
-    "all zero": [0, 0, 0], "single zero": [0], "empty batch": [],
+    "all zero": [0, 0, 0], "single zero": [0],
 }
 
 
@@ -203,6 +204,30 @@ def check_zero_draft_layouts(ctx: Context, case: str) -> None:
     _agree_on_batches(ctx, cases, g)
 
 
+def check_empty_batch(ctx: Context, case: str) -> None:
+    """A batch of no requests, on every declared noise path and method, greedy and random: outputs of
+    shape [0, >= 1] and [0]. Its own check, so the other checks' examples hold at least one request
+    and a backend that cannot take B = 0 still has everything else found."""
+    g = torch.Generator().manual_seed(5)
+    batch = layout_batch([], 37, g, False)
+    example = Example(batch, Noise.draw(batch, g), torch.zeros(0, dtype=torch.int64), "empty batch")
+    for kwargs in _declared_methods(ctx):
+        for path in paths(ctx):
+            out, shared = call_example(ctx, example, seeded=path == "seeded", **kwargs)
+            if shared is not None:
+                ctx.agree(batch, out, shared, where=f"empty batch, {path}", **kwargs)
+            ctx.result.samples += 1
+
+
+def _declared_methods(ctx: Context) -> list[dict]:
+    """Call keywords of the standard rule and, when declared, the synthetic rule."""
+    methods = [dict(method="standard")]
+    if "synthetic" in ctx.backend.capabilities.methods:
+        methods.append(dict(method="synthetic", synthetic_acceptance_rate=0.5,
+                            num_speculative_steps=ctx.profile.max_draft))
+    return methods
+
+
 def check_repeated_calls(ctx: Context, case: str) -> None:
     """Consecutive calls with the same shapes but new logits and draft probabilities must each see
     their own inputs: a backend that keeps the previous call's draft state (the CUDA-graph replay bug
@@ -220,14 +245,9 @@ def check_input_integrity(ctx: Context, case: str) -> None:
     """Every declared noise path and method, on generated batches: the runner's guard hands the backend a
     private copy of every input and fails, naming the tensor, when the backend wrote into it (a backend
     that rewrites its inputs changes what it would be judged against)."""
-    methods = [dict(method="standard")]
-    if "synthetic" in ctx.backend.capabilities.methods:
-        methods.append(dict(method="synthetic", synthetic_acceptance_rate=0.5,
-                            num_speculative_steps=ctx.profile.max_draft))
-
     def body(example):
         for path in paths(ctx):
-            for kwargs in methods:
+            for kwargs in _declared_methods(ctx):
                 call_example(ctx, example, seeded=path == "seeded", **kwargs)
                 ctx.result.samples += 1
 
@@ -235,7 +255,8 @@ def check_input_integrity(ctx: Context, case: str) -> None:
 
 
 SHARED_NOISE = Needs(noise="shared")
+EMPTY_BATCH = Needs(empty_batch=True)
 
-__all__ = ["SHARED_NOISE", "ZERO_DRAFT_LAYOUTS", "check_batch_invariance", "check_determinism",
+__all__ = ["EMPTY_BATCH", "SHARED_NOISE", "ZERO_DRAFT_LAYOUTS", "check_batch_invariance", "check_determinism", "check_empty_batch",
            "check_input_integrity", "check_output_structure", "check_repeated_calls", "check_uninitialized_memory",
            "check_zero_draft_layouts", "deterministic_fill", "layout_batch", "outputs_equal", "plausible_poison", "support_problems"]

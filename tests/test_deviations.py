@@ -1,0 +1,85 @@
+"""Declared deviations: a known failure is reported as such and keeps the run green, a new failure in
+the same check still fails it, and a deviation that stops occurring is reported for removal."""
+
+from dataclasses import replace
+
+import pytest
+
+from specverify.backends import Deviation
+from specverify.checks import FAIL, KNOWN, PASS, run_check
+from specverify.checks.deviations import load_deviations
+from specverify.cli import main
+from specverify.kernels.cpu import CpuBackend
+from specverify.mutants.samplers import DraftProbsDropped, GreedyHighestIndexTie
+from specverify.strategies import get_profile
+from specverify.verdict import verdict
+
+TIES = Deviation("differential_injected", "*", "greedy ties resolve to the highest index, by design",
+                 r"greedy argmax margin inf")
+TOML = '''[[deviation]]
+check = "differential_injected"
+case = "*"
+reason = "greedy ties resolve to the highest index, by design"
+match = "greedy argmax margin inf"
+'''
+
+
+class TiesAndDroppedDraftProbs(GreedyHighestIndexTie, DraftProbsDropped):
+    """The declared greedy tie-break plus a second, undeclared bug in the same check."""
+
+    name = "ties_and_dropped_draft_probs"
+
+
+class DeclaresItsTies(GreedyHighestIndexTie):
+    """The backend itself declares its greedy tie-break as a known deviation."""
+
+    name = "declares_its_ties"
+    capabilities = replace(GreedyHighestIndexTie.capabilities, deviations=(TIES,))
+
+
+def test_declared_deviation_keeps_the_run_green_and_is_reported(tmp_path, capsys):
+    """The tie-break mutant with the deviation file: every failure of the check matches it, so the
+    run passes with the check reported as a known deviation, never as a pass."""
+    path = tmp_path / "deviations.toml"
+    path.write_text(TOML)
+    spec = "specverify.mutants.samplers:GreedyHighestIndexTie"
+    status = main(["check", spec, "--checks", "differential_injected", "--deviations", str(path), "-n", "1",
+                   "--failures-dir", str(tmp_path / "failures")])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "KNWN  differential_injected[standard]" in printed and "known deviations (" in printed
+    assert "known deviation(s)" in printed.splitlines()[-1]
+
+
+def test_new_failure_in_a_check_with_a_declared_deviation_still_fails():
+    """A second bug planted in the same check (draft probabilities dropped) is not excused."""
+    result = run_check(TiesAndDroppedDraftProbs(), "differential_injected", "standard", get_profile("ci"), (TIES,))
+    assert result.status == FAIL and "greedy argmax" not in result.message, result.line()
+
+
+def test_backend_declared_deviation_is_known_and_one_that_does_not_occur_is_reported():
+    """A deviation in the backend's Capabilities works as a run's does; declared on the correct CPU
+    backend it does not occur, the check passes, and the verdict lists it for removal."""
+    known = run_check(DeclaresItsTies(), "differential_injected", "standard", get_profile("ci"))
+    assert known.status == KNOWN and known.deviation == TIES.reason, known.line()
+    stale = run_check(CpuBackend(), "differential_injected", "standard", get_profile("ci"), (TIES,))
+    assert stale.status == PASS and "remove it" in stale.message
+    outcome = verdict([known, stale], DeclaresItsTies.capabilities)
+    assert outcome.known == {known.id: TIES.reason} and outcome.stale == {stale.id: TIES.reason}
+    # a known deviation is not a core check that ran: alone it does not make a run pass
+    assert not verdict([known], DeclaresItsTies.capabilities).passed
+
+
+@pytest.mark.parametrize("text,problem", [
+    ('[[deviation]]\ncheck = "differential_injected"\ncase = "*"\nreason = "r"\n', "missing ['match']"),
+    ('[[deviation]]\ncheck = "no_such_check"\ncase = "*"\nreason = "r"\nmatch = "x"\n', "unknown check"),
+    ('[[deviation]]\ncheck = "determinism"\ncase = "*"\nreason = "r"\nmatch = "("\n', "not a regular expression"),
+    ('[[deviation]]\ncheck = "determinism"\ncase = "*"\nreason = ""\nmatch = "x"\n', "reason must be"),
+    ('check = "determinism"\n', "expected only [[deviation]] tables"),
+])
+def test_malformed_deviations_file_is_a_named_error(tmp_path, text, problem):
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    from specverify.checks import CHECKS
+    with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace("(", r"\(")):
+        load_deviations(str(path), CHECKS)
