@@ -167,8 +167,17 @@ def scenario_bf16_sensitive_seeded(backend):
     return backend(batch, seed=torch.arange(B, dtype=torch.int64))
 
 
+def scenario_greedy_seeded(backend):
+    """Greedy requests with a clear argmax (p(0) = 0.7) under seeds: the argmax always, never a sample."""
+    B, V = 64, 4
+    logits = torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1])).repeat(B, 1)
+    batch = SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None,
+                      torch.zeros(B))
+    return backend(batch, seed=torch.arange(B, dtype=torch.int64))
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
-    scenario_bf16_sensitive_seeded,
+    scenario_bf16_sensitive_seeded, scenario_greedy_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -197,6 +206,7 @@ WITNESS = {
     "shared_noise_vector": "dense",
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
+    "greedy_sampled_own_stream": "greedy_seeded",
 }
 
 SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")

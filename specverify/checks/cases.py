@@ -12,7 +12,7 @@ from functools import cached_property
 
 import torch
 
-from reference import SpecOutput, exact
+from reference import SpecBatch, SpecOutput, exact
 from reference.sample import synthetic_rates_f32
 from specverify.generate import replicated_batch
 
@@ -29,6 +29,7 @@ class StatCase:
     rate: float | None = None           # synthetic acceptance rate
     steps: int | None = None            # synthetic num_speculative_steps
     checks: tuple = ("token_distribution", "acceptance_rate")
+    greedy_every: int = 0               # every n-th copy is a greedy request (temperature 0); 0: none
 
     @property
     def k(self) -> int:
@@ -44,18 +45,34 @@ class StatCase:
         return dict(method="standard")
 
     def batch(self, copies: int, generator: torch.Generator, device="cpu"):
-        return replicated_batch(generator, self.p, self.q, self.temperature, copies,
-                                drafts=None if self.drafts is None else list(self.drafts), device=device)
+        batch = replicated_batch(generator, self.p, self.q, self.temperature, copies,
+                                 drafts=None if self.drafts is None else list(self.drafts), device=device)
+        if not self.greedy_every:
+            return batch
+        temperature = batch.temperature.clone()
+        temperature[self.greedy_every - 1::self.greedy_every] = 0.0
+        return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
+                         temperature)
+
+    def _law(self, p: torch.Tensor) -> dict:
+        if self.method == "synthetic":
+            rates = synthetic_rates_f32(self.rate, self.steps).double()
+            return exact.synthetic_sequences_from_q(p, self.q, rates)
+        if self.q is not None:
+            return exact.standard_sequences(p, self.q)
+        return exact.standard_given_drafts(p, None, list(self.drafts))
 
     @cached_property
     def sequences(self) -> dict:
-        """Exact P(emitted tokens) for one request, float64 (keys: tuples of token ids)."""
-        if self.method == "synthetic":
-            rates = synthetic_rates_f32(self.rate, self.steps).double()
-            return exact.synthetic_sequences_from_q(self.p, self.q, rates)
-        if self.q is not None:
-            return exact.standard_sequences(self.p, self.q)
-        return exact.standard_given_drafts(self.p, None, list(self.drafts))
+        """Exact P(emitted tokens) for one request, float64 (keys: tuples of token ids). With greedy
+        copies it is the mixture of the random requests' law and the greedy requests' law (the
+        standard rule with each target row one-hot at its argmax), in their proportions."""
+        law = self._law(self.p)
+        if not self.greedy_every:
+            return law
+        greedy = self._law(torch.nn.functional.one_hot(self.p.argmax(dim=1), self.vocab_size).double())
+        share = 1.0 / self.greedy_every
+        return {s: (1 - share) * law.get(s, 0.0) + share * greedy.get(s, 0.0) for s in set(law) | set(greedy)}
 
     @cached_property
     def position_distributions(self) -> list[torch.Tensor]:
@@ -131,6 +148,9 @@ STAT_CASES: tuple[StatCase, ...] = (
              "forced acceptance with geometric decay: per-position rates a0*g^j and mean joint rate r",
              method="synthetic", rate=0.6, steps=4, checks=("acceptance_rate", "token_distribution", "synthetic_rate")),
     _bf16_sensitive_case(),
+    StatCase("mixed_greedy", _rows(7, 4, 8, 1.5), _rows(8, 3, 8, 1.5), 0.8,
+             "every other request greedy in one launch: the per-request routing between the greedy and the "
+             "random path; a greedy request sampled at some temperature shifts the mixture", greedy_every=2),
 )
 
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}

@@ -17,7 +17,7 @@ from typing import Callable
 from specverify.checks import CHECKS
 from specverify.mutants import samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
-from specverify.mutants.statistical_only import DraftProbsBf16OwnStream
+from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
 CHECK_NAMES = frozenset(CHECKS) | {"request_alignment"}
@@ -119,6 +119,9 @@ _ALL = [
 _ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
                    "draft probabilities stored in bf16, own noise stream: only statistics can see it", "004",
                    ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",)))
+_ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
+                   "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
+                   "001", ("token_distribution",), cases=("mixed_greedy",)))
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 

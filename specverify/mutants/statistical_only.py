@@ -29,3 +29,14 @@ class DraftProbsBf16OwnStream(DraftProbsBf16, OwnStreamCpuBackend):
     acceptance-rate test sees it, and only with millions of samples (about +0.0016 acceptance)."""
 
     name = "draft_probs_bf16_own_stream"
+
+
+class GreedySampledOwnStream(OwnStreamCpuBackend):
+    """Greedy requests sampled at temperature 1 instead of taking the argmax, in a backend with its own
+    noise stream: only a statistical case that mixes greedy and random requests sees it."""
+
+    name = "greedy_sampled_own_stream"
+
+    def temperatures(self, batch):
+        t = super().temperatures(batch)
+        return torch.where(t == 0, torch.ones_like(t), t)
