@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_launch import launch, launch_key, scratch
+from specverify.kernels.triton_launch import launch, launch_key, patch_language_once_per_launch, scratch
 from specverify.kernels.triton_math import NO_INDEX, neg_log, philox_uniform, request_offset
 
 DEFAULT_BLOCK_V = 1024  # for 4-byte logits; 2048 for 2-byte ones
@@ -395,3 +395,5 @@ def interpreted() -> bool:
 
 
 _INTERPRETED = interpreted()
+if _INTERPRETED:
+    patch_language_once_per_launch()

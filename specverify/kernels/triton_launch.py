@@ -9,6 +9,7 @@
     launch_key(recipe_id, tensors) -> (key, stream)   key: (recipe id, device index, alignment mask)
     alignment_mask(*tensors) -> int                   bit i set when tensors[i] is not 16-byte aligned
     scratch(device, stream, words) -> [>= words] int64 tensor on device
+    patch_language_once_per_launch()                  the interpreter patches triton.language once per launch
 
 Why: ``JITFunction.run`` binds and specialises every argument on every launch, which is most of the host
 cost of a small call (docs/benchmarks.md). Once a specialisation is compiled, its ``CompiledKernel`` is
@@ -104,3 +105,30 @@ def scratch(device: torch.device, stream, words: int) -> torch.Tensor:
     if buf is None or buf.numel() < words:
         buf = _scratch_cache[key] = torch.empty(words, dtype=torch.int64, device=device)
     return buf
+
+
+def patch_language_once_per_launch() -> bool:
+    """Under the Triton interpreter, a call from one @triton.jit function to another re-patches
+    triton.language into its interpreted form on every call, although the launch has patched it
+    already: with helpers called per tile, that re-patching is a third to a half of the interpreted
+    run time. This skips it while the modules a function sees are patched; the launch still patches
+    first and restores last. The kernels' results do not change (the patched functions are the same).
+    Returns False, changing nothing, where the interpreter's internals are not the expected ones."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+        original, scope = interpreter._patch_lang, interpreter._LangPatchScope
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, "specverify_once", False):
+        return True
+
+    def patch_lang(fn):
+        langs = [v for v in fn.__globals__.values() if v is tl or v is tl.core]
+        if langs and all(not tl.core.is_builtin(getattr(lang, "load", None)) for lang in langs):
+            return scope()          # already patched by this launch: nothing to patch, nothing to restore
+        return original(fn)
+
+    patch_lang.specverify_once = True
+    interpreter._patch_lang = patch_lang
+    return True
