@@ -7,6 +7,9 @@ Shapes (B requests, request b proposing k_b drafts, T = sum k_b, V vocabulary):
     target_logits     [T + B, V] float32 / bfloat16 / float16 (float64 allowed for the reference)
     draft_probs       [T, V]     float32 (or float64), rows sum to 1; None = one-hot drafter
     temperature       [B]        float32, 0 = greedy request
+    top_k             [B]        int64 >= 0, 0 = off; or None           (target filters, SPEC 3.4)
+    top_p             [B]        float32/64 in (0, 1], 1 = off; or None
+    min_p             [B]        float32/64 in [0, 1), 0 = off; or None
 
     Noise.uniform     [T]        float32 in (0, 1)
     Noise.exponential [B, V]     float32, > 0
@@ -59,6 +62,9 @@ class SpecBatch:
     target_logits: torch.Tensor
     draft_probs: torch.Tensor | None
     temperature: torch.Tensor
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +90,16 @@ class SpecBatch:
     def device(self) -> torch.device:
         return self.target_logits.device
 
+    @property
+    def has_filters(self) -> bool:
+        """True when some request has a target filter on (SPEC 3.4)."""
+        return any(f is not None and bool((f != off).any()) for f, off in
+                   ((self.top_k, 0), (self.top_p, 1), (self.min_p, 0)))
+
+    def filters_of(self, requests: torch.Tensor) -> tuple:
+        """(top_k, top_p, min_p) of ``requests`` [N], each [N] or None where the batch has none."""
+        return tuple(None if f is None else f[requests.to(f.device)] for f in (self.top_k, self.top_p, self.min_p))
+
     def draft_offsets(self) -> torch.Tensor:
         """[B + 1] int64: request b's drafts are draft_token_ids[off[b]:off[b+1]]."""
         off = torch.zeros(self.num_requests + 1, dtype=torch.int64, device=self.num_draft_tokens.device)
@@ -99,8 +115,7 @@ class SpecBatch:
         if self.device == torch.device(device):
             return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SpecBatch(*(move(getattr(self, f)) for f in
-                           ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")))
+        return SpecBatch(*(move(getattr(self, f)) for f in FIELDS))
 
     # ---- validation ----------------------------------------------------------
     def validate(self) -> None:
@@ -148,9 +163,30 @@ class SpecBatch:
                 err = (self.draft_probs.double().sum(dim=1) - 1).abs().max().item()
                 _require(err <= PROB_SUM_TOLERANCE,
                          f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}, worst row is off by {err:.3g}")
-        devices = {t.device for t in (self.num_draft_tokens, self.draft_token_ids, self.target_logits,
-                                      self.temperature, self.draft_probs) if t is not None}
+        self._validate_filters(B)
+        devices = {getattr(self, f).device for f in FIELDS if getattr(self, f) is not None}
         _require(len(devices) == 1, f"all batch tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+    def _validate_filters(self, B: int) -> None:
+        if self.top_k is not None:
+            _require_tensor("top_k", self.top_k, 1, (torch.int64,))
+            _require(self.top_k.shape[0] == B, f"top_k must have shape [B] = [{B}], got {tuple(self.top_k.shape)}")
+            _require(bool((self.top_k >= 0).all()), f"top_k must be >= 0 (0 = off), got {self.top_k.tolist()}")
+        if self.top_p is not None:
+            _require_tensor("top_p", self.top_p, 1, (torch.float32, torch.float64))
+            _require(self.top_p.shape[0] == B, f"top_p must have shape [B] = [{B}], got {tuple(self.top_p.shape)}")
+            _require(bool(((self.top_p > 0) & (self.top_p <= 1)).all()),
+                     f"top_p must lie in (0, 1] (1 = off), got {self.top_p.tolist()}")
+        if self.min_p is not None:
+            _require_tensor("min_p", self.min_p, 1, (torch.float32, torch.float64))
+            _require(self.min_p.shape[0] == B, f"min_p must have shape [B] = [{B}], got {tuple(self.min_p.shape)}")
+            _require(bool(((self.min_p >= 0) & (self.min_p < 1)).all()),
+                     f"min_p must lie in [0, 1) (0 = off), got {self.min_p.tolist()}")
+
+
+FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature", "top_k", "top_p",
+          "min_p")
 
 
 @dataclass(frozen=True)
@@ -233,10 +269,12 @@ def select_requests(batch: SpecBatch, requests: torch.Tensor) -> SpecBatch:
     l_idx = [i for b in req for i in range(l_off[b], l_off[b + 1])]
     dev = batch.device
     d_idx_t = torch.tensor(d_idx, dtype=torch.int64, device=dev)
+    top_k, top_p, min_p = batch.filters_of(requests)
     return SpecBatch(
         num_draft_tokens=batch.num_draft_tokens[requests.to(dev)],
         draft_token_ids=batch.draft_token_ids[d_idx_t],
         target_logits=batch.target_logits[torch.tensor(l_idx, dtype=torch.int64, device=dev)],
         draft_probs=None if batch.draft_probs is None else batch.draft_probs[d_idx_t],
         temperature=batch.temperature[requests.to(dev)],
+        top_k=top_k, top_p=top_p, min_p=min_p,
     )

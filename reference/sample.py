@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from reference import greedy, leviathan, philox, race, synthetic
+from reference import filters, greedy, leviathan, philox, race, synthetic
 from reference.batch import Noise, SpecBatch, SpecOutput
 
 METHODS = ("standard", "synthetic")
@@ -21,6 +21,13 @@ def target_probs(logits: torch.Tensor, temperature, dtype=torch.float64) -> torc
     """p = softmax(logits / temperature) for a random request, computed in ``dtype`` (float32 or wider).
     ``logits`` [V] with a float temperature, or rows [N, V] with temperatures [N, 1] of ``dtype``."""
     return torch.softmax(logits.to(dtype) / temperature, dim=-1)
+
+
+def filtered_target(batch: SpecBatch, requests: torch.Tensor, logits: torch.Tensor, temperature,
+                    dtype=torch.float64) -> torch.Tensor:
+    """p' (SPEC 3.4): rows ``logits`` [N, V] of ``requests`` [N] at temperatures [N, 1], then the
+    batch's target filters of those requests."""
+    return filters.apply(target_probs(logits, temperature, dtype), *batch.filters_of(requests))
 
 
 def resolve_noise(batch: SpecBatch, noise: Noise | None, seed) -> Noise:
@@ -104,6 +111,7 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
     for b in range(B):
         temperature = float(cpu.temperature[b])
         is_greedy = temperature == 0.0
+        request = torch.tensor([b])
         E = noise.exponential[b].to(compute_dtype)
         emitted = []
         for j in range(d_off[b + 1] - d_off[b]):
@@ -116,7 +124,7 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
             elif is_greedy:
                 accepted = greedy.accepts(x, logits)
             else:
-                p = target_probs(logits, temperature, compute_dtype)
+                p = filtered_target(cpu, request, logits[None], temperature, compute_dtype)[0]
                 q = (leviathan.one_hot(x, V, compute_dtype) if cpu.draft_probs is None
                      else cpu.draft_probs[t].to(compute_dtype))
                 accepted = leviathan.accepts(u, p, q, x)
@@ -124,14 +132,15 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
                 if is_greedy:
                     extra = greedy.argmax(logits)
                 elif method == "synthetic":
-                    extra = race.sample(target_probs(logits, temperature, compute_dtype), E)
+                    extra = race.sample(filtered_target(cpu, request, logits[None], temperature, compute_dtype)[0], E)
                 else:
                     extra = race.sample(leviathan.residual(p, q), E)
                 break
             emitted.append(x)
         else:
             bonus = cpu.target_logits[l_off[b + 1] - 1].to(torch.float64)
-            extra = greedy.argmax(bonus) if is_greedy else race.sample(target_probs(bonus, temperature, compute_dtype), E)
+            extra = greedy.argmax(bonus) if is_greedy else \
+                race.sample(filtered_target(cpu, request, bonus[None], temperature, compute_dtype)[0], E)
         num_accepted[b] = len(emitted)
         token_ids[b, : len(emitted) + 1] = torch.tensor(emitted + [extra], dtype=torch.int64)
     return token_ids, num_accepted
@@ -153,7 +162,7 @@ def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
     for j in range(K + 1):
         bonus = torch.nonzero(running & (k == j)).flatten()
         running[bonus] = False
-        token_ids[bonus, j] = _extra_token(cpu.target_logits[l_off[bonus] + j], None, is_greedy[bonus],
+        token_ids[bonus, j] = _extra_token(cpu, bonus, cpu.target_logits[l_off[bonus] + j], None,
                                            temperature[bonus], noise.exponential[bonus], compute_dtype)
         b = torch.nonzero(running).flatten()
         if b.numel() == 0:
@@ -167,7 +176,7 @@ def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
             accepted = torch.zeros(b.shape[0], dtype=torch.bool)
             accepted[g] = x[g] == greedy.first_argmax(logits[g])
             r = ~g
-            p = target_probs(logits[r], temperature[b[r], None], compute_dtype)
+            p = filtered_target(cpu, b[r], logits[r], temperature[b[r], None], compute_dtype)
             q = (leviathan.one_hot(x[r], V, compute_dtype) if cpu.draft_probs is None
                  else cpu.draft_probs[t[r]].to(compute_dtype))
             x_r = x[r, None]
@@ -179,22 +188,23 @@ def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
         running[stop] = False
         if p is not None:  # standard: a random request's extra token is drawn from the residual
             p, q = p[rejected[~g]], q[rejected[~g]]
-        token_ids[stop, j] = _extra_token(logits[rejected], None if p is None else (p, q), is_greedy[stop],
+        token_ids[stop, j] = _extra_token(cpu, stop, logits[rejected], None if p is None else (p, q),
                                           temperature[stop], noise.exponential[stop], compute_dtype)
     return token_ids, num_accepted
 
 
-def _extra_token(logits: torch.Tensor, residual_of: tuple | None, is_greedy: torch.Tensor,
+def _extra_token(cpu: SpecBatch, requests: torch.Tensor, logits: torch.Tensor, residual_of: tuple | None,
                  temperature: torch.Tensor, exponential: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
-    """[N] the one non-draft token of N requests stopping at the rows ``logits`` [N, V]: argmax for a
-    greedy request; for a random one the race over the residual of ``residual_of`` = (p, q) (its rows
-    are the random requests'), or over p = softmax(logits / temperature) when it is None."""
+    """[N] the one non-draft token of ``requests`` [N] stopping at the rows ``logits`` [N, V]: argmax for
+    a greedy request; for a random one the race over the residual of ``residual_of`` = (p', q) (its rows
+    are the random requests'), or over the filtered target p' when it is None."""
     logits = logits.to(torch.float64)
+    is_greedy = cpu.temperature[requests] == 0
     extra = torch.empty(logits.shape[0], dtype=torch.int64)
     extra[is_greedy] = greedy.first_argmax(logits[is_greedy])
     r = ~is_greedy
     if residual_of is None:
-        w = target_probs(logits[r], temperature[r, None], compute_dtype)
+        w = filtered_target(cpu, requests[r], logits[r], temperature[r, None], compute_dtype)
     else:
         w = leviathan.residual(*residual_of)
     extra[r] = race.winners(w, exponential[r].to(compute_dtype))

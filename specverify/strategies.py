@@ -139,11 +139,22 @@ def _logits(g: torch.Generator, rows: int, V: int, style: str) -> torch.Tensor:
     return x.masked_fill(mask, float("-inf"))
 
 
+def _filter_settings(draw, B: int, V: int) -> tuple:
+    """Per-request (top_k [B] int64, top_p [B] float32, min_p [B] float32): off, k = 1, k at or past V,
+    top_p near 0 and near 1, min_p small and large, mixed in one batch."""
+    ks = draw(st.lists(st.sampled_from((0, 1, 2, 3, V, V + 1)), min_size=B, max_size=B))
+    ps = draw(st.lists(st.sampled_from((1.0, 1e-3, 0.3, 0.9, 1.0 - 2.0 ** -20)), min_size=B, max_size=B))
+    ms = draw(st.lists(st.sampled_from((0.0, 0.05, 0.5, 0.99)), min_size=B, max_size=B))
+    return (torch.tensor(ks, dtype=torch.int64), torch.tensor(ps, dtype=torch.float32),
+            torch.tensor(ms, dtype=torch.float32))
+
+
 @st.composite
 def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_requests: int = 1,
-                  max_requests: int | None = None, device: str = "cpu"):
+                  max_requests: int | None = None, device: str = "cpu", filters: bool = False):
     """A batch with its noise and seeds (see the module docstring for what varies); every request
-    draws its own logit style, temperature and draft count."""
+    draws its own logit style, temperature and draft count, and with ``filters`` its own top-k, top-p
+    and min-p (SPEC 3.4), each off for some requests."""
     max_vocab = max_vocab or profile.max_vocab
     B = draw(st.integers(min_requests, max(min_requests, max_requests or profile.max_requests)))
     V = draw(st.one_of(st.just(1), st.integers(2, 40), st.integers(2, max_vocab)))
@@ -179,13 +190,17 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
     q32 = None if q is None else q.float()
     if q32 is not None and T:
         q32 = q32 / q32.sum(dim=1, keepdim=True)
+    settings = _filter_settings(draw, B, V) if filters else (None, None, None)
     batch = SpecBatch(k.to(device), drafts.to(device), logits.to(device),
-                      None if q32 is None else q32.to(device), temperature.to(device))
+                      None if q32 is None else q32.to(device), temperature.to(device),
+                      *(None if f is None else f.to(device) for f in settings))
     noise = Noise.draw(batch, g)
     seeds = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
     def shown(values):
         return values if len(values) <= 16 else f"{values[:16]} ... ({len(values)} requests)"
 
-    desc = (f"Example(B={B}, V={V}, num_draft_tokens={shown(counts)}, temperature={shown(temps)}, "
+    shown_filters = "" if not filters else (f"top_k={shown(settings[0].tolist())}, top_p={shown(settings[1].tolist())}, "
+                                             f"min_p={shown(settings[2].tolist())}, ")
+    desc = (f"Example(B={B}, V={V}, num_draft_tokens={shown(counts)}, temperature={shown(temps)}, {shown_filters}"
             f"logits={shown(styles)}, drafter={drafter}, dtype={str(dtype).replace('torch.', '')}, contents_seed={seed})")
     return Example(batch, noise, seeds, desc)

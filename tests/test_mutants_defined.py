@@ -176,7 +176,26 @@ def scenario_greedy_seeded(backend):
     return backend(batch, seed=torch.arange(B, dtype=torch.int64))
 
 
+def scenario_filtered(backend):
+    """Tied logits rising with the index and a real q; requests with no draft and top-k 1 (two tied
+    tokens kept, the bonus decides), one draft and top-p 0.5 (sorting decides), two drafts and min-p
+    0.4: every filter decides, on acceptance, recovered and bonus tokens."""
+    g = torch.Generator().manual_seed(113)
+    B, V = 96, 6
+    k = torch.tensor([0, 1, 2] * (B // 3))
+    T = int(k.sum())
+    logits = torch.tensor([0.0, 0.0, 1.0, 1.0, 2.0, 2.0]).repeat(T + B, 1)
+    q = torch.softmax(torch.randn(T, V, generator=g), dim=-1)
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(1)
+    top_k = torch.tensor([1, 0, 0] * (B // 3))
+    top_p = torch.tensor([1.0, 0.5, 1.0] * (B // 3))
+    min_p = torch.tensor([0.0, 0.0, 0.4] * (B // 3))
+    batch = SpecBatch(k, drafts, logits, q, torch.ones(B), top_k, top_p, min_p)
+    return backend(batch, noise=Noise.draw(batch, g))
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
+    scenario_filtered,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
@@ -207,6 +226,11 @@ WITNESS = {
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",
+    "filter_missing_from_recovered": "filtered",
+    "filter_missing_from_bonus": "filtered",
+    "top_k_without_ties": "filtered",
+    "top_p_unsorted": "filtered",
+    "filters_applied_to_q": "filtered",
 }
 
 SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")

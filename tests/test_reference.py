@@ -291,6 +291,12 @@ BAD_BATCHES = {
     "negative draft prob": (dict(draft_probs=torch.tensor([[0.5, 0.5, 0.5, -0.5]] * 3)), "draft_probs"),
     "draft probs not summing to 1": (dict(draft_probs=torch.full((3, 4), 0.3)), "draft_probs"),
     "bf16 draft probs": (dict(draft_probs=_bf16_probs()), "draft_probs"),
+    "negative top_k": (dict(top_k=torch.tensor([1, -1, 0])), "top_k"),
+    "top_k shape": (dict(top_k=torch.tensor([1, 1])), "top_k"),
+    "top_p of 0": (dict(top_p=torch.tensor([0.5, 0.0, 1.0])), "top_p"),
+    "top_p above 1": (dict(top_p=torch.tensor([0.5, 1.5, 1.0])), "top_p"),
+    "NaN top_p": (dict(top_p=torch.tensor([0.5, float("nan"), 1.0])), "top_p"),
+    "min_p of 1": (dict(min_p=torch.tensor([0.0, 1.0, 0.2])), "min_p"),
 }
 
 
@@ -430,7 +436,13 @@ def _equality_batch(seed: int) -> SpecBatch:
         logits[masked] = float("-inf")
     if seed % 7 == 0 and logits.numel():
         logits[::3] = 0.5
-    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature)
+    filters = (None, None, None)
+    if seed % 5 == 3:  # target filters, each off for some requests; k = 1 and top_p near 0 included
+        B = batch.num_requests
+        filters = (torch.randint(0, 4, (B,), generator=g), torch.rand(B, generator=g).clamp(1e-3, 1.0),
+                   torch.rand(B, generator=g) * 0.6 * (torch.rand(B, generator=g) < 0.5))
+    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
+                     *filters)
 
 
 def _call_settings(batch: SpecBatch, seed: int):
@@ -468,6 +480,7 @@ def test_equality_batches_cover_what_the_by_position_path_must_get_right():
     random requests, masked logits, each logit dtype, one-hot and dense drafters, exact ties."""
     batches = [_equality_batch(s) for s in range(44)]
     assert any(bool((b.num_draft_tokens == 0).any()) and b.num_drafts > 0 for b in batches)
+    assert any(b.has_filters and bool((b.top_k == 1).any()) and bool((b.min_p > 0).any()) for b in batches)
     assert any(bool((b.temperature == 0).any()) and bool((b.temperature > 0).any()) for b in batches)
     assert any(bool(torch.isneginf(b.target_logits).any()) for b in batches)
     assert {b.target_logits.dtype for b in batches} == {torch.float32, torch.bfloat16, torch.float16, torch.float64}
@@ -476,3 +489,37 @@ def test_equality_batches_cover_what_the_by_position_path_must_get_right():
     outs = [reference.sample(b, seed=0) for b in batches]
     assert any(bool((o.num_accepted == b.num_draft_tokens).any()) for o, b in zip(outs, batches))  # bonus tokens
     assert any(bool((o.num_accepted < b.num_draft_tokens).any()) for o, b in zip(outs, batches))   # rejections
+
+
+# ---- target filters (SPEC 3.4) ---------------------------------------------------------------------------
+P = torch.tensor([[0.3, 0.3, 0.2, 0.1, 0.1]], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name,setting,expected", [
+    ("top_k", 1, [0.5, 0.5, 0, 0, 0]),                  # ties at the k-th value are kept
+    ("top_k", 3, [0.375, 0.375, 0.25, 0, 0]),
+    ("top_k", 0, [0.3, 0.3, 0.2, 0.1, 0.1]),            # off
+    ("top_p", 0.5, [0.5, 0.5, 0, 0, 0]),                # the crossing token (second 0.3) kept
+    ("top_p", 0.61, [0.375, 0.375, 0.25, 0, 0]),
+    ("top_p", 1e-3, [1.0, 0, 0, 0, 0]),                 # lower index first among equal probabilities
+    ("min_p", 0.5, [0.375, 0.375, 0.25, 0, 0]),         # keep p >= 0.15
+])
+def test_each_filter_matches_its_definition(name, setting, expected):
+    """Hand-computed filtered targets at the boundaries SPEC 3.4 defines: ties, crossing token, order."""
+    value = torch.tensor([setting], dtype=torch.int64 if name == "top_k" else torch.float64)
+    got = getattr(reference.filters, name)(P, value)
+    assert torch.allclose(got, torch.tensor([expected], dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_filters_apply_in_order_and_greedy_requests_ignore_them():
+    """top-k, then top-p on the renormalised result, then min-p; a greedy request emits the argmax
+    whatever its filters, and a random request only tokens of p'."""
+    # top-k 3 gives [.375 .375 .25]; top-p 0.7 then keeps the two .375 (before = .375 < .7 for the second)
+    got = reference.filters.apply(P, torch.tensor([3]), torch.tensor([0.7], dtype=torch.float64), None)
+    assert torch.allclose(got, torch.tensor([[0.5, 0.5, 0, 0, 0]], dtype=torch.float64))
+    logits = torch.log(P.float()).repeat(4, 1)
+    batch = SpecBatch(torch.tensor([0, 0]), torch.zeros(0, dtype=torch.int64), logits[:2], None,
+                      torch.tensor([0.0, 1.0]), torch.tensor([1, 1]), None, torch.tensor([0.0, 0.9]))
+    for seed in range(50):
+        out = reference.sample(batch, seed=seed)
+        assert int(out.token_ids[0, 0]) == 0 and int(out.token_ids[1, 0]) in (0, 1)

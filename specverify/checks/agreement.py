@@ -17,7 +17,7 @@ from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters")
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -28,6 +28,8 @@ def _case_strategy(case: str, profile: Profile):
     elif case == "bulk":
         examples = spec_examples(profile, max_vocab=64, min_requests=profile.bulk_requests // 2,
                                  max_requests=profile.bulk_requests)
+    elif case == "filters":
+        examples = spec_examples(profile, filters=True)
     else:
         examples = spec_examples(profile)
     if case == "synthetic":
@@ -91,7 +93,8 @@ def check_differential_seeded(ctx: Context, case: str) -> None:
 def differential_needs(path: str):
     """Needs of a differential case: its method, and the noise path the reference can share."""
     def needs(case: str) -> Needs:
-        return Needs(method="synthetic" if case == "synthetic" else "standard", noise=path)
+        return Needs(method="synthetic" if case == "synthetic" else "standard", noise=path,
+                     target_filters=case == "filters")
     return needs
 
 

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import torch
 
-from reference import SpecBatch, SpecOutput, exact
+from reference import SpecBatch, SpecOutput, exact, filters
 from reference.sample import synthetic_rates_f32
 from specverify.generate import replicated_batch
 
@@ -30,6 +30,7 @@ class StatCase:
     steps: int | None = None            # synthetic num_speculative_steps
     checks: tuple = ("token_distribution", "acceptance_rate")
     greedy_every: int = 0               # every n-th copy is a greedy request (temperature 0); 0: none
+    filters: tuple | None = None        # (top_k, top_p, min_p) of every copy (SPEC 3.4), or None
 
     @property
     def k(self) -> int:
@@ -47,12 +48,27 @@ class StatCase:
     def batch(self, copies: int, generator: torch.Generator, device="cpu"):
         batch = replicated_batch(generator, self.p, self.q, self.temperature, copies,
                                  drafts=None if self.drafts is None else list(self.drafts), device=device)
-        if not self.greedy_every:
+        if not self.greedy_every and self.filters is None:
             return batch
         temperature = batch.temperature.clone()
-        temperature[self.greedy_every - 1::self.greedy_every] = 0.0
+        if self.greedy_every:
+            temperature[self.greedy_every - 1::self.greedy_every] = 0.0
+        settings = (None, None, None) if self.filters is None else (
+            torch.full((copies,), self.filters[0], dtype=torch.int64, device=device),
+            torch.full((copies,), self.filters[1], dtype=torch.float32, device=device),
+            torch.full((copies,), self.filters[2], dtype=torch.float32, device=device))
         return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
-                         temperature)
+                         temperature, *settings)
+
+    @property
+    def target(self) -> torch.Tensor:
+        """[k+1, V] the filtered target p' of a random copy (p itself without filters)."""
+        if self.filters is None:
+            return self.p
+        rows = self.p.shape[0]
+        k, mass, ratio = self.filters
+        return filters.apply(self.p, torch.full((rows,), k), torch.full((rows,), mass, dtype=torch.float64),
+                             torch.full((rows,), ratio, dtype=torch.float64))
 
     def _law(self, p: torch.Tensor) -> dict:
         if self.method == "synthetic":
@@ -67,7 +83,7 @@ class StatCase:
         """Exact P(emitted tokens) for one request, float64 (keys: tuples of token ids). With greedy
         copies it is the mixture of the random requests' law and the greedy requests' law (the
         standard rule with each target row one-hot at its argmax), in their proportions."""
-        law = self._law(self.p)
+        law = self._law(self.target)
         if not self.greedy_every:
             return law
         greedy = self._law(torch.nn.functional.one_hot(self.p.argmax(dim=1), self.vocab_size).double())
@@ -137,6 +153,14 @@ def _bf16_sensitive_case() -> StatCase:
                     "millions of samples (nightly profile)", checks=("acceptance_rate",))
 
 
+def _tied_rows() -> torch.Tensor:
+    """[4, 8] target rows whose third and fourth largest probabilities are equal (a top-k 3 tie)."""
+    p = _rows(9, 4, 8, 1.0)
+    top = torch.sort(p, dim=1, descending=True)
+    p.scatter_(1, top.indices[:, 3:4], top.values[:, 2:3])
+    return p / p.sum(dim=1, keepdim=True)
+
+
 STAT_CASES: tuple[StatCase, ...] = (
     StatCase("dense_q", _rows(1, 4, 8, 1.5), _rows(2, 3, 8, 1.5), 1.0,
              "drafts drawn from a real q: emitted token at each position ~ p_j, acceptance alpha_j"),
@@ -151,6 +175,9 @@ STAT_CASES: tuple[StatCase, ...] = (
     StatCase("mixed_greedy", _rows(7, 4, 8, 1.5), _rows(8, 3, 8, 1.5), 0.8,
              "every other request greedy in one launch: the per-request routing between the greedy and the "
              "random path; a greedy request sampled at some temperature shifts the mixture", greedy_every=2),
+    StatCase("filtered_target", _tied_rows(), _rows(10, 3, 8, 1.0), 0.9,
+             "top-k 3 with a tie at the third value, top-p 0.85 and min-p 0.08 on every copy: the law of p' "
+             "(SPEC 3.4) at acceptance, recovered and bonus tokens", filters=(3, 0.85, 0.08)),
 )
 
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}

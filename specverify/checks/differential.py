@@ -23,7 +23,7 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch, SpecOutput, leviathan
-from reference.sample import synthetic_rates_f32, target_probs
+from reference.sample import filtered_target, synthetic_rates_f32
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
 
@@ -80,7 +80,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         if temperature == 0:
             margin = _relative_gap(logits)
             return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
-        p = target_probs(logits, temperature)
+        p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
         q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()
         u = float(noise.uniform.cpu()[d0 + j])
         margin = math.inf if q[x] == 0 or p[x] == 0 else float(abs(u * q[x] - p[x]) / p[x])
@@ -88,7 +88,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     if temperature == 0:
         margin = _relative_gap(logits)
         return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
-    p = target_probs(logits, temperature)
+    p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
     if method == "standard" and j < k:
         x = int(cpu.draft_token_ids[d0 + j])
         q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()

@@ -32,10 +32,11 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch, SpecOutput, select_requests
+from reference.batch import FIELDS
 from specverify.checks.differential import compare_to_reference
 
 FORMAT = "specverify-reproducer/1"
-BATCH_FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")
+BATCH_FIELDS = FIELDS
 REDUCTION_CALLS = 48          # backend calls one reduction may spend
 DECIMAL_ELEMENTS = 256        # tensors up to this size print as decimal lists, larger ones as bytes
 

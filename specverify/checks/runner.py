@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
+from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
@@ -55,6 +56,7 @@ class Needs:
     device: bool = True
     cuda_graphs: bool = False
     empty_batch: bool = False
+    target_filters: bool = False
     max_draft: int = 0          # the longest draft the case's batches hold, when fixed (statistical cases)
 
 
@@ -105,6 +107,8 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
             return why
     if needs.device and profile.device not in caps.devices:
         return f"backend does not run on {profile.device}"
+    if needs.target_filters and not getattr(caps, "target_filters", False):
+        return "backend does not declare target_filters (top_k, top_p, min_p)"
     if needs.empty_batch and not getattr(caps, "empty_batches", True):
         return "backend declares that it does not take empty batches"
     limit = getattr(caps, "max_draft", None)
@@ -114,7 +118,7 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
 
 
 # ---- guarded calls --------------------------------------------------------------------------------
-BATCH_FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature")
+BATCH_FIELDS = FIELDS
 
 
 def private_batch(batch: SpecBatch) -> SpecBatch:

@@ -23,7 +23,7 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch, leviathan, select_requests
-from reference.sample import target_probs
+from reference.sample import filtered_target
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
@@ -38,7 +38,9 @@ def outputs_equal(a, b) -> bool:
 
 # ---- helpers ------------------------------------------------------------------------------------
 def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[str]:
-    """The extra token must have positive probability under the distribution it was drawn from."""
+    """Every emitted token lies in the support it came from: the extra token has positive probability
+    under the distribution it was drawn from (the filtered target p', or its residual), and under the
+    standard rule an accepted draft has p'(x) > 0 (u > 0, so u * q(x) <= p'(x) needs p'(x) > 0)."""
     cpu = batch.to("cpu")
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
     d_off, l_off = cpu.draft_offsets().tolist(), cpu.logit_offsets().tolist()
@@ -52,7 +54,14 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
             if y != reference.greedy.argmax(logits):
                 problems.append(f"request {b}: greedy extra token {y} is not argmax {reference.greedy.argmax(logits)}")
             continue
-        w = target_probs(logits, t)
+        request = torch.tensor([b])
+        if method == "standard":
+            for j in range(m):
+                x = int(cpu.draft_token_ids[d_off[b] + j])
+                row = cpu.target_logits[l_off[b] + j].double()
+                if filtered_target(cpu, request, row[None], t)[0, x] <= 0:
+                    problems.append(f"request {b}: accepted draft {x} at position {j} is outside the target's support")
+        w = filtered_target(cpu, request, logits[None], t)[0]
         if method == "standard" and m < k:
             x = int(cpu.draft_token_ids[d_off[b] + m])
             q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d_off[b] + m].double()

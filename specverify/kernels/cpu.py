@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
+from reference import filters
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
@@ -97,7 +98,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     capabilities = Capabilities(
-        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES,
+        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, target_filters=True,
         notes=("pure PyTorch, float32 math; seeded noise is the reference's Philox stream, drawn on the CPU",))
     # Subclass hook. True: a rejected draft's recovered token is drawn while deciding it, from the weights of
     # its ``draft_rows`` row, which is then the row that emits the token. A subclass whose ``draft_rows`` gives
@@ -121,6 +122,11 @@ class CpuBackend(Backend):
         is_greedy = temperature == 0
         x = batch.draft_token_ids
         q = self.draft_probs_for(batch)                            # [T, V] float32 or None (one-hot)
+        filtered = batch.has_filters
+
+        def weights(rows: torch.Tensor, requests: torch.Tensor, use: str) -> tuple[torch.Tensor, torch.Tensor]:
+            w, total = self.target_weights(rows, temperature[requests])
+            return self.filter_weights(batch, requests, w, total, use) if filtered else (w, total)
 
         # ---- acceptance at every draft position that can matter -----------------------------------
         extra = torch.empty(B, dtype=torch.int64, device=device)
@@ -137,13 +143,13 @@ class CpuBackend(Backend):
                 # Everything small is gathered once per window; a tile below takes views of it.
                 n = idx.shape[0]
                 b_all, r_all, x_all = lay.request[idx], rows[idx], x[idx]
-                u_all, t_all = uniform[idx], temperature[b_all]
+                u_all = uniform[idx]
                 q_x_all = None if q is None else q[idx, x_all]
                 ok = torch.empty(n, dtype=torch.bool, device=device)
                 drawn = torch.empty(n, dtype=torch.int64, device=device)   # recovered token of a rejected row
                 for s in self._tiles(n, V):
                     x_t = x_all[s]
-                    w, total = self.target_weights(self._rows(logits, r_all[s]), t_all[s])
+                    w, total = weights(self._rows(logits, r_all[s]), b_all[s], "accept")
                     p_x = w.gather(1, x_t[:, None]).squeeze(1).div_(total)
                     q_x = torch.ones_like(p_x) if q_x_all is None else q_x_all[s]
                     ok[s] = ok_t = self.accept_mask(u_all[s], p_x, q_x)
@@ -200,7 +206,7 @@ class CpuBackend(Backend):
             requests = torch.nonzero(chosen).squeeze(1)
             for s in self._tiles(requests.shape[0], V):
                 b = requests[s]
-                w, total = self.target_weights(self._rows(logits, extra_row[b]), temperature[b])
+                w, total = weights(self._rows(logits, extra_row[b]), b, "recovered" if residual else "bonus")
                 if residual:
                     t_idx = lay.draft_offsets[b] + num_accepted[b]     # the rejected draft position
                     q_rej = self._one_hot(x[t_idx], V, w.dtype) if q is None else self._rows(q, t_idx)
@@ -307,6 +313,16 @@ class CpuBackend(Backend):
             w = logits.to(torch.float32)
             w.sub_(w.amax(dim=1, keepdim=True))
         w.mul_((LOG2_E / temperature.to(torch.float32))[:, None]).exp2_()
+        return w, w.sum(dim=1)
+
+    def filter_weights(self, batch: SpecBatch, requests: torch.Tensor, w: torch.Tensor, total: torch.Tensor,
+                       use: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w', total') of the filtered target p' (SPEC 3.4) of rows of ``requests`` [R], for ``use``
+        "accept" (acceptance, and the recovered token drawn while deciding), "recovered" or "bonus"
+        (the extra token; "bonus" also for the synthetic rule's). The filters decide in float64, as the
+        reference does, so a float32 rounding cannot move a token across a cut."""
+        p = filters.apply(w.double() / total.double()[:, None], *batch.filters_of(requests))
+        w = p.to(torch.float32)
         return w, w.sum(dim=1)
 
     def accept_mask(self, u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:

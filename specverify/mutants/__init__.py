@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specverify.checks import CHECKS
-from specverify.mutants import samplers
+from specverify.mutants import filters, samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream
 
@@ -119,6 +119,12 @@ _ALL = [
 _ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
                    "draft probabilities stored in bf16, own noise stream: only statistics can see it", "004",
                    ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",)))
+_ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls, bug in (
+    (filters.FilterMissingFromRecovered, "target filters missing from the recovered token"),
+    (filters.FilterMissingFromBonus, "target filters missing from the bonus token"),
+    (filters.TopKWithoutTies, "top-k keeps exactly k tokens, dropping ties at the k-th value"),
+    (filters.TopPUnsorted, "top-p prefix taken in vocabulary order, probabilities unsorted"),
+    (filters.FiltersAppliedToQ, "target filters applied to the draft distribution q as well"))]
 _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
                    "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
                    "001", ("token_distribution",), cases=("mixed_greedy",)))
