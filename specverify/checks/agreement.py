@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from reference import Noise
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.common import call_example, run_property
-from specverify.checks.runner import CheckFailure, Context, Needs
+from specverify.checks.runner import CheckFailure, Context, Needs, not_applicable_because
+from specverify.checks.statistical import statistical_needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
@@ -45,7 +46,7 @@ def _replicated_examples(profile: Profile, backend):
     sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
     copies = max(1, profile.replicated_copies)
     for case in STAT_CASES:
-        if case.method not in backend.capabilities.methods:
+        if not_applicable_because(statistical_needs(case.name), backend.capabilities, profile):
             continue
         g = torch.Generator().manual_seed(len(case.name) * 7919 + copies)
         batch = case.batch(copies, g)
