@@ -3,7 +3,7 @@
 Shapes (B requests, request b proposing k_b drafts, T = sum k_b, V vocabulary):
 
     num_draft_tokens  [B]        int64   k_b >= 0
-    draft_token_ids   [T]        int64   request-major, ids in [0, V)
+    draft_token_ids   [T]        int64   request-major, ids in [0, V), or PLACEHOLDER (-1, SPEC 3.5)
     target_logits     [T + B, V] float32 / bfloat16 / float16 (float64 allowed for the reference)
     draft_probs       [T, V]     float32 (or float64), rows sum to 1; None = one-hot drafter
     temperature       [B]        float32, 0 = greedy request
@@ -31,6 +31,7 @@ from reference import philox
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 PROB_DTYPES = (torch.float32, torch.float64)
 PROB_SUM_TOLERANCE = 1e-3
+PLACEHOLDER = -1   # a draft slot with no draft: never accepted, it ends its request's chain (SPEC 3.5)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -91,6 +92,11 @@ class SpecBatch:
         return self.target_logits.device
 
     @property
+    def has_placeholders(self) -> bool:
+        """True when some draft slot holds the placeholder (SPEC 3.5)."""
+        return self.num_drafts > 0 and bool((self.draft_token_ids == PLACEHOLDER).any())
+
+    @property
     def has_filters(self) -> bool:
         """True when some request has a target filter on (SPEC 3.4)."""
         return any(f is not None and bool((f != off).any()) for f, off in
@@ -136,7 +142,8 @@ class SpecBatch:
         _require(self.temperature.shape[0] == B, f"temperature must have shape [B] = [{B}], got {tuple(self.temperature.shape)}")
         if T:
             lo, hi = (int(m) for m in torch.aminmax(self.draft_token_ids))
-            _require(lo >= 0 and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}), got values in [{lo}, {hi}]")
+            _require(lo >= PLACEHOLDER and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}) or be the placeholder "
+                                                   f"{PLACEHOLDER}, got values in [{lo}, {hi}]")
         # [T + B, V] and [T, V] are the large ones: one pass of aminmax (NaN propagates through it) settles
         # the common valid case; the named checks below run only where it cannot.
         lo, hi = _range(self.target_logits)
@@ -160,7 +167,9 @@ class SpecBatch:
                 _require(bool((self.draft_probs >= 0).all()), "draft_probs contains negative entries")
                 _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
             if T:
-                err = (self.draft_probs.double().sum(dim=1) - 1).abs().max().item()
+                # a placeholder's row is never read: zeros (a fixed-width kernel's padding) are allowed there
+                real = self.draft_token_ids.to(self.draft_probs.device) != PLACEHOLDER
+                err = (self.draft_probs[real].double().sum(dim=1) - 1).abs().max().item() if bool(real.any()) else 0.0
                 _require(err <= PROB_SUM_TOLERANCE,
                          f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}, worst row is off by {err:.3g}")
         self._validate_filters(B)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from reference import filters, greedy, leviathan, philox, race, synthetic
-from reference.batch import Noise, SpecBatch, SpecOutput
+from reference.batch import PLACEHOLDER, Noise, SpecBatch, SpecOutput
 
 METHODS = ("standard", "synthetic")
 
@@ -119,7 +119,10 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
             x = int(cpu.draft_token_ids[t])
             logits = cpu.target_logits[row].to(torch.float64)
             u = float(noise.uniform[t])
-            if method == "synthetic":
+            if x == PLACEHOLDER:   # never accepted; the extra token comes from p' (the residual with q = 0)
+                accepted, p, q = False, filtered_target(cpu, request, logits[None], temperature, compute_dtype)[0], \
+                    torch.zeros(V, dtype=compute_dtype)
+            elif method == "synthetic":
                 accepted = synthetic.accepts(u, float(rates[j]))
             elif is_greedy:
                 accepted = greedy.accepts(x, logits)
@@ -169,16 +172,19 @@ def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
             break
         t, logits = d_off[b] + j, cpu.target_logits[l_off[b] + j].to(torch.float64)
         x, u, g = cpu.draft_token_ids[t], noise.uniform[t], is_greedy[b]
+        hole = x == PLACEHOLDER       # never accepted; q = 0 there, so the residual is p' itself
+        x = x.clamp(min=0)            # a valid index for the gathers below; ``hole`` decides
         p = q = None
         if method == "synthetic":
-            accepted = synthetic.accepts(u.to(torch.float64), rates[j])
+            accepted = synthetic.accepts(u.to(torch.float64), rates[j]) & ~hole
         else:
             accepted = torch.zeros(b.shape[0], dtype=torch.bool)
-            accepted[g] = x[g] == greedy.first_argmax(logits[g])
+            accepted[g] = (x[g] == greedy.first_argmax(logits[g])) & ~hole[g]
             r = ~g
             p = filtered_target(cpu, b[r], logits[r], temperature[b[r], None], compute_dtype)
             q = (leviathan.one_hot(x[r], V, compute_dtype) if cpu.draft_probs is None
                  else cpu.draft_probs[t[r]].to(compute_dtype))
+            q = torch.where(hole[r, None], torch.zeros_like(q), q)
             x_r = x[r, None]
             accepted[r] = leviathan.accepted(u[r].to(compute_dtype), p.gather(1, x_r)[:, 0], q.gather(1, x_r)[:, 0])
         token_ids[b[accepted], j] = x[accepted]

@@ -77,6 +77,7 @@ class Capabilities:
     max_draft: int | None = None
     empty_batches: bool = True
     target_filters: bool = False    # applies top_k / top_p / min_p (SPEC 3.4); undeclared: UnsupportedError
+    placeholders: bool = False      # takes -1 placeholder drafts (SPEC 3.5); undeclared: UnsupportedError
     deviations: tuple = ()      # Deviation entries: known failures, reported as such, never as passes
     notes: tuple = field(default_factory=tuple)
 
@@ -90,6 +91,8 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
         raise UnsupportedError(name, f"{path} noise", caps.noise)
     if batch.has_filters and not getattr(caps, "target_filters", False):
         raise UnsupportedError(name, "target filters (top_k, top_p, min_p)", ["unfiltered targets"])
+    if batch.has_placeholders and not getattr(caps, "placeholders", False):
+        raise UnsupportedError(name, "placeholder drafts (-1)", ["drafts in [0, V)"])
     if batch.num_requests == 0 and not caps.empty_batches:
         raise UnsupportedError(name, "an empty batch", ["batches of at least one request"])
     if caps.max_draft is not None and batch.num_requests and batch.max_draft > caps.max_draft:
@@ -152,7 +155,7 @@ class ReferenceBackend(Backend):
     name = "reference"
     capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}),
                                 logit_dtypes=ALL_LOGIT_DTYPES | {torch.float64}, ambiguity_margin=0.0,
-                                target_filters=True)
+                                target_filters=True, placeholders=True)
 
     def _sample(self, batch, **kwargs) -> SpecOutput:
         return reference.sample(batch, **kwargs)

@@ -151,10 +151,12 @@ def _filter_settings(draw, B: int, V: int) -> tuple:
 
 @st.composite
 def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_requests: int = 1,
-                  max_requests: int | None = None, device: str = "cpu", filters: bool = False):
+                  max_requests: int | None = None, device: str = "cpu", filters: bool = False,
+                  placeholders: bool = False):
     """A batch with its noise and seeds (see the module docstring for what varies); every request
     draws its own logit style, temperature and draft count, and with ``filters`` its own top-k, top-p
-    and min-p (SPEC 3.4), each off for some requests."""
+    and min-p (SPEC 3.4), each off for some requests; with ``placeholders`` about a third of the draft
+    slots hold the placeholder -1 (SPEC 3.5), first slots and trailing padding included."""
     max_vocab = max_vocab or profile.max_vocab
     B = draw(st.integers(min_requests, max(min_requests, max_requests or profile.max_requests)))
     V = draw(st.one_of(st.just(1), st.integers(2, 40), st.integers(2, max_vocab)))
@@ -191,6 +193,8 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
     if q32 is not None and T:
         q32 = q32 / q32.sum(dim=1, keepdim=True)
     settings = _filter_settings(draw, B, V) if filters else (None, None, None)
+    if placeholders and T:
+        drafts = torch.where(torch.rand(T, generator=g) < 0.35, -1, drafts)
     batch = SpecBatch(k.to(device), drafts.to(device), logits.to(device),
                       None if q32 is None else q32.to(device), temperature.to(device),
                       *(None if f is None else f.to(device) for f in settings))

@@ -194,8 +194,18 @@ def scenario_filtered(backend):
     return backend(batch, noise=Noise.draw(batch, g))
 
 
+def scenario_placeholders(backend):
+    """Placeholder drafts in every slot of random requests whose target favours tokens 0 and V - 1: a
+    placeholder read as either token is often accepted; a correct backend never accepts one."""
+    g = torch.Generator().manual_seed(127)
+    B, V = 32, 6
+    logits = torch.tensor([3.0, 0.0, 0.0, 0.0, 0.0, 3.0]).repeat(3 * B, 1)
+    batch = SpecBatch(torch.full((B,), 2), torch.full((2 * B,), -1), logits, None, torch.ones(B))
+    return backend(batch, noise=Noise.draw(batch, g))
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
-    scenario_filtered,
+    scenario_filtered, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
@@ -231,6 +241,9 @@ WITNESS = {
     "top_k_without_ties": "filtered",
     "top_p_unsorted": "filtered",
     "filters_applied_to_q": "filtered",
+    "placeholder_read_as_zero": "placeholders",
+    "placeholder_read_as_last": "placeholders",
+    "placeholder_accepted": "placeholders",
 }
 
 SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")

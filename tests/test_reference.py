@@ -281,7 +281,7 @@ BAD_BATCHES = {
     "temperature shape": (dict(temperature=torch.ones(2)), "temperature"),
     "draft_probs shape": (dict(draft_probs=torch.full((3, 5), 0.2)), "draft_probs"),
     "negative draft count": (dict(num_draft_tokens=torch.tensor([2, -1, 2])), "num_draft_tokens"),
-    "draft id negative": (dict(draft_token_ids=torch.tensor([1, -1, 0])), "draft_token_ids"),
+    "draft id below the placeholder": (dict(draft_token_ids=torch.tensor([1, -2, 0])), "draft_token_ids"),
     "draft id equal to V": (dict(draft_token_ids=torch.tensor([1, 4, 0])), "draft_token_ids"),
     "NaN logits": (dict(target_logits=torch.zeros(6, 4).index_fill_(1, torch.tensor([2]), float("nan"))),
                    "target_logits"),
@@ -441,8 +441,10 @@ def _equality_batch(seed: int) -> SpecBatch:
         B = batch.num_requests
         filters = (torch.randint(0, 4, (B,), generator=g), torch.rand(B, generator=g).clamp(1e-3, 1.0),
                    torch.rand(B, generator=g) * 0.6 * (torch.rand(B, generator=g) < 0.5))
-    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
-                     *filters)
+    drafts = batch.draft_token_ids
+    if seed % 6 == 4 and batch.num_drafts:  # placeholders anywhere, first slots and trailing padding included
+        drafts = torch.where(torch.rand(batch.num_drafts, generator=g) < 0.3, -1, drafts)
+    return SpecBatch(batch.num_draft_tokens, drafts, logits, batch.draft_probs, batch.temperature, *filters)
 
 
 def _call_settings(batch: SpecBatch, seed: int):
@@ -481,6 +483,8 @@ def test_equality_batches_cover_what_the_by_position_path_must_get_right():
     batches = [_equality_batch(s) for s in range(44)]
     assert any(bool((b.num_draft_tokens == 0).any()) and b.num_drafts > 0 for b in batches)
     assert any(b.has_filters and bool((b.top_k == 1).any()) and bool((b.min_p > 0).any()) for b in batches)
+    assert any(b.has_placeholders and bool((b.draft_token_ids[b.draft_offsets()[:-1][b.num_draft_tokens > 0]] == -1).any())
+               for b in batches)
     assert any(bool((b.temperature == 0).any()) and bool((b.temperature > 0).any()) for b in batches)
     assert any(bool(torch.isneginf(b.target_logits).any()) for b in batches)
     assert {b.target_logits.dtype for b in batches} == {torch.float32, torch.bfloat16, torch.float16, torch.float64}
@@ -523,3 +527,19 @@ def test_filters_apply_in_order_and_greedy_requests_ignore_them():
     for seed in range(50):
         out = reference.sample(batch, seed=seed)
         assert int(out.token_ids[0, 0]) == 0 and int(out.token_ids[1, 0]) in (0, 1)
+
+
+# ---- placeholders (SPEC 3.5) ------------------------------------------------------------------------------
+def test_placeholder_is_never_accepted_and_its_token_comes_from_p():
+    """A placeholder ends its request at its slot under every rule; the token there is drawn from p'
+    (the residual with q = 0) with the request's exponential race, the argmax for a greedy request."""
+    V = 5
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])).repeat(6, 1)
+    q = torch.full((4, V), 0.2)
+    batch = SpecBatch(torch.tensor([2, 2]), torch.tensor([2, -1, -1, 3]), logits, q, torch.tensor([1.0, 0.0]))
+    noise = Noise(torch.full((4,), 1e-6), torch.tensor([[1.0, 1.0, 1.0, 0.01, 1.0]] * 2))
+    for kwargs in (dict(), dict(method="synthetic", synthetic_acceptance_rate=1.0, num_speculative_steps=2)):
+        out = reference.sample(batch, noise=noise, **kwargs)
+        assert out.num_accepted.tolist() == [1, 0], kwargs          # u tiny, rate 1: only a placeholder stops
+        assert out.token_ids[0, :2].tolist() == [2, 3]               # the race over p picks the tiny exponential
+        assert int(out.token_ids[1, 0]) == 2                         # greedy: argmax of p

@@ -18,7 +18,7 @@ from specverify.checks.statistical import statistical_needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters", "placeholders")
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -31,6 +31,8 @@ def _case_strategy(case: str, profile: Profile):
                                  max_requests=profile.bulk_requests)
     elif case == "filters":
         examples = spec_examples(profile, filters=True)
+    elif case == "placeholders":
+        examples = spec_examples(profile, placeholders=True)
     else:
         examples = spec_examples(profile)
     if case == "synthetic":
@@ -95,7 +97,7 @@ def differential_needs(path: str):
     """Needs of a differential case: its method, and the noise path the reference can share."""
     def needs(case: str) -> Needs:
         return Needs(method="synthetic" if case == "synthetic" else "standard", noise=path,
-                     target_filters=case == "filters")
+                     target_filters=case == "filters", placeholders=case == "placeholders")
     return needs
 
 

@@ -23,6 +23,7 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch, SpecOutput, leviathan
+from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
@@ -58,6 +59,14 @@ def _relative_gap(values: torch.Tensor) -> float:
     return float((top2[0] - top2[1]) / top2[0].abs().clamp(min=1e-300))
 
 
+def draft_row(cpu: SpecBatch, t: int, x: int) -> torch.Tensor:
+    """q [V] float64 of draft slot t with token x: one-hot for a deterministic drafter, zero for a
+    placeholder (SPEC 3.5)."""
+    if x == PLACEHOLDER:
+        return torch.zeros(cpu.vocab_size, dtype=torch.float64)
+    return leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[t].double()
+
+
 def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, method: str,
              rates: torch.Tensor | None, tol: float) -> Divergence:
     """Why request b's outputs diverge, and whether that is within the backend's ambiguity tolerance."""
@@ -77,11 +86,13 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         if method == "synthetic" or j >= k:
             return Divergence(b, j, expected, got, "acceptance", math.inf, False)
         x = int(cpu.draft_token_ids[d0 + j])
+        if x == PLACEHOLDER:   # a placeholder is never accepted: nothing about it is ambiguous
+            return Divergence(b, j, expected, got, "placeholder acceptance", math.inf, False)
         if temperature == 0:
             margin = _relative_gap(logits)
             return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
         p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
-        q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()
+        q = draft_row(cpu, d0 + j, x)
         u = float(noise.uniform.cpu()[d0 + j])
         margin = math.inf if q[x] == 0 or p[x] == 0 else float(abs(u * q[x] - p[x]) / p[x])
         return Divergence(b, j, expected, got, "acceptance u*q(x) <= p(x)", margin, margin < tol)
@@ -91,7 +102,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
     if method == "standard" and j < k:
         x = int(cpu.draft_token_ids[d0 + j])
-        q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d0 + j].double()
+        q = draft_row(cpu, d0 + j, x)
         w = leviathan.residual(p, q)
     else:
         w = p

@@ -57,6 +57,7 @@ class Needs:
     cuda_graphs: bool = False
     empty_batch: bool = False
     target_filters: bool = False
+    placeholders: bool = False
     max_draft: int = 0          # the longest draft the case's batches hold, when fixed (statistical cases)
 
 
@@ -109,6 +110,8 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
         return f"backend does not run on {profile.device}"
     if needs.target_filters and not getattr(caps, "target_filters", False):
         return "backend does not declare target_filters (top_k, top_p, min_p)"
+    if needs.placeholders and not getattr(caps, "placeholders", False):
+        return "backend does not declare placeholders (-1 drafts)"
     if needs.empty_batch and not getattr(caps, "empty_batches", True):
         return "backend declares that it does not take empty batches"
     limit = getattr(caps, "max_draft", None)

@@ -23,7 +23,9 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch, leviathan, select_requests
+from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target
+from specverify.checks.differential import draft_row
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
@@ -59,12 +61,12 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
             for j in range(m):
                 x = int(cpu.draft_token_ids[d_off[b] + j])
                 row = cpu.target_logits[l_off[b] + j].double()
-                if filtered_target(cpu, request, row[None], t)[0, x] <= 0:
+                if x == PLACEHOLDER or filtered_target(cpu, request, row[None], t)[0, x] <= 0:
                     problems.append(f"request {b}: accepted draft {x} at position {j} is outside the target's support")
         w = filtered_target(cpu, request, logits[None], t)[0]
         if method == "standard" and m < k:
             x = int(cpu.draft_token_ids[d_off[b] + m])
-            q = leviathan.one_hot(x, cpu.vocab_size) if cpu.draft_probs is None else cpu.draft_probs[d_off[b] + m].double()
+            q = draft_row(cpu, d_off[b] + m, x)
             w = leviathan.residual(w, q)
         if not 0 <= y < cpu.vocab_size or w[y] <= 0:
             problems.append(f"request {b}: extra token {y} at position {m} has probability 0")

@@ -38,6 +38,7 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from reference import filters
+from reference.batch import PLACEHOLDER
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
@@ -98,7 +99,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     capabilities = Capabilities(
-        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, target_filters=True,
+        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, target_filters=True, placeholders=True,
         notes=("pure PyTorch, float32 math; seeded noise is the reference's Philox stream, drawn on the CPU",))
     # Subclass hook. True: a rejected draft's recovered token is drawn while deciding it, from the weights of
     # its ``draft_rows`` row, which is then the row that emits the token. A subclass whose ``draft_rows`` gives
@@ -123,6 +124,9 @@ class CpuBackend(Backend):
         x = batch.draft_token_ids
         q = self.draft_probs_for(batch)                            # [T, V] float32 or None (one-hot)
         filtered = batch.has_filters
+        holes = None
+        if batch.has_placeholders:
+            x, q, holes = self.placeholders(x, q, V)
 
         def weights(rows: torch.Tensor, requests: torch.Tensor, use: str) -> tuple[torch.Tensor, torch.Tensor]:
             w, total = self.target_weights(rows, temperature[requests])
@@ -135,6 +139,8 @@ class CpuBackend(Backend):
         if method == "synthetic":
             rates = self.synthetic_rates(synthetic_acceptance_rate, num_speculative_steps).to(device)
             accept = self.synthetic_accept(uniform, rates[lay.position])
+            if holes is not None:
+                accept &= ~holes
         else:
             rows = self.draft_rows(lay)
             own_rows = self.recover_while_deciding
@@ -179,7 +185,8 @@ class CpuBackend(Backend):
                 return ok
 
             def decide_greedy(idx: torch.Tensor) -> torch.Tensor:
-                return x[idx] == self.greedy_argmax(logits.index_select(0, rows[idx]))
+                same = x[idx] == self.greedy_argmax(logits.index_select(0, rows[idx]))
+                return same if holes is None else same & ~holes[idx]
 
             accept = torch.zeros(T, dtype=torch.bool, device=device)
             draft_greedy = is_greedy[lay.request]                  # [T]
@@ -314,6 +321,18 @@ class CpuBackend(Backend):
             w.sub_(w.amax(dim=1, keepdim=True))
         w.mul_((LOG2_E / temperature.to(torch.float32))[:, None]).exp2_()
         return w, w.sum(dim=1)
+
+    def placeholders(self, x: torch.Tensor, q: torch.Tensor | None,
+                     V: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(x, q, holes) for draft ids holding placeholders (SPEC 3.5): holes [T] marks them; x gets a
+        valid index there (0) for the gathers, and q [T, V] a zero row, so the standard rule never accepts
+        a placeholder and its residual is p' itself. The greedy and synthetic rules mask ``holes``."""
+        holes = x == PLACEHOLDER
+        x = x.clamp(min=0)
+        if q is None:
+            q = self._one_hot(x, V, torch.float32)
+        q = q.masked_fill(holes[:, None], 0.0)
+        return x, q, holes
 
     def filter_weights(self, batch: SpecBatch, requests: torch.Tensor, w: torch.Tensor, total: torch.Tensor,
                        use: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -125,6 +125,10 @@ _ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls
     (filters.TopKWithoutTies, "top-k keeps exactly k tokens, dropping ties at the k-th value"),
     (filters.TopPUnsorted, "top-p prefix taken in vocabulary order, probabilities unsorted"),
     (filters.FiltersAppliedToQ, "target filters applied to the draft distribution q as well"))]
+_ALL += [Mutant(cls.name, cls, bug, "public", DIFF, cases=("placeholders",)) for cls, bug in (
+    (filters.PlaceholderReadAsZero, "placeholder draft (-1) read as token 0"),
+    (filters.PlaceholderReadAsLast, "placeholder draft (-1) read as token V - 1"),
+    (filters.PlaceholderAccepted, "placeholder draft accepted (q(x) = 0 passes the test)"))]
 _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
                    "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
                    "001", ("token_distribution",), cases=("mixed_greedy",)))

@@ -1,4 +1,5 @@
-"""Mutants of the target filters (SPEC 3.4): each is the correct CpuBackend with one filter bug."""
+"""Mutants of the server rules: target filters (SPEC 3.4) and placeholder drafts (SPEC 3.5); each is
+the correct CpuBackend with one bug."""
 
 from __future__ import annotations
 
@@ -73,3 +74,30 @@ class FiltersAppliedToQ(CpuBackend):
             return q
         request = torch.repeat_interleave(torch.arange(batch.num_requests), batch.num_draft_tokens.cpu())
         return filters.apply(q.double(), *batch.filters_of(request)).to(torch.float32)
+
+
+class PlaceholderReadAsZero(CpuBackend):
+    """A placeholder draft (-1) is read as token 0: a real draft that can be accepted."""
+
+    name = "placeholder_read_as_zero"
+
+    def placeholders(self, x, q, V):
+        return x.clamp(min=0), q, None
+
+
+class PlaceholderReadAsLast(CpuBackend):
+    """A placeholder draft (-1) indexes from the end: read as token V - 1."""
+
+    name = "placeholder_read_as_last"
+
+    def placeholders(self, x, q, V):
+        return torch.where(x < 0, V - 1, x), q, None
+
+
+class PlaceholderAccepted(CpuBackend):
+    """The acceptance test passes where q(x) = 0, so a placeholder (q = 0 there) is accepted."""
+
+    name = "placeholder_accepted"
+
+    def accept_mask(self, u, p_x, q_x):
+        return super().accept_mask(u, p_x, q_x) | (q_x == 0)
