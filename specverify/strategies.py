@@ -51,6 +51,8 @@ class Profile:
     replicated_copies: int = 8_000  # copies of each statistical case in the replicated differential case
     check_timeout: float = 600.0  # seconds one check may take in the CLI's workers; a correct backend stays far below
     notes: tuple = field(default_factory=tuple)
+    shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
+                                  # ask only whether a check fails; the reproducer still reduces it)
     stat_copies: int | None = None  # replicated requests per statistical case; None: sized from detect_tv
 
 
@@ -87,6 +89,7 @@ def hypothesis_settings(profile: Profile, examples: int | None = None, shrink: b
     ``shrink`` a failure is reported as found (for big batches, where each replay is expensive)."""
     # The explain phase re-runs a failing test about a hundred times to annotate which inputs matter; the
     # report does not use it, and it would make a failing check many times slower than a passing one.
+    shrink = shrink and profile.shrink
     phases = [p for p in Phase if p != Phase.explain and (shrink or p != Phase.shrink)]
     return settings(max_examples=examples or profile.examples, derandomize=True, database=None, deadline=None,
                     print_blob=False, suppress_health_check=list(HealthCheck), phases=phases)

@@ -23,8 +23,10 @@ CUDA = torch.cuda.is_available()
 
 def profile_for(mutant):
     """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names.
-    Mutants that require CUDA (the graph check is n/a on the CPU) run on the CUDA device."""
-    return replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu")
+    Mutants that require CUDA (the graph check is n/a on the CPU) run on the CUDA device. Failing
+    examples are not shrunk: this test asks only which check fails (tests/test_repro.py covers the
+    shrunk and reduced counterexamples)."""
+    return replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu", shrink=False)
 
 
 def control_for(mutant):

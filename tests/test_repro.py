@@ -13,6 +13,7 @@ from specverify.checks.differential import compare_to_reference
 from specverify.checks.repro import load, tensor_source, write_reproducer
 from specverify.cli import main
 from specverify.mutants import MUTANTS
+from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.report import junit_xml
 from specverify.strategies import get_profile
 
@@ -81,16 +82,15 @@ def test_replay_fails_on_the_buggy_backend_and_passes_on_correct_ones(tmp_path, 
 
 
 def test_failure_no_single_call_shows_gets_a_check_reproducer(tmp_path, capsys):
-    """batch_invariance compares two calls; neither fails alone, so the reproducer names the check
-    and its case, and replay re-runs that check on the recorded profile: still failing on the
-    mutant, passing on cpu."""
-    result = _failed("shared_noise_vector", "batch_invariance", "random")
-    assert result.repro.kind == "check" and result.repro.call is None and result.repro.profile == "ci"
+    """batch_invariance compares calls; with the backend's own seeded stream (keyed by the whole
+    batch) no single call fails alone, so the reproducer names the check and its case, and replay
+    re-runs that check on the recorded profile: still failing there, passing on cpu."""
+    result = run_check(OwnStreamCpuBackend(), "batch_invariance", "random", get_profile("ci"))
+    assert result.status == FAIL and result.repro.kind == "check" and result.repro.call is None
     path = write_reproducer(result, tmp_path, get_profile("ci"))
-    assert load(path).check == "batch_invariance"
-    assert "replay re-runs the check" in (tmp_path / "shared_noise_vector-batch_invariance-random.txt").read_text()
-    spec = "specverify.mutants.samplers:SharedNoiseVector"
-    assert main(["replay", path, spec]) == 1
+    assert load(path).check == "batch_invariance" and load(path).profile == "ci"
+    assert "replay re-runs the check" in (tmp_path / "cpu_own_stream-batch_invariance-random.txt").read_text()
+    assert main(["replay", path, "specverify.mutants.statistical_only:OwnStreamCpuBackend"]) == 1
     assert main(["replay", path, "cpu"]) == 0
 
 

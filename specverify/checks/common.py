@@ -4,10 +4,29 @@ profile's device, and calling a backend with the noise an example carries."""
 from __future__ import annotations
 
 from hypothesis import given
+from hypothesis.internal.conjecture import engine as _hypothesis_engine
+from hypothesis.reporting import default as default_reporter
+from hypothesis.reporting import with_reporter
 
 from reference import Noise, SpecBatch
 from specverify.checks.runner import CheckFailure, Context
 from specverify.strategies import Example, Profile, hypothesis_settings
+
+
+# Hypothesis shrinks a failing example for up to 300 s by default; a failing check should cost little
+# more than a passing one (the reproducer's request-level reduction then makes the batch minimal), so
+# shrinking stops after SHRINK_SECONDS and reports the smallest example found so far. A private knob
+# of Hypothesis's engine: where it is missing, Hypothesis's own budget applies.
+SHRINK_SECONDS = 6
+if hasattr(_hypothesis_engine, "MAX_SHRINKING_SECONDS"):
+    _hypothesis_engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+
+
+def _report_without_shrink_warning(message) -> None:
+    """Hypothesis's reports, less its warning that shrinking stopped: here that is the budget above,
+    not five minutes of slow progress."""
+    if not str(message).startswith("WARNING: Hypothesis has spent more than"):
+        default_reporter(message)
 
 
 def on_device(batch: SpecBatch, noise: Noise | None, device: str):
@@ -52,7 +71,8 @@ def run_examples(strategy, profile: Profile, body, examples: int | None = None,
             raise
 
     try:
-        prop()
+        with with_reporter(_report_without_shrink_warning):
+            prop()
     except Exception as exc:  # noqa: BLE001 - any exception from the backend is a finding
         found = _leaves(exc)
         where = f"Hypothesis example {describe_drawn(last[0])}" if last else None
