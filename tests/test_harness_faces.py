@@ -44,7 +44,7 @@ def test_cli_exits_zero_for_a_correct_backend(capsys):
     """A correct backend passes a selection that includes a core check (a structural-only selection
     would check no core property and must not pass)."""
     status = main(["check", "cpu", "--checks", "determinism,differential_injected"])
-    assert status == 0 and "PASSED: 7 passed" in capsys.readouterr().out
+    assert status == 0 and "PASSED: 8 passed" in capsys.readouterr().out
 
 
 def test_cli_rejects_unknown_backend_and_check_with_status_2(capsys):

@@ -204,8 +204,21 @@ def scenario_placeholders(backend):
     return backend(batch, noise=Noise.draw(batch, g))
 
 
+def scenario_float32_boundaries(backend):
+    """Drafts of target probability 0 with a float64 uniform of 1e-60 (0 in float32), and at the
+    rejection a tail token (p ~ 1e-13) whose exponential is 1e-30, below float32's 2^-24 floor of -log u."""
+    B, V = 8, 10
+    logits = torch.randn(2 * B, V, generator=torch.Generator().manual_seed(131))
+    logits[0::2, 3] = float("-inf")
+    logits[:, 7] = -30.0     # p(7) ~ 1e-13: it wins the race only with an exponential below 2^-24
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.full((B,), 3), logits, None, torch.ones(B))
+    exponential = torch.ones(B, V, dtype=torch.float64)
+    exponential[:, 7] = 1e-30
+    return backend(batch, noise=Noise(torch.full((B,), 1e-60, dtype=torch.float64), exponential))
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
-    scenario_filtered, scenario_placeholders,
+    scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
@@ -241,6 +254,8 @@ WITNESS = {
     "top_k_without_ties": "filtered",
     "top_p_unsorted": "filtered",
     "filters_applied_to_q": "filtered",
+    "uniform_rounded_to_float32": "float32_boundaries",
+    "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",
     "placeholder_read_as_last": "placeholders",
     "placeholder_accepted": "placeholders",

@@ -9,8 +9,8 @@ or mutants.
 
 from __future__ import annotations
 
-from specverify.checks.agreement import (DIFFERENTIAL_CASES, check_differential_injected, check_differential_seeded,
-                                         differential_needs)
+from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check_differential_injected,
+                                         check_differential_seeded, differential_needs)
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
@@ -37,7 +37,7 @@ def _always(needs: Needs):
 CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("differential_injected", "exact", check_differential_injected, DIFFERENTIAL_CASES,
           "same tokens as the reference under shared injected noise", differential_needs("injected")),
-    Check("differential_seeded", "exact", check_differential_seeded, DIFFERENTIAL_CASES,
+    Check("differential_seeded", "exact", check_differential_seeded, SEEDED_CASES,
           "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
     Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
           "emitted token at each position follows the exact distribution", statistical_needs),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from reference import Noise
+from reference import Noise, SpecBatch
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.common import call_example, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs, not_applicable_because
@@ -18,7 +18,45 @@ from specverify.checks.statistical import statistical_needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters", "placeholders")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters", "placeholders",
+                      "boundary")
+# Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.
+SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
+# Uniforms that round to 0 in float32 (2^-150 ties to even, 1e-60) and in bf16, float32's own 2^-24,
+# and the largest float64 below 1 (1.0 in float32); exponentials far below float32's 2^-24 floor of
+# -log(u) and far above any -log of a float32 uniform.
+BOUNDARY_UNIFORMS = (2.0 ** -150, 1e-60, 2.0 ** -24, 1.0 - 2.0 ** -53)
+BOUNDARY_EXPONENTIALS = (1e-30, 2.0 ** -40, 1e30)
+
+
+def at_boundaries(example: Example) -> Example:
+    """The example with half its uniforms (float64) and a tenth of its exponentials set to boundary
+    values, and the target of each draft whose uniform rounds to 0 in float32 set to p(x) = 0 (a -inf
+    logit) where its row keeps another finite logit: a float32 rounding then accepts what the
+    reference rejects. Deterministic in the example."""
+    batch, noise = example.batch, example.noise
+    B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
+    g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) if B else 0)
+    u = noise.uniform.double().clone()
+    pick = torch.rand(T, generator=g) < 0.5
+    choice = torch.tensor(BOUNDARY_UNIFORMS, dtype=torch.float64)[torch.randint(0, len(BOUNDARY_UNIFORMS), (T,),
+                                                                                generator=g)]
+    u = torch.where(pick, choice, u)
+    logits = batch.target_logits.clone()
+    request = torch.repeat_interleave(torch.arange(B), batch.num_draft_tokens)
+    rows = torch.arange(T) + request                   # the target row of each draft slot
+    for t in torch.nonzero(u.float() == 0).flatten().tolist():
+        row, x = int(rows[t]), int(batch.draft_token_ids[t])
+        if x >= 0 and int(torch.isfinite(logits[row].float()).sum()) > 1:
+            logits[row, x] = float("-inf")
+    e = noise.exponential.double().clone()
+    tails = torch.rand(B, V, generator=g) < 0.1
+    e_choice = torch.tensor(BOUNDARY_EXPONENTIALS, dtype=torch.float64)[
+        torch.randint(0, len(BOUNDARY_EXPONENTIALS), (B, V), generator=g)]
+    e = torch.where(tails, e_choice, e)
+    placed = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
+                       batch.top_k, batch.top_p, batch.min_p)
+    return Example(placed, Noise(u, e), example.seeds, f"{example.description} at boundaries")
 
 
 def _case_strategy(case: str, profile: Profile):
@@ -33,6 +71,8 @@ def _case_strategy(case: str, profile: Profile):
         examples = spec_examples(profile, filters=True)
     elif case == "placeholders":
         examples = spec_examples(profile, placeholders=True)
+    elif case == "boundary":
+        examples = spec_examples(profile).map(at_boundaries)
     else:
         examples = spec_examples(profile)
     if case == "synthetic":
@@ -101,4 +141,4 @@ def differential_needs(path: str):
     return needs
 
 
-__all__ = ["DIFFERENTIAL_CASES", "check_differential_injected", "check_differential_seeded", "differential_needs"]
+__all__ = ["BOUNDARY_EXPONENTIALS", "BOUNDARY_UNIFORMS", "DIFFERENTIAL_CASES", "SEEDED_CASES", "at_boundaries", "check_differential_injected", "check_differential_seeded", "differential_needs"]

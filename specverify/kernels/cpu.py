@@ -345,8 +345,10 @@ class CpuBackend(Backend):
         return w, w.sum(dim=1)
 
     def accept_mask(self, u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-        """Standard rule: accept iff q(x) > 0 and u * q(x) <= p(x), i.e. with probability min(1, p/q)."""
-        return (q_x > 0) & (u * q_x <= p_x)
+        """Standard rule: accept iff q(x) > 0 and u * q(x) <= p(x), i.e. with probability min(1, p/q).
+        u > 0, so p(x) = 0 never accepts: tested explicitly, because a uniform below float32's range
+        (injected in float64) rounds to 0 here, and 0 <= 0 would accept it (SPEC 2)."""
+        return (q_x > 0) & (p_x > 0) & (u * q_x <= p_x)
 
     def greedy_argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """[R] argmax of logit rows [R, V], lowest index among ties (torch.max documents the first index;

@@ -188,7 +188,8 @@ def _decide_race_kernel(
             q_x = tl.load(q_ptr + (d_off + jj) * stride_q + x, mask=is_draft, other=0.0).to(tl.float32)
         else:
             q_x = tl.full([BLOCK_K], 1.0, tl.float32)
-        accept = tl.where(greedy, x == row_amax, (q_x > 0.0) & (u * q_x <= p_x))
+        # p_x > 0: u > 0, but a float64 uniform below float32's range loads as 0 (SPEC 2)
+        accept = tl.where(greedy, x == row_amax, (q_x > 0.0) & (p_x > 0.0) & (u * q_x <= p_x))
     n_acc = tl.min(tl.where(is_draft & (accept == 0), jj, k_b), axis=0)
     at_n = jj == n_acc
     n_max = tl.sum(tl.where(at_n, row_max, 0.0), axis=0)

@@ -125,6 +125,9 @@ _ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls
     (filters.TopKWithoutTies, "top-k keeps exactly k tokens, dropping ties at the k-th value"),
     (filters.TopPUnsorted, "top-p prefix taken in vocabulary order, probabilities unsorted"),
     (filters.FiltersAppliedToQ, "target filters applied to the draft distribution q as well"))]
+_ALL += [Mutant(cls.name, cls, bug, "public", ("differential_injected",), cases=("boundary",)) for cls, bug in (
+    (samplers.UniformRoundedToFloat32, "float32 acceptance uniform rounds to 0 and accepts a draft with p = 0"),
+    (samplers.ExponentialFloor, "exponential noise clamped at the float32 floor 2^-24: tail tokens never drawn"))]
 _ALL += [Mutant(cls.name, cls, bug, "public", DIFF, cases=("placeholders",)) for cls, bug in (
     (filters.PlaceholderReadAsZero, "placeholder draft (-1) read as token 0"),
     (filters.PlaceholderReadAsLast, "placeholder draft (-1) read as token V - 1"),

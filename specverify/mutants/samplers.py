@@ -278,3 +278,25 @@ class AcceptAgainstP(CpuBackend):
 
     def accept_mask(self, u, p_x, q_x):
         return u <= p_x
+
+
+# ---- public: noise at float32's boundaries ---------------------------------------------------------------
+class UniformRoundedToFloat32(CpuBackend):
+    """The acceptance uniform is used in float32 and p(x) = 0 is not excluded: a float64 uniform below
+    float32's range rounds to 0, and 0 * q(x) <= 0 accepts a draft the target gives probability 0
+    (vLLM #23803)."""
+
+    name = "uniform_rounded_to_float32"
+
+    def accept_mask(self, u, p_x, q_x):
+        return (q_x > 0) & (u.to(torch.float32) * q_x <= p_x)
+
+
+class ExponentialFloor(CpuBackend):
+    """The race's exponential noise is clamped at float32's 2^-24 floor (as -log of a float32 uniform
+    is), so a tail token that needs a smaller exponential is never drawn (vLLM #43150)."""
+
+    name = "exponential_floor"
+
+    def exponential_for(self, noise):
+        return super().exponential_for(noise).clamp(min=2.0 ** -24)
