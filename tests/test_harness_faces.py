@@ -152,3 +152,15 @@ def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expec
         seen.setdefault(f.name.split("-")[0], set()).add(f.read_text())
     assert len(records) == 8
     assert seen == {w: {d} for w, d in expected.items()}
+
+
+def test_divergence_is_classified_at_the_decision_that_differs_not_the_first_differing_entry():
+    """V = 1: a rejection emits the only token, which equals the draft the reference accepted, so the
+    lists first differ one position later. The decision that differs is the acceptance at position 0,
+    where u = 1 - 2^-53 is 1.0 in float32: ambiguous by 2^-53, not the real margin of position 1."""
+    batch = SpecBatch(torch.tensor([2]), torch.tensor([0, 0]), torch.tensor([[18.65], [20.97], [21.59]]), None,
+                      torch.tensor([0.001]))
+    noise = Noise(torch.tensor([1 - 2 ** -53, 0.7538], dtype=torch.float64), torch.tensor([[1e-30]], dtype=torch.float64))
+    got = SpecOutput(torch.tensor([[0, -1, -1]]), torch.tensor([0]))
+    (divergence,) = compare_to_reference(batch, got, noise).divergences
+    assert divergence.position == 0 and divergence.ambiguous and divergence.margin < 1e-15

@@ -75,13 +75,15 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     l0 = int(cpu.logit_offsets()[b])
     k = int(cpu.num_draft_tokens[b])
     temperature = float(cpu.temperature[b])
-    j = next((i for i in range(min(len(expected), len(got))) if expected[i] != got[i]), min(len(expected), len(got)))
-    if len(got) > k + 1 or j > k:
-        return Divergence(b, j, expected, got, "structure", 0.0, False)
+    # The decision that differs is at j = the smaller acceptance count (accepted tokens are the drafts
+    # on both sides): one side accepted draft j and the other rejected it, or both stopped at j with
+    # different extra tokens. (The first differing list entry can lie later: the extra token emitted
+    # at a rejection may equal the draft the other side accepted.)
+    if not got or len(got) > k + 1:
+        return Divergence(b, len(got), expected, got, "structure", 0.0, False)
+    j = min(len(expected), len(got)) - 1
     logits = cpu.target_logits[l0 + j].to(torch.float64)
-    # Divergence at j: one side accepted draft j and the other rejected it, or both stopped at j
-    # (same acceptance, different extra token).
-    both_stopped = len(expected) == j + 1 and len(got) == j + 1
+    both_stopped = len(expected) == len(got)
     if not both_stopped:
         if method == "synthetic" or j >= k:
             return Divergence(b, j, expected, got, "acceptance", math.inf, False)
