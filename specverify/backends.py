@@ -78,6 +78,9 @@ class Capabilities:
     empty_batches: bool = True
     target_filters: bool = False    # applies top_k / top_p / min_p (SPEC 3.4); undeclared: UnsupportedError
     placeholders: bool = False      # takes -1 placeholder drafts (SPEC 3.5); undeclared: UnsupportedError
+    # The kernel takes the bonus token from its caller (the adapter samples it): checks of the bonus
+    # token then check the adapter's sampling, and the report says so.
+    bonus_sampled_by_caller: bool = False
     deviations: tuple = ()      # Deviation entries: known failures, reported as such, never as passes
     notes: tuple = field(default_factory=tuple)
 

@@ -183,3 +183,49 @@ def test_verdict_counts_only_core_checks_that_ran():
     assert verdict([structural, core], caps).passed
     assert not verdict([structural, core], caps, ("injected",)).passed
     assert run_check(hostile.DeclaresNothing(), "determinism", "random", CI).status == NOT_APPLICABLE
+
+
+def test_an_empty_batch_crash_does_not_mask_other_failures():
+    """The empty batch is its own check and the other checks draw at least one request, so a backend
+    that crashes on B = 0 and also emits an id past V at V = 1 gets both failures, each named."""
+    from specverify.checks import run_check
+    from specverify.mutants.hostile import EmptyBatchCrashAndIdPastV
+    from specverify.strategies import get_profile
+    backend = EmptyBatchCrashAndIdPastV()
+    empty = run_check(backend, "empty_batch", "empty", get_profile("ci"))
+    other = run_check(backend, "differential_injected", "standard", get_profile("ci"))
+    assert empty.status == "fail" and "IndexError" in empty.message, empty.line()
+    assert other.status == "fail" and "outside [0, 1)" in other.message, other.line()
+
+
+def test_declared_limits_are_listed_in_the_report_header():
+    """max_draft, no empty batches and a caller-sampled bonus token appear in what the header declares."""
+    from dataclasses import replace
+    from specverify.backends import Capabilities
+    from specverify.verdict import describe
+    text = describe(replace(Capabilities(), max_draft=4, empty_batches=False, bonus_sampled_by_caller=True))
+    assert "at most 4 drafts per request" in text and "no empty batches" in text and "sampled by the caller" in text
+
+
+def test_checks_stay_inside_a_declared_draft_limit():
+    """A backend taking at most 2 drafts per request: generated batches stay inside (no
+    UnsupportedError), statistical cases of 3 drafts are n/a with the reason, and a call beyond the
+    limit is an UnsupportedError naming it."""
+    from dataclasses import replace
+    import pytest as _pytest
+    from reference import Noise, SpecBatch
+    from specverify.backends import UnsupportedError
+    from specverify.checks import run_check
+    from specverify.kernels.cpu import CpuBackend
+    from specverify.strategies import get_profile
+
+    class TwoDrafts(CpuBackend):
+        name = "two_drafts"
+        capabilities = replace(CpuBackend.capabilities, max_draft=2)
+
+    assert run_check(TwoDrafts(), "differential_injected", "standard", get_profile("ci")).status == "pass"
+    na = run_check(TwoDrafts(), "token_distribution", "dense_q", get_profile("ci"))
+    assert na.status == "n/a" and "at most 2" in na.message
+    batch = SpecBatch(torch.tensor([3]), torch.tensor([0, 1, 2]), torch.zeros(4, 5), None, torch.ones(1))
+    with _pytest.raises(UnsupportedError, match="3 drafts in one request"):
+        TwoDrafts()(batch, noise=Noise.draw(batch))

@@ -109,3 +109,19 @@ HOSTILE = (DeclaresNothing, WideMarginBf16, Hang, Segfault, SysExit, OsExit, Mut
            Int32Outputs)
 
 __all__ = [cls.__name__ for cls in HOSTILE] + ["HOSTILE"]
+
+
+class EmptyBatchCrashAndIdPastV(CpuBackend):
+    """Crashes on an empty batch, and at V = 1 emits id 1 (>= V): one edge case must not mask the other."""
+
+    name = "empty_batch_crash_and_id_past_v"
+
+    def _sample(self, batch, **kwargs):
+        if batch.num_requests == 0:
+            raise IndexError("index 0 is out of bounds for an empty batch")
+        out = super()._sample(batch, **kwargs)
+        if batch.vocab_size == 1:
+            ids = out.token_ids.clone()
+            ids[torch.arange(ids.shape[0]), out.num_accepted] = 1
+            return type(out)(ids, out.num_accepted)
+        return out
