@@ -168,8 +168,10 @@ class SpecBatch:
                 _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
             if T:
                 # a placeholder's row is never read: zeros (a fixed-width kernel's padding) are allowed there
-                real = self.draft_token_ids.to(self.draft_probs.device) != PLACEHOLDER
-                err = (self.draft_probs[real].double().sum(dim=1) - 1).abs().max().item() if bool(real.any()) else 0.0
+                err = (self.draft_probs.double().sum(dim=1) - 1).abs()
+                if self.has_placeholders:
+                    err = err[self.draft_token_ids.to(err.device) != PLACEHOLDER]
+                err = err.max().item() if err.numel() else 0.0
                 _require(err <= PROB_SUM_TOLERANCE,
                          f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}, worst row is off by {err:.3g}")
         self._validate_filters(B)

@@ -39,6 +39,12 @@ def outputs_equal(a, b) -> bool:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
+def _share_of_examples(profile, share: int) -> int:
+    """Examples for a check whose every example makes several calls: 1/share of the profile's, at
+    least 5, or half of them for a profile of fewer than 10 (a test profile of the Triton interpreter)."""
+    return max(min(5, profile.examples // 2), profile.examples // share)
+
+
 def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[str]:
     """Every emitted token lies in the support it came from: the extra token has positive probability
     under the distribution it was drawn from (the filtered target p', or its residual), and under the
@@ -136,7 +142,7 @@ def check_uninitialized_memory(ctx: Context, case: str) -> None:
         if not outputs_equal(first, second):
             raise CheckFailure(f"outputs depend on uninitialised memory: {first.emitted()} vs {second.emitted()}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=max(5, ctx.profile.examples // 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
 
 
 # ---- batch invariance and determinism -----------------------------------------------------------
@@ -164,7 +170,7 @@ def check_batch_invariance(ctx: Context, case: str) -> None:
                     raise CheckFailure(f"{path} noise, sub-batch {label} {idx.tolist()}: outputs {got} "
                                        f"but the same requests in the full batch gave {want}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=max(5, ctx.profile.examples // 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
 
 
 def check_determinism(ctx: Context, case: str) -> None:
@@ -176,7 +182,7 @@ def check_determinism(ctx: Context, case: str) -> None:
                 raise CheckFailure(f"same {'seed' if path == 'seeded' else 'noise'}, different outputs: "
                                    f"{a.emitted()} vs {b.emitted()}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=max(5, ctx.profile.examples // 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
 
 
 # ---- zero-draft layouts and repeated calls ------------------------------------------------------
@@ -262,7 +268,7 @@ def check_input_integrity(ctx: Context, case: str) -> None:
                 call_example(ctx, example, seeded=path == "seeded", **kwargs)
                 ctx.result.samples += 1
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=max(5, ctx.profile.examples // 4))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 4))
 
 
 SHARED_NOISE = Needs(noise="shared")
