@@ -7,9 +7,10 @@ Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
     noise.uniform       [T], noise.exponential [B, V]
 
 The call is a pipeline of small methods (``temperatures``, ``layout``, ``draft_rows``, ``draft_probs_for``,
-``exponential_for``, ``target_weights``, ``accept_mask``, ``greedy_argmax``,
-``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``, ``assemble_output``)
-so that a subclass can replace exactly one step. One class attribute goes with them:
+``exponential_for``, ``target_weights``, ``filter_weights``, ``placeholders``, ``accept_mask``,
+``greedy_argmax``, ``synthetic_rates``, ``synthetic_accept``, ``count_accepted``, ``residual``, ``race``,
+``assemble_output``) so that a subclass can replace exactly one step; the module is one class, and a
+little over 400 lines, for that reason. One class attribute goes with them:
 ``recover_while_deciding``, which a subclass sets False when its ``draft_rows`` are not each draft's own row.
 
 Why it is fast:
