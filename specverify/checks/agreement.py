@@ -11,6 +11,7 @@ import torch
 from hypothesis import strategies as st
 
 from reference import Noise, SpecBatch
+from reference.sample import filtered_target
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.common import call_example, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs, not_applicable_because
@@ -31,32 +32,60 @@ BOUNDARY_EXPONENTIALS = (1e-30, 2.0 ** -40, 1e30)
 
 def at_boundaries(example: Example) -> Example:
     """The example with half its uniforms (float64) and a tenth of its exponentials set to boundary
-    values, and the target of each draft whose uniform rounds to 0 in float32 set to p(x) = 0 (a -inf
-    logit) where its row keeps another finite logit: a float32 rounding then accepts what the
-    reference rejects. Deterministic in the example."""
+    values. Each draft whose uniform rounds to 0 in float32 gets p(x) = 0 (a -inf logit), or for
+    about half of a random request's drafts a tiny p(x) near e^-64, normal in float32, where its row
+    keeps another finite logit: at p(x) = 0 a float32 rounding of u accepts what the reference
+    rejects; at the tiny p(x) a uniform clamped at float32's floor rejects what it accepts.
+    1 - 2^-53 (1.0 in float32) goes only to drafts whose p(x) / q(x) is not within 1e-3 of 1: there
+    the decision is a float32 coin flip, which the ambiguity bound excuses and the case would only
+    spend. Deterministic in the example."""
     batch, noise = example.batch, example.noise
     B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
     g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) if B else 0)
-    u = noise.uniform.double().clone()
     pick = torch.rand(T, generator=g) < 0.5
     choice = torch.tensor(BOUNDARY_UNIFORMS, dtype=torch.float64)[torch.randint(0, len(BOUNDARY_UNIFORMS), (T,),
                                                                                 generator=g)]
-    u = torch.where(pick, choice, u)
-    logits = batch.target_logits.clone()
-    request = torch.repeat_interleave(torch.arange(B), batch.num_draft_tokens)
-    rows = torch.arange(T) + request                   # the target row of each draft slot
-    for t in torch.nonzero(u.float() == 0).flatten().tolist():
-        row, x = int(rows[t]), int(batch.draft_token_ids[t])
-        if x >= 0 and int(torch.isfinite(logits[row].float()).sum()) > 1:
-            logits[row, x] = float("-inf")
-    e = noise.exponential.double().clone()
     tails = torch.rand(B, V, generator=g) < 0.1
     e_choice = torch.tensor(BOUNDARY_EXPONENTIALS, dtype=torch.float64)[
         torch.randint(0, len(BOUNDARY_EXPONENTIALS), (B, V), generator=g)]
-    e = torch.where(tails, e_choice, e)
+    tiny_target = torch.rand(T, generator=g) < 0.5
+    e = torch.where(tails, e_choice, noise.exponential.double())
+    request = torch.repeat_interleave(torch.arange(B), batch.num_draft_tokens)
+    rows = torch.arange(T) + request                   # the target row of each draft slot
+    pick &= (choice != BOUNDARY_UNIFORMS[-1]) | ~_ratio_near_one(batch, rows, request)
+    u = torch.where(pick, choice, noise.uniform.double())
+    logits = batch.target_logits.clone()
+    for t in torch.nonzero(u.float() == 0).flatten().tolist():
+        row, x, temperature = int(rows[t]), int(batch.draft_token_ids[t]), float(batch.temperature[request[t]])
+        if x < 0 or int(torch.isfinite(logits[row].float()).sum()) < 2:
+            continue
+        tiny = _tiny_target(logits[row], x, temperature) if tiny_target[t] and temperature > 0 else None
+        logits[row] = tiny if tiny is not None else logits[row].index_fill(0, torch.tensor(x), float("-inf"))
     placed = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
                        batch.top_k, batch.top_p, batch.min_p)
     return Example(placed, Noise(u, e), example.seeds, f"{example.description} at boundaries")
+
+
+def _tiny_target(row: torch.Tensor, x: int, temperature: float) -> torch.Tensor | None:
+    """``row`` with logit x set so that p(x) is about e^-64 (1.6e-28); None where the logits' dtype
+    cannot hold it within [1e-33, 1e-22], far above u * q(x) for a uniform that is 0 in float32 and
+    far above float32's smallest normal."""
+    others = row.double().index_fill(0, torch.tensor(x), float("-inf"))
+    top = others.max()
+    logit = top + temperature * (-64.0 + torch.logsumexp((others - top) / temperature, 0))
+    placed = row.index_fill(0, torch.tensor(x), float(logit))
+    p_x = float(torch.softmax(placed.double() / temperature, 0)[x])
+    return placed if 1e-33 <= p_x <= 1e-22 else None
+
+
+def _ratio_near_one(batch: SpecBatch, rows: torch.Tensor, request: torch.Tensor) -> torch.Tensor:
+    """[T] bool: random requests' drafts whose p(x) (float64, as the reference) is within 1e-3 of q(x)."""
+    x = batch.draft_token_ids.clamp(min=0)[:, None]
+    t = batch.temperature[request].double()
+    p = filtered_target(batch, request, batch.target_logits[rows], torch.where(t > 0, t, 1.0)[:, None])
+    p_x = p.gather(1, x)[:, 0]
+    q_x = torch.ones_like(p_x) if batch.draft_probs is None else batch.draft_probs.double().gather(1, x)[:, 0]
+    return (t > 0) & ((p_x - q_x).abs() <= 1e-3 * p_x)
 
 
 def _case_strategy(case: str, profile: Profile):
