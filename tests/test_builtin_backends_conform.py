@@ -45,9 +45,6 @@ def test_builtin_backend_passes_check(name, check, case):
     print(result.line())
     assert result.status in (PASS, NOT_APPLICABLE), result.line()
     if result.status == NOT_APPLICABLE:
-        # built-ins declare every method and noise path: n/a may only come from the device, or for the
-        # Triton kernel, which implements neither target filters (SPEC 3.4) nor placeholders (3.5) and
-        # declares so
-        assert "does not run on" in result.message or result.message.startswith("profile device is cpu") \
-            or (name == "triton" and ("target_filters" in result.message or "placeholders" in result.message)), \
+        # built-ins declare every method, noise path, filter and placeholder: n/a may only come from the device
+        assert "does not run on" in result.message or result.message.startswith("profile device is cpu"), \
             result.line()

@@ -28,6 +28,7 @@ if not _CUDA:
 
 import reference  # noqa: E402
 from reference import Noise, SpecBatch, SpecOutput, philox, select_requests  # noqa: E402
+from reference.sample import filtered_target  # noqa: E402
 from specverify import UnsupportedError, get_backend  # noqa: E402
 from specverify.generate import random_batch  # noqa: E402
 from specverify.kernels import triton_kernels, triton_launch, triton_math, triton_sampler  # noqa: E402
@@ -360,3 +361,40 @@ def test_fast_relaunch_still_calls_registered_launch_hooks():
     finally:
         chain.remove(hook)
     assert len(seen) == 4
+
+
+def _filtered(batch: SpecBatch) -> SpecBatch:
+    """``batch`` with top-k 2 on request 0, top-p 0.5 on request 1 and min-p 0.3 on the rest."""
+    B = batch.num_requests
+    top_k = torch.zeros(B, dtype=torch.int64)
+    top_p, min_p = torch.ones(B), torch.full((B,), 0.3)
+    top_k[0], top_p[1], min_p[:2] = 2, 0.5, 0.0
+    dev = batch.device
+    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
+                     batch.temperature, top_k.to(dev), top_p.to(dev), min_p.to(dev))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_filtered_logits_give_the_filtered_target(device):
+    """The wrapper applies SPEC 3.4 by masking logits: softmax of the masked rows at the request's
+    temperature must be the reference's p' (kept set and values), and greedy rows must be untouched."""
+    batch = _filtered(_batch(5, device, num_requests=4, vocab_size=40, greedy_fraction=0.0))
+    k = batch.num_draft_tokens.cpu()
+    request = torch.repeat_interleave(torch.arange(4), k + 1)
+    masked = triton_sampler.filtered_logits(batch).cpu().double()
+    t = batch.temperature.cpu().double()[request, None]
+    want = filtered_target(batch.to("cpu"), request, batch.target_logits.cpu(), t)
+    got = torch.softmax(masked / t, dim=1)
+    assert torch.equal(got > 0, want > 0)
+    assert torch.allclose(got, want, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_into_refuses_target_filters(device):
+    """The graph-capturable entry cannot decide a kept set (a sort and host-side decisions): it says so
+    instead of ignoring the filters."""
+    batch = _filtered(_batch(6, device, num_requests=3, vocab_size=16))
+    out = SpecOutput(torch.empty(3, batch.max_draft + 1, dtype=torch.int64, device=device),
+                     torch.empty(3, dtype=torch.int64, device=device))
+    with pytest.raises(UnsupportedError, match="target filters"):
+        TritonBackend().sample_into(out, batch, seed_tensor=philox.request_seeds(0, 3).to(device))

@@ -7,7 +7,7 @@ The device functions they share live in ``triton_math``, the fast relaunch and s
 Shapes and dtypes (SPEC section 1; B requests, request b proposing k_b drafts, T = sum k_b):
 
     num_draft_tokens  [B]        int64
-    draft_token_ids   [T]        int64
+    draft_token_ids   [T]        int64, -1 = placeholder (never accepted; the extra token there is from p)
     target_logits     [T + B, V] float32 / bfloat16 / float16 (last dim contiguous); math in float32
     draft_probs       [T, V]     float32 (float64 is read and rounded to float32), or None = one-hot q
     temperature       [B]        float32, 0 = greedy request
@@ -174,7 +174,10 @@ def _decide_race_kernel(
 
     # ---- the acceptance test at every draft position, vectorised
     x = tl.load(draft_ids_ptr + d_off + jj, mask=is_draft, other=0)
-    x_logit = tl.load(logits_ptr + (row0 + jj) * stride_logits + x, mask=is_draft, other=0.0).to(tl.float32)
+    # A placeholder (-1, SPEC 3.5) is never accepted, and its q is 0: its residual is p' itself.
+    hole = is_draft & (x < 0)
+    x_at = tl.where(hole, 0, x)
+    x_logit = tl.load(logits_ptr + (row0 + jj) * stride_logits + x_at, mask=is_draft, other=0.0).to(tl.float32)
     if SEEDED:
         u = philox_uniform(seed, jj, 0)
     else:
@@ -185,17 +188,19 @@ def _decide_race_kernel(
     else:
         p_x = tl.exp(x_logit * inv_t - row_max) / row_sum
         if HAS_Q:
-            q_x = tl.load(q_ptr + (d_off + jj) * stride_q + x, mask=is_draft, other=0.0).to(tl.float32)
+            q_x = tl.load(q_ptr + (d_off + jj) * stride_q + x_at, mask=is_draft, other=0.0).to(tl.float32)
         else:
             q_x = tl.full([BLOCK_K], 1.0, tl.float32)
         # p_x > 0: u > 0, but a float64 uniform below float32's range loads as 0 (SPEC 2)
         accept = tl.where(greedy, x == row_amax, (q_x > 0.0) & (p_x > 0.0) & (u * q_x <= p_x))
+    accept = accept & ~hole
     n_acc = tl.min(tl.where(is_draft & (accept == 0), jj, k_b), axis=0)
     at_n = jj == n_acc
     n_max = tl.sum(tl.where(at_n, row_max, 0.0), axis=0)
     n_sum = tl.sum(tl.where(at_n, row_sum, 0.0), axis=0)
     n_amax = tl.sum(tl.where(at_n, row_amax, 0), axis=0)
     x_rejected = tl.sum(tl.where(at_n & is_draft, x, 0), axis=0)
+    hole_at_n = tl.sum(tl.where(at_n & hole, 1, 0), axis=0) > 0
 
     # ---- the exponential race over this program's split of the extra-token row
     if not greedy:
@@ -208,7 +213,7 @@ def _decide_race_kernel(
         lo = split * chunk
         hi = tl.minimum(lo + chunk, V)
         # The q row is read only where a residual is formed (an empty range otherwise).
-        q_hi = tl.where(residual, hi, lo)
+        q_hi = tl.where(residual & ~hole_at_n, hi, lo)
         best_w = tl.full([BLOCK_V], -1.0, tl.float32)
         best_w_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
         best_p = tl.full([BLOCK_V], -1.0, tl.float32)

@@ -6,7 +6,8 @@
         batch.num_draft_tokens [B] int64, batch.draft_token_ids [T] int64,
         batch.target_logits [T + B, V] float32 / bfloat16 / float16, batch.draft_probs [T, V] float32 or None,
         batch.temperature [B] float32; noise.uniform [T] float32, noise.exponential [B, V] float32, or
-        seed (int or [B] int64 tensor) for the in-kernel Philox stream (reference.philox's)
+        seed (int or [B] int64 tensor) for the in-kernel Philox stream (reference.philox's);
+        batch.top_k / top_p / min_p [B] or None: applied here, before the kernels (``filtered_logits``)
         -> token_ids [B, max k_b + 1] int64, num_accepted [B] int64, on the batch's device
     sample_into(out, batch, method=, noise=, seed_tensor=, rates=)   the graph-capturable entry: writes out
         in place; seed_tensor [B] int64 request seeds, rates [n >= K] float32 synthetic conditional rates
@@ -22,8 +23,8 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from reference import philox as ref_philox
-from reference.sample import synthetic_rates_f32
-from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
+from reference.sample import filtered_target, synthetic_rates_f32
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
 from specverify.kernels.triton_kernels import interpreted, triton_sample_into
 
 
@@ -31,6 +32,21 @@ from specverify.kernels.triton_kernels import interpreted, triton_sample_into
 def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
     # The bisection runs in Python; a serving loop calls with the same setting every step.
     return synthetic_rates_f32(rate, num_speculative_steps)
+
+
+def filtered_logits(batch: SpecBatch) -> torch.Tensor:
+    """[T + B, V] target logits with -inf outside each random request's filtered support (SPEC 3.4).
+    Renormalising p over the kept tokens is softmax over the kept logits, so the kernels, unchanged,
+    compute p' from these rows. The kept set is decided in float64, as the reference decides it, so
+    a float32 rounding cannot move a token across a cut; greedy requests keep their rows."""
+    k = batch.num_draft_tokens
+    request = torch.repeat_interleave(torch.arange(batch.num_requests, device=k.device), k + 1)
+    rows = torch.nonzero(batch.temperature[request] > 0).flatten()
+    logits = batch.target_logits.clone()
+    if rows.numel():
+        kept = filtered_target(batch, request[rows], logits[rows], batch.temperature[request[rows], None].double()) > 0
+        logits[rows] = logits[rows].masked_fill(~kept, float("-inf"))
+    return logits
 
 
 def _interpreted() -> bool:
@@ -49,8 +65,11 @@ class TritonBackend(Backend):
         logit_dtypes=ALL_LOGIT_DTYPES,
         seeded_stream="philox",
         cuda_graphs=True,
+        target_filters=True,
+        placeholders=True,
         notes=("float32 math; exp through ex2.approx, -log(u) of the seeded stream to a few ulps",
                "draft_probs read only at the draft token and along the rejected row",
+               "target filters: a float64 kept set, then the kernels on -inf-masked logits (not in sample_into)",
                "cpu only under TRITON_INTERPRET=1"),
     )
 
@@ -73,8 +92,9 @@ class TritonBackend(Backend):
             if seed is None:
                 seed = int(torch.randint(0, 2**62, (1,)))
             kwargs.update(seeds=ref_philox.request_seeds(seed, B).to(dev))
+        logits = filtered_logits(batch) if batch.has_filters else batch.target_logits
         triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
-                           batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
+                           logits, batch.draft_probs, batch.temperature, rates=rates,
                            block_v=self.block_v, splits=self.splits, **kwargs)
         return SpecOutput(token_ids, num_accepted)
 
@@ -83,6 +103,9 @@ class TritonBackend(Backend):
         """Graph-capturable entry (Backend.sample_into): the kernels on the given tensors, nothing else."""
         if (method == "synthetic") != (rates is not None):
             raise ValueError("sample_into: rates must be given exactly when method='synthetic'")
+        if batch.top_k is not None or batch.top_p is not None or batch.min_p is not None:
+            # the kept set needs a sort and host-side decisions: not capturable
+            raise UnsupportedError(self.name, "target filters in sample_into (CUDA-graph capture)", [])
         noise_kw = (dict(uniform=noise.uniform, exponential=noise.exponential) if noise is not None
                     else dict(seeds=seed_tensor))
         triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
