@@ -1,6 +1,6 @@
 """GPU benchmark: the fused Triton sampler vs a multi-pass PyTorch baseline vs the memory floor.
 
-    python ci/bench_gpu.py [--quick] [--sweep] [--markdown PATH] [--json PATH]
+    python ci/bench_gpu.py [--quick] [--sweep] [--filters] [--markdown PATH] [--json PATH]
 
 Per (B, V, logit dtype), k = 4 drafts for every request, temperature 1, dense float32 draft probs near
 p (acceptance ~ 0.6 per position), drafts drawn from q:
@@ -14,6 +14,10 @@ p (acceptance ~ 0.6 per position), drafts drawn from q:
   floor       bytes that must move (logits once, draft probs once, one exponential vector per
               request when injected, the small inputs, the outputs) over the device-to-device copy
               bandwidth measured in the same run (bytes read + bytes written)
+
+--filters times the target filters of SPEC 3.4 at B = 128, V = 151,936 instead: the Triton backend's
+filtered path (a float64 kept set, then the kernels on -inf-masked logits) against the same call with
+no filter, per setting, all requests filtered.
 
 Timing: CUDA events around each call (the host launch time included: that is what a call costs when
 the GPU waits for it), median over many calls, rotating over enough input sets that together they
@@ -35,9 +39,10 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from reference import philox  # noqa: E402
+from reference import SpecBatch, philox  # noqa: E402
 from specverify.kernels.triton_kernels import launches, plan, triton_sample_into  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
+from specverify.kernels.triton_sampler import filtered_logits  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -236,6 +241,40 @@ def bench(Bs, Vs, dtypes, bw, l2_bytes, graphs: bool):
     return rows
 
 
+FILTER_SETTINGS = {"none": None, "top_k=50": (50, 1.0, 0.0), "top_p=0.9": (0, 0.9, 0.0),
+                   "min_p=0.1": (0, 1.0, 0.1), "top_k=50, top_p=0.9": (50, 0.9, 0.0)}
+
+
+def filter_cost(l2_bytes, B: int = 128, V: int = 151_936) -> list[dict]:
+    """Median microseconds of a filtered call (filtered_logits, then the kernels) per setting, and its
+    ratio to the unfiltered call; every request random (temperature 1) and filtered."""
+    sets = make_sets(B, V, torch.float32, l2_bytes)
+    rows, base = [], None
+    for name, setting in FILTER_SETTINGS.items():
+        filters = () if setting is None else tuple(torch.full((B,), v, device=DEVICE, dtype=dt) for v, dt in
+                                                     zip(setting, (torch.int64, torch.float32, torch.float32)))
+        pairs = [(s, SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *filters)) for s in sets]
+
+        def call(pair):
+            s, batch = pair
+            logits = filtered_logits(batch) if setting is not None else s.logits
+            triton_sample_into(s.token_ids, s.num_accepted, s.num_draft, s.drafts, logits, s.q, s.temperature,
+                               uniform=s.uniform, exponential=s.exponential)
+        t = time_calls(call, pairs) * 1e6
+        base = base or t
+        rows.append(dict(B=B, V=V, setting=name, us=t, ratio=t / base))
+        print(f"filters B={B} V={V} {name:22s} {t:9.1f} us  x{t / base:.2f}", flush=True)
+    return rows
+
+
+def filter_markdown(rows, meta) -> str:
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}; "
+             f"`{meta['command']}`.", "",
+             "| B | V | filter (every request) | call (us) | vs no filter |", "| ---: | ---: | --- | ---: | ---: |"]
+    lines += [f"| {r['B']} | {r['V']} | {r['setting']} | {r['us']:.1f} | {r['ratio']:.2f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def sweep(bw, l2_bytes):
     """Launch-plan variants at the target shapes (printed; the defaults in triton_kernels.plan come from it)."""
     out = []
@@ -321,6 +360,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="B in {1, 128}, V = 151936, fp32 only")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch-plan variants")
+    ap.add_argument("--filters", action="store_true", help="the cost of target filters at B = 128, V = 151936")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--host-profile", action="store_true", help="host cost of each step of a call, then stop")
     ap.add_argument("--markdown", help="write the table here")
@@ -339,6 +379,17 @@ def main() -> None:
     result = dict(meta=meta, copy_bandwidth=bw)
     if args.host_profile:
         result["host"] = host_profile()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return
+    if args.filters:
+        result["filters"] = filter_cost(l2)
+        table = filter_markdown(result["filters"], meta)
+        print(table)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(table)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)

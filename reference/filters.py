@@ -21,7 +21,9 @@ def top_k(p: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     on = (k > 0) & (k < V)
     if not bool(on.any()):
         return p
-    kth = torch.sort(p, dim=1, descending=True).values.gather(1, (k.clamp(1, V) - 1)[:, None])
+    most = int(k[on].max())
+    largest = torch.topk(p, most, dim=1).values     # each row's `most` largest, descending
+    kth = largest.gather(1, (k.clamp(1, most) - 1)[:, None])
     return _renormalised(torch.where(on[:, None] & (p < kth), torch.zeros_like(p), p))
 
 

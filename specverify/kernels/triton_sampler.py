@@ -41,7 +41,11 @@ def filtered_logits(batch: SpecBatch) -> torch.Tensor:
     a float32 rounding cannot move a token across a cut; greedy requests keep their rows."""
     k = batch.num_draft_tokens
     request = torch.repeat_interleave(torch.arange(batch.num_requests, device=k.device), k + 1)
-    rows = torch.nonzero(batch.temperature[request] > 0).flatten()
+    filtered = torch.zeros_like(batch.temperature, dtype=torch.bool)
+    for f, off in ((batch.top_k, 0), (batch.top_p, 1), (batch.min_p, 0)):
+        if f is not None:
+            filtered |= f != off
+    rows = torch.nonzero((filtered & (batch.temperature > 0))[request]).flatten()   # the rows p' changes
     logits = batch.target_logits.clone()
     if rows.numel():
         kept = filtered_target(batch, request[rows], logits[rows], batch.temperature[request[rows], None].double()) > 0
