@@ -67,6 +67,10 @@ class Capabilities:
     devices: frozenset = frozenset({"cpu"})
     logit_dtypes: frozenset = ALL_LOGIT_DTYPES
     seeded_stream: str = "philox"
+    # False: the backend's own seeded stream depends on a request's slot in the launch (FlashInfer's
+    # Philox subsequence is the row index), so the same request and seed draw differently in another
+    # batch. Batch invariance is then checked on the injected path only, or is n/a (SPEC 4).
+    seeded_batch_invariant: bool = True
     max_vocab: int | None = None
     cuda_graphs: bool = False
     # Disagreements with the float64 reference are excused only where the decision is within this

@@ -40,6 +40,8 @@ def describe(caps) -> str:
             f"cuda graphs: {'yes' if getattr(caps, 'cuda_graphs', False) else 'no'}"
             + (f"; at most {caps.max_draft} drafts per request" if getattr(caps, "max_draft", None) else "")
             + ("" if getattr(caps, "empty_batches", True) else "; no empty batches")
+            + ("" if getattr(caps, "seeded_batch_invariant", True)
+               else "; seeded stream depends on batch position (batch invariance: injected noise only)")
             + ("; bonus token sampled by the caller (its checks check the adapter)"
                if getattr(caps, "bonus_sampled_by_caller", False) else "")
             + (f"; {len(caps.deviations)} declared deviation(s)" if getattr(caps, "deviations", ()) else ""))

@@ -50,7 +50,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("uninitialized_memory", "structural", check_uninitialized_memory, ("random",),
           "outputs independent of unwritten memory"),
     Check("batch_invariance", "structural", check_batch_invariance, ("random",),
-          "a request's output independent of the rest of the batch"),
+          "a request's output independent of the rest of the batch", _always(Needs(noise="batch_invariant"))),
     Check("determinism", "structural", check_determinism, ("random",), "same seed or noise, same output"),
     Check("zero_draft_layouts", "structural", check_zero_draft_layouts, ("layouts",),
           "zero-draft requests anywhere and all-zero batches"),

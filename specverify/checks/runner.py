@@ -48,7 +48,8 @@ class Needs:
     """What a (check, case) needs a backend to declare before it can run.
 
     noise: "any" (some noise path), "injected", "philox" (a seeded path reproducing the reference's
-    stream), "shared" (injected, or the philox seeded stream: noise the reference can share), None.
+    stream), "shared" (injected, or the philox seeded stream: noise the reference can share),
+    "batch_invariant" (injected, or a seeded stream declared independent of batch position), None.
     """
 
     method: str | None = "standard"
@@ -87,6 +88,11 @@ def _has_noise(caps, noise: str) -> str | None:
             return "backend does not declare seeded noise"
         return None if philox else ("backend's seeded stream is its own (not reproducible by the reference): "
                                     "checked statistically")
+    if noise == "batch_invariant":
+        if "injected" in declared or ("seeded" in declared and getattr(caps, "seeded_batch_invariant", True)):
+            return None
+        return ("backend declares that its seeded stream depends on batch position (seeded_batch_invariant="
+                "False) and has no injected noise: batch invariance cannot be checked")
     if noise == "shared":
         return None if "injected" in declared or philox else "needs injected noise or the reference's seeded stream"
     raise ValueError(f"unknown noise need {noise!r}")
