@@ -3,12 +3,13 @@
 
 The "external" kernel below stands for a production sampler whose convention differs from
 specverify's in the usual ways:
-  - target probabilities for the draft positions only ([T, V], no bonus rows), already softmaxed;
+  - target probabilities for the draft positions only ([T, V], no bonus rows), already softmaxed,
+    one-hot at the argmax for greedy requests;
   - bonus tokens sampled by the caller beforehand and passed in ([B] int32);
-  - int32 offsets (cu_num_draft_tokens [B]) instead of per-request counts;
-  - an output buffer it fills in place, with -1 as the placeholder.
-The adapter converts a SpecBatch and Noise into that convention and back, declares what the kernel
-supports (here: the standard rule with injected noise on the CPU) and leaves every check to the harness.
+  - int32 ids and cumulative offsets (cu_num_draft_tokens [B]) instead of per-request counts;
+  - an output buffer it fills in place, padded with V, and a counter it adds accepted drafts into.
+The adapter converts with ``specverify.adapters.conventions``, declares what the kernel supports
+(the standard rule with injected noise on the CPU) and leaves every check to the harness.
 """
 
 from __future__ import annotations
@@ -17,31 +18,24 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from specverify import Backend, Capabilities
-
-PLACEHOLDER = -1
+from specverify.adapters import conventions
 
 
 def external_rejection_sample(out_token_ids: torch.Tensor, cu_num_draft_tokens: torch.Tensor,
-                              draft_token_ids: torch.Tensor, target_probs: torch.Tensor,
-                              draft_probs: torch.Tensor | None, bonus_token_ids: torch.Tensor,
-                              uniform: torch.Tensor, exponential: torch.Tensor, is_greedy: torch.Tensor) -> None:
-    """A stand-in for someone else's kernel. out [B, K+1] int32 filled in place; target_probs [T, V]."""
-    out_token_ids.fill_(PLACEHOLDER)
+                              draft_token_ids: torch.Tensor, target_probs: torch.Tensor, draft_probs: torch.Tensor,
+                              bonus_token_ids: torch.Tensor, uniform: torch.Tensor, exponential: torch.Tensor,
+                              num_emitted_drafts: torch.Tensor) -> None:
+    """A stand-in for someone else's kernel: out [B, K + 1] int32 filled in place and padded with V;
+    target_probs and draft_probs [T, V]; cu_num_draft_tokens [B] inclusive int32 offsets; the accepted
+    drafts of each request are added into num_emitted_drafts [B] int32."""
+    out_token_ids.fill_(target_probs.shape[1])
     start = 0
     for b, end in enumerate(cu_num_draft_tokens.tolist()):
         for t in range(start, end):
-            x = int(draft_token_ids[t])
-            p = target_probs[t]
-            if is_greedy[b]:
-                top = int(torch.argmax(p))
-                out_token_ids[b, t - start] = top
-                if top != x:
-                    break
-                continue
-            q = draft_probs[t] if draft_probs is not None else torch.nn.functional.one_hot(
-                torch.tensor(x), p.shape[0]).to(p.dtype)
+            x, p, q = int(draft_token_ids[t]), target_probs[t], draft_probs[t]
             if q[x] > 0 and uniform[t] * q[x] <= p[x]:
                 out_token_ids[b, t - start] = x
+                num_emitted_drafts[b] += 1
                 continue
             residual = torch.clamp(p - q, min=0)
             residual = residual if bool(residual.any()) else p
@@ -58,44 +52,18 @@ class ExternalSamplerAdapter(Backend):
 
     name = "external-example"
     capabilities = Capabilities(methods=frozenset({"standard"}), noise=frozenset({"injected"}),
-                                devices=frozenset({"cpu"}))
+                                devices=frozenset({"cpu"}), bonus_sampled_by_caller=True)
 
     def _sample(self, batch: SpecBatch, *, method, noise: Noise, seed, synthetic_acceptance_rate,
                 num_speculative_steps) -> SpecOutput:
-        B, K = batch.num_requests, batch.max_draft
-        logits = batch.target_logits.float()
-        bonus_rows = batch.logit_offsets()[1:] - 1
-        is_bonus = torch.zeros(logits.shape[0], dtype=torch.bool)
-        is_bonus[bonus_rows] = True
-        temperature = batch.temperature.float()
-        row_temp = torch.repeat_interleave(temperature, batch.num_draft_tokens + 1)
-        is_greedy_row = row_temp == 0
-        # greedy rows keep their logits (argmax is all that matters), random rows become probabilities
-        probs = torch.where(is_greedy_row[:, None], torch.softmax(logits, -1),
-                            torch.softmax(logits / torch.where(is_greedy_row, 1.0, row_temp)[:, None], -1))
-        # the caller samples the bonus token: argmax of logits (greedy) or the exponential race on p
-        bonus_p = probs[bonus_rows]
-        race = torch.where(bonus_p > 0, bonus_p / noise.exponential, torch.full_like(bonus_p, -1.0))
-        bonus = torch.where(temperature == 0, logits[bonus_rows].argmax(-1), race.argmax(-1)).to(torch.int32)
-        draft_rows_probs = probs[~is_bonus]
-        # the kernel expects argmax over raw logits for greedy rows: pass logits there
-        draft_rows_probs = torch.where(is_greedy_row[~is_bonus][:, None], logits[~is_bonus], draft_rows_probs)
-        out = torch.empty(B, K + 1, dtype=torch.int32)
-        external_rejection_sample(out, torch.cumsum(batch.num_draft_tokens, 0).to(torch.int32),
-                                  batch.draft_token_ids.to(torch.int32), draft_rows_probs, batch.draft_probs,
-                                  bonus, noise.uniform, noise.exponential, temperature == 0)
-        token_ids = out.to(torch.int64)
-        num_accepted = torch.zeros(B, dtype=torch.int64)
-        # This kernel reports no count: a rejected draft x is never re-emitted (the residual is 0 at x
-        # whenever x can be rejected), so the accepted prefix is where the output still equals the drafts.
-        offsets = batch.draft_offsets().tolist()
-        for b in range(B):
-            k = int(batch.num_draft_tokens[b])
-            drafts = batch.draft_token_ids[offsets[b]:offsets[b] + k]
-            emitted = token_ids[b, :k]
-            same = (emitted == drafts).tolist() + [False]
-            num_accepted[b] = same.index(False)
-        return SpecOutput(token_ids, num_accepted)
+        out = torch.empty(batch.num_requests, batch.max_draft + 1, dtype=torch.int32)
+        external_rejection_sample(
+            out, conventions.cumulative_offsets(batch.num_draft_tokens, with_zero=False),
+            conventions.int32_ids(batch.draft_token_ids),
+            conventions.target_probs(batch)[conventions.draft_logit_rows(batch)], conventions.draft_probs(batch),
+            conventions.int32_ids(conventions.bonus_tokens(batch, noise)), noise.uniform, noise.exponential,
+            accepted := conventions.zeroed_counter(batch.num_requests, batch.device))
+        return SpecOutput(conventions.from_kernel_padding(out, batch.vocab_size), accepted.to(torch.int64))
 
 
 def make_backend() -> ExternalSamplerAdapter:

@@ -1,0 +1,68 @@
+"""FlashInfer's ``flashinfer.sampling.chain_speculative_sampling`` behind specverify's convention.
+
+    specverify check specverify.adapters.flashinfer:chain --profile nightly --device cuda
+
+The kernel takes draft_probs [R, n, V] float32, draft_token_ids [R, n] int32 and target_probs
+[R, n + 1, V] float32 for a fixed n, draws its own noise (Philox keyed by seed and offset, with the
+row's slot in the launch as subsequence), and returns int32 output ids [R, n + 1], -1 after the
+emitted ones, and counters it adds into. The adapter launches once per distinct draft count, passes
+p' (temperature and filters applied; one-hot at the argmax for greedy requests) and one-hot q for a
+deterministic drafter, and gives each request its own seed. FlashInfer is imported on first use
+(``pip install specverify[flashinfer]``), so this module loads without it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference import SpecBatch, SpecOutput
+from specverify.adapters import conventions
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
+
+
+def _chain_speculative_sampling():
+    try:
+        from flashinfer.sampling import chain_speculative_sampling  # noqa: PLC0415
+    except ImportError as e:
+        raise ImportError("the FlashInfer adapter needs FlashInfer: pip install specverify[flashinfer] "
+                          f"(import failed: {e})") from e
+    return chain_speculative_sampling
+
+
+class FlashInferChain(Backend):
+    """chain_speculative_sampling, launched per draft count, with FlashInfer's own seeded stream."""
+
+    name = "flashinfer-chain"
+    capabilities = Capabilities(
+        methods=frozenset({"standard"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
+        logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=False, target_filters=True,
+        notes=("probabilities in, float32: the adapter applies temperature and filters (p' in float64, rounded)",
+               "greedy requests: one-hot target at the argmax",
+               "Philox subsequence = slot in the launch: the seeded stream depends on batch position"))
+
+    def __init__(self, kernel=None) -> None:
+        self._kernel = kernel       # a stand-in with FlashInfer's signature (tests); None: FlashInfer's
+
+    def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
+                num_speculative_steps) -> SpecOutput:
+        kernel = self._kernel or _chain_speculative_sampling()
+        if seed is None:
+            seed = int(torch.randint(0, 2 ** 62, (1,)))
+        dev = batch.device
+        seeds = conventions.request_seeds(seed, batch.num_requests).to(dev)
+        p, q = conventions.target_probs(batch), conventions.draft_probs(batch)
+        parts = []
+        for group in conventions.split_by_draft_count(batch):
+            R = group.requests.numel()
+            accepted = conventions.zeroed_counter(R, dev)
+            emitted = conventions.zeroed_counter(R, dev)
+            tokens = kernel(q[group.draft_rows], conventions.int32_ids(group.drafts(batch)),
+                            p[group.logit_rows], accepted, emitted, True, None,
+                            seed=seeds[group.requests], offset=torch.zeros_like(seeds[group.requests]))
+            tokens = tokens[0] if isinstance(tokens, tuple) else tokens
+            parts.append((group, conventions.from_kernel_padding(tokens, -1), emitted))
+        return conventions.assemble(batch.num_requests, batch.max_draft, parts, device=dev)
+
+
+def chain() -> FlashInferChain:
+    return FlashInferChain()
