@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
 # GPU), the CUDA-graph property and its mutant, compute-sanitizer (memcheck, initcheck, racecheck), the
-# GPU benchmark (quick mode), and a report with plots.
+# GPU benchmark (quick mode), FlashInfer's chain sampler through its adapter when FlashInfer is
+# importable, and a report with plots.
 #
 #   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
 #
@@ -84,6 +85,14 @@ fi
 # shellcheck disable=SC2086
 step bench bench.log "$PY" ci/bench_gpu.py ${BENCH_ARGS:---quick} --json "$RESULTS/bench.json" \
   --markdown "$RESULTS/bench.md"
+
+# ---- 5b. third-party kernels, when importable (docs/kernels.md records each) ----------------------
+if "$PY" -c 'import flashinfer.sampling' > /dev/null 2>&1; then
+  step flashinfer flashinfer.log "$PY" -m specverify.cli check specverify.adapters.flashinfer:chain \
+    --profile nightly --device cuda --json "$RESULTS/flashinfer.json"
+else
+  echo "=== flashinfer: not importable here, not checked" | tee -a "$RESULTS/nightly.log"
+fi
 
 # ---- 6. report --------------------------------------------------------------------------------------
 ELAPSED=$(( $(date +%s) - START ))
