@@ -176,6 +176,17 @@ def scenario_greedy_seeded(backend):
     return backend(batch, seed=torch.arange(B, dtype=torch.int64))
 
 
+def scenario_partial_last_tile_seeded(backend):
+    """V = 1030 (a last tile of 6 ids), every logit at -40 but the last tile's: a pad read as logit 0
+    outweighs them all."""
+    B, V = 8, 1030
+    logits = torch.full((B, V), -40.0)
+    logits[:, 1024:] = -38.0
+    batch = SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None,
+                      torch.ones(B))
+    return backend(batch, seed=torch.arange(B, dtype=torch.int64))
+
+
 def scenario_filtered(backend):
     """Tied logits rising with the index and a real q; requests with no draft and top-k 1 (two tied
     tokens kept, the bonus decides), one draft and top-p 0.5 (sorting decides), two drafts and min-p
@@ -219,7 +230,7 @@ def scenario_float32_boundaries(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
-    scenario_bf16_sensitive_seeded, scenario_greedy_seeded,
+    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -249,6 +260,7 @@ WITNESS = {
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",
+    "padded_tile_own_stream": "partial_last_tile_seeded",
     "filter_missing_from_recovered": "filtered",
     "filter_missing_from_bonus": "filtered",
     "top_k_without_ties": "filtered",

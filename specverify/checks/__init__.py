@@ -13,6 +13,7 @@ from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check
                                          check_differential_seeded, differential_needs)
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
+from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, check_large_vocab_structure
 from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
     check_synthetic_validation
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
@@ -47,6 +48,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "mean joint acceptance equals the configured synthetic rate", statistical_needs),
     Check("output_structure", "structural", check_output_structure, ("random",),
           "-1 padding, num_accepted consistent, ids in [0, V) and in the support"),
+    Check("large_vocab_structure", "structural", check_large_vocab_structure, LARGE_VOCAB_CASES,
+          "at V = 151,936 and 262,144 (4,099 on the CPU), any noise path: ids in [0, V) and in the support",
+          _always(LARGE_VOCAB_NEEDS)),
     Check("uninitialized_memory", "structural", check_uninitialized_memory, ("random",),
           "outputs independent of unwritten memory"),
     Check("batch_invariance", "structural", check_batch_invariance, ("random",),

@@ -17,7 +17,7 @@ from typing import Callable
 from specverify.checks import CHECKS
 from specverify.mutants import filters, samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
-from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream
+from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
 CHECK_NAMES = frozenset(CHECKS) | {"request_alignment"}
@@ -135,6 +135,10 @@ _ALL += [Mutant(cls.name, cls, bug, "public", DIFF, cases=("placeholders",)) for
 _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
                    "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
                    "001", ("token_distribution",), cases=("mixed_greedy",)))
+
+_ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
+                   "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
+                   ("large_vocab_structure",)))
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 

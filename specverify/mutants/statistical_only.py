@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from reference import Noise
+from reference import Noise, SpecBatch
 from specverify.backends import Capabilities
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants.samplers import DraftProbsBf16
@@ -40,3 +40,23 @@ class GreedySampledOwnStream(OwnStreamCpuBackend):
     def temperatures(self, batch):
         t = super().temperatures(batch)
         return torch.where(t == 0, torch.ones_like(t), t)
+
+
+class PaddedTileOwnStream(OwnStreamCpuBackend):
+    """The vocabulary padded to whole 1024-wide tiles with logit 0 and the pad read as valid (the bug of
+    GHSA-8wr5-jm2h-8r4f), in a backend with only its own seeded stream: no differential check reaches it,
+    and only a vocabulary with a partial last tile shows it."""
+
+    name = "padded_tile_own_stream"
+
+    def _sample(self, batch, *, seed, noise, **kwargs):
+        V = batch.vocab_size
+        pad = -V % 1024
+        if pad:
+            rows = batch.target_logits.shape[0]
+            logits = torch.cat([batch.target_logits, batch.target_logits.new_zeros(rows, pad)], dim=1)
+            q = None if batch.draft_probs is None else torch.cat(
+                [batch.draft_probs, batch.draft_probs.new_zeros(batch.num_drafts, pad)], dim=1)
+            batch = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, q, batch.temperature,
+                              batch.top_k, batch.top_p, batch.min_p)
+        return super()._sample(batch, seed=seed, noise=noise, **kwargs)
