@@ -23,3 +23,28 @@ def test_sizes_are_production_vocabularies_on_the_gpu_and_a_partial_tile_on_the_
     for name in ("ci", "smoke", "dev"):
         (V,) = structural_vocabs(get_profile(name))
         assert V % TILE != 0
+
+
+def test_tile_boundary_case_places_its_law_at_large_ids():
+    """The embedded case's batch and exact law live in the V-wide vocabulary: its support is the ids it
+    names (across tile boundaries and the last tile), and every other logit is -inf."""
+    import torch
+
+    from specverify.checks.cases import STAT_CASE_BY_NAME
+    case = STAT_CASE_BY_NAME["tile_boundary"]
+    V, ids = case.embed
+    batch = case.batch(4, torch.Generator().manual_seed(0))
+    assert batch.vocab_size == V == case.vocab_size
+    finite = torch.isfinite(batch.target_logits).any(dim=0).nonzero().flatten().tolist()
+    assert finite == list(ids)
+    assert set(batch.draft_token_ids.tolist()) <= set(ids)
+    assert {t for s in case.sequences for t in s} <= set(ids)
+    assert abs(sum(case.sequences.values()) - 1) < 1e-12
+    assert float(case.position_distributions[0][V - 1]) > 0
+
+
+def test_large_vocabulary_statistical_case_runs_only_on_the_gpu_profile():
+    from specverify.checks import plan
+    assert ("token_distribution", "large_vocab_tiles") in plan(get_profile("nightly"))
+    assert ("token_distribution", "large_vocab_tiles") not in plan(get_profile("ci"))
+    assert ("token_distribution", "tile_boundary") in plan(get_profile("ci"))

@@ -31,6 +31,10 @@ class StatCase:
     checks: tuple = ("token_distribution", "acceptance_rate")
     greedy_every: int = 0               # every n-th copy is a greedy request (temperature 0); 0: none
     filters: tuple | None = None        # (top_k, top_p, min_p) of every copy (SPEC 3.4), or None
+    # (V, ids): p and q are given on the columns ``ids`` of a V-wide vocabulary, -inf (p) and 0 (q)
+    # elsewhere, so the exact law is computed on the small support and checked at large V
+    embed: tuple | None = None
+    max_copies: int | None = None       # at most this many copies per launch (memory at large V)
 
     @property
     def k(self) -> int:
@@ -38,7 +42,7 @@ class StatCase:
 
     @property
     def vocab_size(self) -> int:
-        return self.p.shape[1]
+        return self.embed[0] if self.embed else self.p.shape[1]
 
     def call_kwargs(self) -> dict:
         if self.method == "synthetic":
@@ -48,6 +52,8 @@ class StatCase:
     def batch(self, copies: int, generator: torch.Generator, device="cpu"):
         batch = replicated_batch(generator, self.p, self.q, self.temperature, copies,
                                  drafts=None if self.drafts is None else list(self.drafts), device=device)
+        if self.embed:
+            batch = self._embedded(batch)
         if not self.greedy_every and self.filters is None:
             return batch
         temperature = batch.temperature.clone()
@@ -59,6 +65,17 @@ class StatCase:
             torch.full((copies,), self.filters[2], dtype=torch.float32, device=device))
         return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
                          temperature, *settings)
+
+    def _embedded(self, batch: SpecBatch) -> SpecBatch:
+        """``batch`` (on the small support) with its columns placed at ``ids`` of the V-wide vocabulary."""
+        V, ids = self.embed[0], torch.tensor(self.embed[1], device=batch.device)
+        logits = batch.target_logits.new_full((batch.target_logits.shape[0], V), float("-inf"))
+        logits[:, ids] = batch.target_logits
+        q = None
+        if batch.draft_probs is not None:
+            q = batch.draft_probs.new_zeros((batch.num_drafts, V))
+            q[:, ids] = batch.draft_probs
+        return SpecBatch(batch.num_draft_tokens, ids[batch.draft_token_ids], logits, q, batch.temperature)
 
     @property
     def target(self) -> torch.Tensor:
@@ -84,11 +101,14 @@ class StatCase:
         copies it is the mixture of the random requests' law and the greedy requests' law (the
         standard rule with each target row one-hot at its argmax), in their proportions."""
         law = self._law(self.target)
-        if not self.greedy_every:
-            return law
-        greedy = self._law(torch.nn.functional.one_hot(self.p.argmax(dim=1), self.vocab_size).double())
-        share = 1.0 / self.greedy_every
-        return {s: (1 - share) * law.get(s, 0.0) + share * greedy.get(s, 0.0) for s in set(law) | set(greedy)}
+        if self.greedy_every:
+            greedy = self._law(torch.nn.functional.one_hot(self.p.argmax(dim=1), self.p.shape[1]).double())
+            share = 1.0 / self.greedy_every
+            law = {s: (1 - share) * law.get(s, 0.0) + share * greedy.get(s, 0.0) for s in set(law) | set(greedy)}
+        if self.embed:
+            ids = self.embed[1]
+            law = {tuple(ids[t] for t in s): w for s, w in law.items()}
+        return law
 
     @cached_property
     def position_distributions(self) -> list[torch.Tensor]:
@@ -153,6 +173,15 @@ def _bf16_sensitive_case() -> StatCase:
                     "millions of samples (nightly profile)", checks=("acceptance_rate",))
 
 
+def _tile_boundary_case(name: str, V: int, **kwargs) -> StatCase:
+    """All the mass on ids either side of two 1024-wide tile boundaries and on the last three ids of V
+    (the last tile, partial when V is not a multiple of 1024)."""
+    return StatCase(name, _rows(13, 2, 7, 1.0), _rows(14, 1, 7, 1.0), 1.0,
+                    f"V = {V:,} with the mass across tile boundaries and in the last tile: a padded, skipped or "
+                    "double-counted tile shows in the law", embed=(V, (1023, 1024, 2047, 2048, V - 3, V - 2, V - 1)),
+                    checks=("token_distribution",), **kwargs)
+
+
 def _tied_rows() -> torch.Tensor:
     """[4, 8] target rows whose third and fourth largest probabilities are equal (a top-k 3 tie)."""
     p = _rows(9, 4, 8, 1.0)
@@ -178,6 +207,12 @@ STAT_CASES: tuple[StatCase, ...] = (
     StatCase("filtered_target", _tied_rows(), _rows(10, 3, 8, 1.0), 0.9,
              "top-k 3 with a tie at the third value, top-p 0.85 and min-p 0.08 on every copy: the law of p' "
              "(SPEC 3.4) at acceptance, recovered and bonus tokens", filters=(3, 0.85, 0.08)),
+)
+
+STAT_CASES += (
+    _tile_boundary_case("tile_boundary", 4_099, max_copies=1_000),
+    # named large_vocab*: planned only on profiles with large vocabularies (the GPU one)
+    _tile_boundary_case("large_vocab_tiles", 151_936, max_copies=2_000),
 )
 
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}

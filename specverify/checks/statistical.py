@@ -74,7 +74,8 @@ def _seed(*parts) -> int:
 def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
     """One launch of ``stat_copies(profile)`` copies of the case; returns (batch, output) on the CPU."""
     g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
-    batch = case.batch(stat_copies(profile), g)
+    copies = stat_copies(profile) if case.max_copies is None else min(stat_copies(profile), case.max_copies)
+    batch = case.batch(copies, g)
     if "seeded" in backend.capabilities.noise:
         seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
         dev_batch, _ = on_device(batch, None, profile.device)
