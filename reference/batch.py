@@ -10,6 +10,7 @@ Shapes (B requests, request b proposing k_b drafts, T = sum k_b, V vocabulary):
     top_k             [B]        int64 >= 0, 0 = off; or None           (target filters, SPEC 3.4)
     top_p             [B]        float32/64 in (0, 1], 1 = off; or None
     min_p             [B]        float32/64 in [0, 1), 0 = off; or None
+    allow_nonfinite   bool       False: NaN, +inf and all -inf rows in target_logits are refused (SPEC 3.6)
 
     Noise.uniform     [T]        float32 in (0, 1)
     Noise.exponential [B, V]     float32, > 0
@@ -66,6 +67,7 @@ class SpecBatch:
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
+    allow_nonfinite: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -121,7 +123,16 @@ class SpecBatch:
         if self.device == torch.device(device):
             return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SpecBatch(*(move(getattr(self, f)) for f in FIELDS))
+        return SpecBatch(*(move(getattr(self, f)) for f in FIELDS), allow_nonfinite=self.allow_nonfinite)
+
+    def nonfinite_requests(self) -> torch.Tensor:
+        """[B] bool: requests with a row holding NaN or +inf, or no finite entry (SPEC 3.6)."""
+        logits = self.target_logits
+        bad_row = torch.isnan(logits).any(dim=1) | torch.isposinf(logits).any(dim=1) | ~torch.isfinite(logits).any(dim=1)
+        request = torch.repeat_interleave(torch.arange(self.num_requests, device=logits.device),
+                                          self.num_draft_tokens + 1)
+        count = torch.zeros(self.num_requests, dtype=torch.int64, device=logits.device)
+        return count.index_add_(0, request, bad_row.to(torch.int64)) > 0
 
     # ---- validation ----------------------------------------------------------
     def validate(self) -> None:
@@ -146,9 +157,14 @@ class SpecBatch:
                                                    f"{PLACEHOLDER}, got values in [{lo}, {hi}]")
         # [T + B, V] and [T, V] are the large ones: one pass of aminmax (NaN propagates through it) settles
         # the common valid case; the named checks below run only where it cannot.
+        _require(isinstance(self.allow_nonfinite, bool),
+                 f"allow_nonfinite must be a bool, got {type(self.allow_nonfinite).__name__}")
         lo, hi = _range(self.target_logits)
+        if self.allow_nonfinite:
+            lo = hi = 0.0          # non-finite rows are allowed (SPEC 3.6): none of the checks below applies
         if not (lo > float("-inf") and hi < float("inf")):
-            _require(not bool(torch.isnan(self.target_logits).any()), "target_logits contains NaN")
+            _require(not bool(torch.isnan(self.target_logits).any()),
+                     "target_logits contains NaN (build the batch with allow_nonfinite=True to check SPEC 3.6)")
             _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
         _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
         _require(bool((self.temperature >= 0).all()), f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
@@ -287,5 +303,5 @@ def select_requests(batch: SpecBatch, requests: torch.Tensor) -> SpecBatch:
         target_logits=batch.target_logits[torch.tensor(l_idx, dtype=torch.int64, device=dev)],
         draft_probs=None if batch.draft_probs is None else batch.draft_probs[d_idx_t],
         temperature=batch.temperature[requests.to(dev)],
-        top_k=top_k, top_p=top_p, min_p=min_p,
+        top_k=top_k, top_p=top_p, min_p=min_p, allow_nonfinite=batch.allow_nonfinite,
     )

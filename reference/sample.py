@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from reference import filters, greedy, leviathan, philox, race, synthetic
-from reference.batch import PLACEHOLDER, Noise, SpecBatch, SpecOutput
+from reference.batch import PLACEHOLDER, Noise, SpecBatch, SpecOutput, select_requests
 
 METHODS = ("standard", "synthetic")
 
@@ -96,9 +96,29 @@ def _run(decide, batch: SpecBatch, method: str, noise: Noise | None, seed, synth
     noise = resolve_noise(cpu, None if noise is None else Noise(noise.uniform.cpu(), noise.exponential.cpu()), seed)
     rates = (synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps).to(torch.float64)
              if method == "synthetic" else None)
-    token_ids, num_accepted = decide(cpu, noise, method, rates, compute_dtype)
+    if cpu.allow_nonfinite and bool(cpu.nonfinite_requests().any()):
+        token_ids, num_accepted = _with_nonfinite_requests(decide, cpu, noise, method, rates, compute_dtype)
+    else:
+        token_ids, num_accepted = decide(cpu, noise, method, rates, compute_dtype)
     device = batch.device
     return SpecOutput(token_ids.to(device), num_accepted.to(device))
+
+
+def _with_nonfinite_requests(decide, cpu: SpecBatch, noise: Noise, method: str, rates, compute_dtype):
+    """SPEC 3.6: the finite requests decided as a batch of their own (with their own noise); each
+    non-finite request accepts nothing and emits the first argmax of its first row, NaN read as -inf."""
+    bad = cpu.nonfinite_requests()
+    token_ids = torch.full((cpu.num_requests, cpu.max_draft + 1), -1, dtype=torch.int64)
+    num_accepted = torch.zeros(cpu.num_requests, dtype=torch.int64)
+    first_rows = cpu.target_logits[cpu.logit_offsets()[:-1][bad]].double()
+    token_ids[bad, 0] = greedy.first_argmax(first_rows.nan_to_num(nan=float("-inf")))
+    good = torch.nonzero(~bad).flatten()
+    if good.numel():
+        finite = select_requests(cpu, good)
+        ids, n = decide(finite, noise.select(cpu, good), method, rates, compute_dtype)
+        token_ids[good, : ids.shape[1]] = ids
+        num_accepted[good] = n
+    return token_ids, num_accepted
 
 
 def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,

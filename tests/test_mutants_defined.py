@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import reference
-from reference import Noise, SpecBatch
+from reference import Noise, SpecBatch, SpecOutput
 from specverify.generate import random_batch
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants import CHECK_NAMES, MUTANTS
@@ -187,6 +187,20 @@ def scenario_partial_last_tile_seeded(backend):
     return backend(batch, seed=torch.arange(B, dtype=torch.int64))
 
 
+def scenario_nonfinite_rows(backend):
+    """Finite requests beside NaN, -inf and +inf rows (SPEC 3.6), injected noise. A non-finite request's
+    tokens are unconstrained but for their range: its row reads [1] if its extra token is in [0, V), else [0]."""
+    from specverify.checks.nonfinite import nonfinite_batch  # noqa: PLC0415
+    batch, _, bad = nonfinite_batch(0, 16, "dense")
+    out = backend(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(1)))
+    ids, n = out.token_ids.clone(), out.num_accepted.clone()
+    for b in torch.nonzero(bad).flatten().tolist():
+        extra = int(ids[b, n[b]])
+        ids[b] = -1
+        ids[b, 0], n[b] = int(0 <= extra < batch.vocab_size), 0
+    return SpecOutput(ids, n)
+
+
 def scenario_filtered(backend):
     """Tied logits rising with the index and a real q; requests with no draft and top-k 1 (two tied
     tokens kept, the bonus decides), one draft and top-p 0.5 (sorting decides), two drafts and min-p
@@ -230,7 +244,7 @@ def scenario_float32_boundaries(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
-    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded,
+    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_nonfinite_rows,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -261,6 +275,8 @@ WITNESS = {
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",
     "padded_tile_own_stream": "partial_last_tile_seeded",
+    "nan_row_emits_id_past_v": "nonfinite_rows",
+    "nan_leaks_across_requests": "nonfinite_rows",
     "filter_missing_from_recovered": "filtered",
     "filter_missing_from_bonus": "filtered",
     "top_k_without_ties": "filtered",

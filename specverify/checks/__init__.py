@@ -14,6 +14,7 @@ from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, check_large_vocab_structure
+from specverify.checks.nonfinite import NONFINITE_CASES, NONFINITE_NEEDS, check_nonfinite_rows
 from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
     check_synthetic_validation
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
@@ -51,6 +52,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("large_vocab_structure", "structural", check_large_vocab_structure, LARGE_VOCAB_CASES,
           "at V = 151,936 and 262,144 (4,099 on the CPU), any noise path: ids in [0, V) and in the support",
           _always(LARGE_VOCAB_NEEDS)),
+    Check("nonfinite_rows", "structural", check_nonfinite_rows, NONFINITE_CASES,
+          "NaN / +inf / all -inf rows (SPEC 3.6): ValueError, or valid ids and finite requests unaffected",
+          _always(NONFINITE_NEEDS)),
     Check("uninitialized_memory", "structural", check_uninitialized_memory, ("random",),
           "outputs independent of unwritten memory"),
     Check("batch_invariance", "structural", check_batch_invariance, ("random",),

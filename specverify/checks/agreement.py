@@ -115,10 +115,10 @@ def _case_strategy(case: str, profile: Profile):
 def _replicated_examples(profile: Profile, backend):
     """Every statistical case replicated into one batch: thousands of decisions on inputs built to be
     sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
-    copies = max(1, profile.replicated_copies)
     for case in STAT_CASES:
-        if not_applicable_because(statistical_needs(case.name), backend.capabilities, profile):
-            continue
+        if case.embed or not_applicable_because(statistical_needs(case.name), backend.capabilities, profile):
+            continue      # the large-vocabulary cases: their statistics and large_vocab_structure cover them
+        copies = max(1, profile.replicated_copies)
         g = torch.Generator().manual_seed(len(case.name) * 7919 + copies)
         batch = case.batch(copies, g)
         seeds = torch.randint(0, 2 ** 62, (copies,), generator=g, dtype=torch.int64)

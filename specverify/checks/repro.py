@@ -179,6 +179,7 @@ class Reproducer:
         if self.call is not None:
             c = self.call
             d["batch"] = {f: getattr(c.batch, f) for f in BATCH_FIELDS}
+            d["batch"]["allow_nonfinite"] = c.batch.allow_nonfinite
             d["noise"] = None if c.noise is None else {"uniform": c.noise.uniform, "exponential": c.noise.exponential}
             d["seeds"] = c.seeds
             d["kwargs"] = dict(c.kwargs)
@@ -291,6 +292,8 @@ def python_source(call: Call, outcome: Outcome | None = None) -> str:
     b = call.batch
     fields = ",\n".join(f"    {f}={'None' if getattr(b, f) is None else tensor_source(getattr(b, f))}"
                         for f in BATCH_FIELDS)
+    if b.allow_nonfinite:
+        fields += ",\n    allow_nonfinite=True"
     lines = ["import torch", "from reference import Noise, SpecBatch", "", f"batch = SpecBatch(\n{fields},\n)"]
     if call.noise is not None:
         lines.append(f"noise = Noise(\n    uniform={tensor_source(call.noise.uniform)},\n"

@@ -265,6 +265,8 @@ def _decide_race_kernel(
             # A residual that is zero everywhere (p == q up to rounding) falls back to p.
             key = tl.where(key_w > 0, key_w, key_p)
             extra = (4294967295 - (key & 4294967295)).to(tl.int32)
+            # no candidate at all (a NaN row, SPEC 3.6): a valid id, never the empty key's -1
+            extra = tl.where(key > 0, extra, 0)
         cols = tl.arange(0, BLOCK_K)
         token = tl.where(cols < n_acc, x, tl.where(cols == n_acc, extra, -1).to(tl.int64))
         tl.store(token_ids_ptr + b * K1 + cols, token, mask=cols < K1)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specverify.checks import CHECKS
-from specverify.mutants import filters, samplers
+from specverify.mutants import filters, nonfinite, samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream
 
@@ -139,6 +139,10 @@ _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
 _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
                    "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
                    ("large_vocab_structure",)))
+
+_ALL += [Mutant(cls.name, cls, bug, "public", ("nonfinite_rows",)) for cls, bug in (
+    (nonfinite.NanRowEmitsIdPastV, "a request with a NaN row emits id V"),
+    (nonfinite.NanLeaksAcrossRequests, "NaN in one request's logits changes other requests' tokens"))]
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
