@@ -3,13 +3,13 @@
 It imports nothing of specverify: it is the contract every backend is checked against.
 """
 
-from reference import alignment, exact, filters, greedy, leviathan, philox, race, synthetic
+from reference import alignment, block, exact, filters, greedy, leviathan, philox, race, synthetic
 from reference.alignment import align_draft_probs
 from reference.batch import Noise, SpecBatch, SpecOutput, select_requests
 from reference.sample import METHODS, sample, target_probs
 from reference.synthetic import synthetic_params
 
 __all__ = [
-    "METHODS", "Noise", "SpecBatch", "SpecOutput", "align_draft_probs", "alignment", "exact", "filters", "greedy",
+    "METHODS", "Noise", "SpecBatch", "SpecOutput", "align_draft_probs", "alignment", "block", "exact", "filters", "greedy",
     "leviathan", "philox", "race", "sample", "select_requests", "synthetic", "synthetic_params", "target_probs",
 ]

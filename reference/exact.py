@@ -18,7 +18,7 @@ import itertools
 
 import torch
 
-from reference import greedy, leviathan
+from reference import block, greedy, leviathan
 
 
 def _normalise(w: torch.Tensor) -> torch.Tensor:
@@ -132,4 +132,30 @@ def synthetic_sequences_from_q(p: torch.Tensor, q: torch.Tensor, conditional_rat
                 prob = float(stop[m]) * head * float(p[m, y])
                 if prob > 0:
                     out[prefix + (y,)] = prob
+    return out
+
+
+def block_sequences(p: torch.Tensor, q: torch.Tensor) -> dict[tuple[int, ...], float]:
+    """Block verification (SPEC 3.7) with drafts x_j ~ q_j: p [k+1, V], q [k, V], every draft sequence
+    enumerated (V ** k of them). Given the drafts, tau = i >= 1 with probability h_i prod_{j>i} (1 - h_j)
+    (the last eta_i <= h_i), tau = 0 with prod_j (1 - h_j); the extra token follows the weights at tau."""
+    k, V = q.shape[0], p.shape[1]
+    out: dict[tuple[int, ...], float] = {}
+    for drafts in itertools.product(range(V), repeat=k):
+        x = torch.tensor(drafts, dtype=torch.int64)
+        reach = float(torch.prod(q[torch.arange(k), x])) if k else 1.0
+        if reach == 0.0:
+            continue
+        w = block.weights(p[torch.arange(k), x], q[torch.arange(k), x])
+        h = block.stop_probabilities(w, p, q).tolist() if k else []
+        for tau in range(k + 1):
+            chance = (h[tau - 1] if tau else 1.0) * float(torch.prod(1 - torch.tensor(h[tau:], dtype=torch.float64)))
+            if chance == 0.0:
+                continue
+            law = _normalise(block.extra_weights(tau, w, p, q))
+            for y in range(V):
+                prob = reach * chance * float(law[y])
+                if prob > 0:
+                    key = drafts[:tau] + (y,)
+                    out[key] = out.get(key, 0.0) + prob
     return out

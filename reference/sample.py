@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from reference import filters, greedy, leviathan, philox, race, synthetic
+from reference import block, filters, greedy, leviathan, philox, race, synthetic
 from reference.batch import PLACEHOLDER, Noise, SpecBatch, SpecOutput, select_requests
 
-METHODS = ("standard", "synthetic")
+METHODS = ("standard", "synthetic", "block")
 
 
 def target_probs(logits: torch.Tensor, temperature, dtype=torch.float64) -> torch.Tensor:
@@ -58,7 +58,7 @@ def validate_call(batch: SpecBatch, method: str, synthetic_acceptance_rate, num_
             raise ValueError(f"num_draft_tokens has a request with {batch.max_draft} drafts, more than "
                              f"num_speculative_steps = {num_speculative_steps}")
     elif synthetic_acceptance_rate is not None:
-        raise ValueError("synthetic_acceptance_rate is set but method is 'standard'; "
+        raise ValueError(f"synthetic_acceptance_rate is set but method is {method!r}; "
                          "pass method='synthetic' or drop the rate")
 
 
@@ -72,12 +72,13 @@ def sample(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = 
            compute_dtype: torch.dtype = torch.float64) -> SpecOutput:
     """Verify one batch of drafts. Returns token_ids [B, K + 1] (-1 padded) and num_accepted [B].
 
-    method: "standard" (Leviathan) or "synthetic"; requests with temperature 0 are greedy in either.
+    method: "standard" (Leviathan), "synthetic" or "block" (SPEC 3.7, decided request by request);
+            requests with temperature 0 are greedy in each.
     noise:  shared Noise, making the result a deterministic function of it; or
     seed:   int or [B] int64 per-request seeds of the Philox stream (reference.philox).
     """
-    return _run(decide_by_position, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
-                compute_dtype)
+    decide = decide_per_request if method == "block" else decide_by_position
+    return _run(decide, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps, compute_dtype)
 
 
 def sample_per_request(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None, seed=None,
@@ -134,6 +135,11 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
         request = torch.tensor([b])
         E = noise.exponential[b].to(compute_dtype)
         emitted = []
+        if method == "block" and not is_greedy and d_off[b + 1] > d_off[b]:
+            emitted, extra = _block_request(cpu, b, d_off[b], l_off[b], noise, compute_dtype)
+            num_accepted[b] = len(emitted)
+            token_ids[b, : len(emitted) + 1] = torch.tensor(emitted + [extra], dtype=torch.int64)
+            continue
         for j in range(d_off[b + 1] - d_off[b]):
             t, row = d_off[b] + j, l_off[b] + j
             x = int(cpu.draft_token_ids[t])
@@ -167,6 +173,26 @@ def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.T
         num_accepted[b] = len(emitted)
         token_ids[b, : len(emitted) + 1] = torch.tensor(emitted + [extra], dtype=torch.int64)
     return token_ids, num_accepted
+
+
+def _block_request(cpu: SpecBatch, b: int, d0: int, l0: int, noise: Noise, compute_dtype) -> tuple[list, int]:
+    """(accepted drafts, extra token) of random request b under block verification (SPEC 3.7). A
+    placeholder ends the block before it: the request is decided on the drafts before it, its row then
+    being the bonus row (the token there comes from p', as in SPEC 3.5)."""
+    x = cpu.draft_token_ids[d0: d0 + int(cpu.num_draft_tokens[b])]
+    holes = torch.nonzero(x == PLACEHOLDER).flatten()
+    k = int(holes[0]) if holes.numel() else x.shape[0]
+    x = x[:k]
+    request = torch.tensor([b]).repeat(k + 1)
+    p = filtered_target(cpu, request, cpu.target_logits[l0: l0 + k + 1].double(), float(cpu.temperature[b]),
+                        compute_dtype)
+    q = (leviathan.one_hot(x, cpu.vocab_size, compute_dtype) if cpu.draft_probs is None
+         else cpu.draft_probs[d0: d0 + k].to(compute_dtype))
+    E = noise.exponential[b].to(compute_dtype)
+    if k == 0:
+        return [], race.sample(p[0], E)
+    tau, w = block.decide(p, q, x, noise.uniform[d0: d0 + k].to(compute_dtype))
+    return x[:tau].tolist(), race.sample(w, E)
 
 
 def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
