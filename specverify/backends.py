@@ -160,7 +160,7 @@ class ReferenceBackend(Backend):
     """The reference itself, through the backend convention (float64, one request at a time)."""
 
     name = "reference"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}),
+    capabilities = Capabilities(methods=frozenset(reference.METHODS), devices=frozenset({"cpu", "cuda"}),
                                 logit_dtypes=ALL_LOGIT_DTYPES | {torch.float64}, ambiguity_margin=0.0,
                                 target_filters=True, placeholders=True)
 

@@ -28,7 +28,8 @@ def header(backend_name: str, profile: Profile, capabilities: str = "") -> str:
               "have no false alarms",
               "power: det99 = the smallest deviation each statistical check detects with probability 0.99 at "
               "its alpha, at the worst position it tests: tv = total-variation distance of the token "
-              "distribution, acceptance = shift of an acceptance probability, rate = shift of the mean joint "
+              "distribution, acceptance = shift of an acceptance probability, accepted = shift of the mean "
+              "accepted length, rate = shift of the mean joint "
               "acceptance rate",
               f"torch {torch.__version__}, python {platform.python_version()}"]
     return "\n".join(lines)

@@ -201,6 +201,14 @@ def scenario_nonfinite_rows(backend):
     return SpecOutput(ids, n)
 
 
+def scenario_block(backend):
+    """Block verification (SPEC 3.7) on 32 random requests of up to 4 drafts from a dense q, injected noise."""
+    from specverify.generate import random_batch  # noqa: PLC0415
+    batch = random_batch(torch.Generator().manual_seed(7), num_requests=32, vocab_size=5, greedy_fraction=0.0,
+                         zero_draft_fraction=0.0, logit_scale=1.0)
+    return backend(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(8)), method="block")
+
+
 def scenario_filtered(backend):
     """Tied logits rising with the index and a real q; requests with no draft and top-k 1 (two tied
     tokens kept, the bonus decides), one draft and top-p 0.5 (sorting decides), two drafts and min-p
@@ -244,7 +252,7 @@ def scenario_float32_boundaries(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
-    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_nonfinite_rows,
+    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -276,6 +284,10 @@ WITNESS = {
     "greedy_sampled_own_stream": "greedy_seeded",
     "padded_tile_own_stream": "partial_last_tile_seeded",
     "nan_row_emits_id_past_v": "nonfinite_rows",
+    "tokenwise_as_block": "block",
+    "block_ratio_unclamped": "block",
+    "block_stop_from_start": "block",
+    "block_residual_wrong_position": "block",
     "nan_leaks_across_requests": "nonfinite_rows",
     "filter_missing_from_recovered": "filtered",
     "filter_missing_from_bonus": "filtered",

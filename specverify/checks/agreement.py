@@ -19,8 +19,8 @@ from specverify.checks.statistical import statistical_needs
 from specverify.strategies import Example, Profile, spec_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
-DIFFERENTIAL_CASES = ("standard", "synthetic", "bulk", "replicated", "large_vocab", "filters", "placeholders",
-                      "boundary")
+DIFFERENTIAL_CASES = ("standard", "synthetic", "block", "bulk", "replicated", "large_vocab", "filters",
+                      "placeholders", "boundary")
 # Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.
 SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # Uniforms that round to 0 in float32 (2^-150 ties to even, 1e-60) and in bf16, float32's own 2^-24,
@@ -98,8 +98,9 @@ def _case_strategy(case: str, profile: Profile):
                                  max_requests=profile.bulk_requests)
     elif case == "filters":
         examples = spec_examples(profile, filters=True)
-    elif case == "placeholders":
-        examples = spec_examples(profile, placeholders=True)
+    elif case in ("placeholders", "block"):
+        # block: filters and placeholders too, since both change the block (p' throughout, a shorter block)
+        examples = spec_examples(profile, placeholders=True, filters=case == "block")
     elif case == "boundary":
         examples = spec_examples(profile).map(at_boundaries)
     else:
@@ -108,7 +109,7 @@ def _case_strategy(case: str, profile: Profile):
         kwargs = st.builds(lambda r: dict(method="synthetic", synthetic_acceptance_rate=r,
                                           num_speculative_steps=profile.max_draft), st.sampled_from(SYNTHETIC_RATES))
     else:
-        kwargs = st.just(dict(method="standard"))
+        kwargs = st.just(dict(method="block" if case == "block" else "standard"))
     return st.tuples(examples, kwargs)
 
 
@@ -165,8 +166,8 @@ def check_differential_seeded(ctx: Context, case: str) -> None:
 def differential_needs(path: str):
     """Needs of a differential case: its method, and the noise path the reference can share."""
     def needs(case: str) -> Needs:
-        return Needs(method="synthetic" if case == "synthetic" else "standard", noise=path,
-                     target_filters=case == "filters", placeholders=case == "placeholders")
+        return Needs(method=case if case in ("synthetic", "block") else "standard", noise=path,
+                     target_filters=case in ("filters", "block"), placeholders=case in ("placeholders", "block"))
     return needs
 
 

@@ -82,6 +82,9 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     if not got or len(got) > k + 1:
         return Divergence(b, len(got), expected, got, "structure", 0.0, False)
     j = min(len(expected), len(got)) - 1
+    if method == "block" and temperature > 0:
+        # no float32 ambiguity bound is defined for the block rule (SPEC 3.7): every divergence is real
+        return Divergence(b, j, expected, got, "block decision", math.inf, False)
     logits = cpu.target_logits[l0 + j].to(torch.float64)
     both_stopped = len(expected) == len(got)
     if not both_stopped:

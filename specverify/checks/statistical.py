@@ -28,7 +28,7 @@ from specverify.checks.common import on_device
 from specverify.checks.runner import Context, Needs
 from specverify.strategies import Profile
 
-STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate")
+STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate", "accepted_length")
 
 
 def statistical_test_count() -> int:
@@ -169,6 +169,27 @@ def _synthetic_rate(result, case: StatCase, out) -> None:
         result.fail("synthetic rate differs: " + result.message)
 
 
+def _accepted_length(result, case: StatCase, out) -> None:
+    """Mean num_accepted against the exact block law; the law's own mean must be at least the standard
+    rule's on the same rows (Sun et al. 2024, Theorem 2), computed exactly: a bound, not a tolerance."""
+    law = case.sequences
+    m = torch.tensor([len(s) - 1 for s in law], dtype=torch.float64)
+    w = torch.tensor(list(law.values()), dtype=torch.float64)
+    mean, var = float((w * m).sum()), float((w * (m - (w * m).sum()) ** 2).sum())
+    standard = exact.standard_sequences(case.target, case.q)
+    standard_mean = sum(p * (len(s) - 1) for s, p in standard.items())
+    n = out.num_accepted.cpu().double()
+    N, observed = n.numel(), float(n.mean())
+    result.samples = N
+    result.statistic, result.p_value = stats.mean_z_test(observed, mean, var, N)
+    _state_power(result, [stats.min_mean_shift_detectable_by_z_test(N, var, result.alpha)], "accepted")
+    result.message = (f"mean accepted {observed:.4f} vs exact {mean:.4f} (standard rule {standard_mean:.4f})")
+    if mean < standard_mean - 1e-12:
+        result.fail("the block law accepts less than the standard rule: " + result.message)
+    elif result.p_value < result.alpha:
+        result.fail("mean accepted length differs from the block law: " + result.message)
+
+
 def _state_power(result, detectable: list[float], measure: str) -> None:
     """Power at every position tested; the report shows the worst (largest) detectable deviation."""
     result.detectable_by_position = detectable
@@ -179,7 +200,7 @@ def _state_power(result, detectable: list[float], measure: str) -> None:
 # The statistics of each check, given a case and an output of replicated requests: the checks above and
 # ci/null_calibration.py (outputs drawn from the exact joint) share them.
 EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acceptance_rate,
-              "synthetic_rate": _synthetic_rate}
+              "synthetic_rate": _synthetic_rate, "accepted_length": _accepted_length}
 
 
 def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
@@ -192,10 +213,15 @@ def check_acceptance_rate(ctx: Context, case_name: str, run_seed: int = 0) -> No
     _acceptance_rate(ctx.result, *_sampled(ctx, case_name, "acceptance_rate", run_seed))
 
 
+def check_accepted_length(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+    """Mean accepted length equals the block law's, which is at least the standard rule's."""
+    _accepted_length(ctx.result, *_sampled(ctx, case_name, "accepted_length", run_seed))
+
+
 def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
     """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
     _synthetic_rate(ctx.result, *_sampled(ctx, case_name, "synthetic_rate", run_seed))
 
 
-__all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
+__all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_accepted_length", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
            "check_token_distribution", "sample_case", "stat_copies", "statistical_needs", "statistical_test_count"]

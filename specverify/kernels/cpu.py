@@ -42,6 +42,7 @@ from reference import filters
 from reference.batch import PLACEHOLDER
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
+from specverify.kernels.cpu_block import BlockSteps
 
 # Elements per row tile: rows are processed in tiles of 4 MiB of float32, so that a tile's temporaries
 # stay in the last-level cache between the passes over it while each pass stays long enough to amortise
@@ -95,11 +96,12 @@ class Layout:
     valid: torch.Tensor
 
 
-class CpuBackend(Backend):
+class CpuBackend(BlockSteps, Backend):
     """Vectorized PyTorch backend: same call and same results as ``reference.sample`` (float32 math)."""
 
     name = "cpu"
     capabilities = Capabilities(
+        methods=frozenset({"standard", "synthetic", "block"}),
         devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, target_filters=True, placeholders=True,
         notes=("pure PyTorch, float32 math; seeded noise is the reference's Philox stream, drawn on the CPU",))
     # Subclass hook. True: a rejected draft's recovered token is drawn while deciding it, from the weights of
@@ -114,6 +116,10 @@ class CpuBackend(Backend):
         device = batch.device
         if noise is None:  # seeded path: the reference's own Philox stream (injected noise is validated already)
             noise = resolve_noise(batch, None, seed)
+        if method == "block":   # SPEC 3.7, in cpu_block; greedy and zero-draft requests take the standard rule
+            return self._block_sample(batch, noise, lambda sub, sub_noise: self._sample(
+                sub, method="standard", noise=sub_noise, seed=None, synthetic_acceptance_rate=None,
+                num_speculative_steps=None))
         uniform = noise.uniform.to(device=device, dtype=torch.float32)
         exponential = self.exponential_for(noise).to(device=device, dtype=torch.float32)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specverify.checks import CHECKS
-from specverify.mutants import filters, nonfinite, samplers
+from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream
 
@@ -143,6 +143,13 @@ _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
 _ALL += [Mutant(cls.name, cls, bug, "public", ("nonfinite_rows",)) for cls, bug in (
     (nonfinite.NanRowEmitsIdPastV, "a request with a NaN row emits id V"),
     (nonfinite.NanLeaksAcrossRequests, "NaN in one request's logits changes other requests' tokens"))]
+
+_ALL += [Mutant(cls.name, cls, bug, "public", DIFF + ("token_distribution", "acceptance_rate", "accepted_length"),
+                cases=("block",)) for cls, bug in (
+    (block.TokenwiseAsBlock, "token-wise acceptance labelled as block verification"),
+    (block.BlockRatioUnclamped, "block verification's running ratio not clamped at 1"),
+    (block.BlockStopFromStart, "block acceptance point searched from the start of the block, not the end"),
+    (block.BlockResidualWrongPosition, "block residual taken at the position after the stop"))]
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
