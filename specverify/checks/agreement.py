@@ -117,8 +117,11 @@ def _replicated_examples(profile: Profile, backend):
     """Every statistical case replicated into one batch: thousands of decisions on inputs built to be
     sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
     for case in STAT_CASES:
-        if case.embed or not_applicable_because(statistical_needs(case.name), backend.capabilities, profile):
-            continue      # the large-vocabulary cases: their statistics and large_vocab_structure cover them
+        if case.embed or case.method == "block" or not_applicable_because(statistical_needs(case.name),
+                                                                          backend.capabilities, profile):
+            # the large-vocabulary cases (their statistics and large_vocab_structure cover them) and the
+            # block case (the reference decides blocks request by request: its differential case covers it)
+            continue
         copies = max(1, profile.replicated_copies)
         g = torch.Generator().manual_seed(len(case.name) * 7919 + copies)
         batch = case.batch(copies, g)
