@@ -12,3 +12,13 @@ if not torch.cuda.is_available():
 # small tensor ops slow down by orders of magnitude when several processes' thread pools contend.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+# The longest tests (25-30 s each on 2 cores) start first: under --dist worksteal the other worker
+# takes the short ones, and no long test is left to run alone at the end of the session.
+LONGEST_FIRST = ("draft_probs_bf16_own_stream]", "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",
+                 "test_interrupted_run_writes", "triton-batch_invariance", "test_failure_no_single_call_shows",
+                 "triton-differential_seeded[bulk]", "triton-differential_seeded[replicated]")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not any(name in item.nodeid for name in LONGEST_FIRST))

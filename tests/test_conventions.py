@@ -168,7 +168,7 @@ class CpuChain(FlashInferChain):
         super().__init__(kernel=lambda *a, **kw: fake_chain(*a, **kw, **kwargs))
 
 
-PROFILE = replace(get_profile("ci"), examples=8)
+PROFILE = replace(get_profile("ci"), examples=8, stat_copies=2_000)   # plumbing, not power
 
 
 @pytest.mark.parametrize("check,case", [("token_distribution", "dense_q"), ("acceptance_rate", "mixed_greedy"),

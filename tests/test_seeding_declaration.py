@@ -13,7 +13,7 @@ from specverify.kernels.cpu import CpuBackend
 from specverify.strategies import get_profile
 from specverify.verdict import describe
 
-PROFILE = replace(get_profile("ci"), examples=10)
+PROFILE = replace(get_profile("ci"), examples=6)
 
 
 def _slot_keyed_noise(batch: SpecBatch, seed) -> Noise:

@@ -150,7 +150,7 @@ def test_statistical_check_rejects_exact_null_outputs_at_its_nominal_rate(case_c
     """Each check's evaluation, fed outputs drawn from the case's exact joint (a perfect sampler), must
     reject at level 0.05 about 5% of the time. A liberal test (a wrong degrees-of-freedom count, bins
     not merged, a one-sided binomial) would raise the suite's false alarms above its stated budget.
-    300 null outputs (ci profile size) per case, fixed generator: the bound of 30 (10%) is 4.1 standard
+    300 null outputs (ci profile size, or the case's own cap) per case, fixed generator: the bound of 30 (10%) is 4.1 standard
     deviations above 15, so a calibrated check exceeds it with probability ~3e-5; a check rejecting
     12% of the time is caught with probability ~0.8."""
     name, check = case_check.split(":")
@@ -159,7 +159,7 @@ def test_statistical_check_rejects_exact_null_outputs_at_its_nominal_rate(case_c
     rejected = 0
     for _ in range(NULL_OUTPUTS):
         result = CheckResult(check, name, "exact-null", "statistical", "pass", alpha=1e-4)
-        EVALUATORS[check](result, case, case.draw_exact(CI_COPIES, g))
+        EVALUATORS[check](result, case, case.draw_exact(min(CI_COPIES, case.max_copies or CI_COPIES), g))
         rejected += result.p_value < 0.05
     assert rejected <= 30, f"{rejected}/{NULL_OUTPUTS} exact-null outputs rejected at 0.05"
 
