@@ -385,14 +385,7 @@ def main() -> None:
         return
     if args.filters:
         result["filters"] = filter_cost(l2)
-        table = filter_markdown(result["filters"], meta)
-        print(table)
-        if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(table)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
+        _write(args, result, filter_markdown(result["filters"], meta))
         return
     if args.sweep:
         result["sweep"] = sweep(bw, l2)
@@ -401,7 +394,11 @@ def main() -> None:
     else:
         Bs, Vs, dtypes = (1, 32, 128, 256), (32_000, 151_936, 262_144), (torch.float32, torch.bfloat16)
     result["rows"] = bench(Bs, Vs, dtypes, bw, l2, graphs=not args.no_graph)
-    table = markdown(result["rows"], bw, meta)
+    _write(args, result, markdown(result["rows"], bw, meta))
+
+
+def _write(args, result: dict, table: str) -> None:
+    """Print the table; write it to --markdown and every number to --json when asked."""
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
