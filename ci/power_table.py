@@ -46,7 +46,7 @@ def _row(name: str) -> tuple[str, bool]:
         backend = mutant.build()
         for check in mutant.expected_checks:
             for case in CHECKS[check].cases:
-                if case == "large_vocab" or (mutant.cases and case not in mutant.cases):
+                if case.startswith("large_vocab") or (mutant.cases and case not in mutant.cases):
                     continue
                 r = run_check(backend, check, case, profile)
                 if r.status == FAIL:

@@ -56,7 +56,7 @@ def first_catch(mutant):
     backend = mutant.build()
     for check in mutant.expected_checks:
         for case in CHECKS[check].cases:
-            if case == "large_vocab" or (mutant.cases and case not in mutant.cases):
+            if case.startswith("large_vocab") or (mutant.cases and case not in mutant.cases):
                 continue
             result = run_check(backend, check, case, profile_for(mutant))
             if result.status == FAIL:
