@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from reference import Noise, SpecBatch, SpecOutput, leviathan
+from reference import Noise, SpecBatch, SpecOutput, block, leviathan
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 
@@ -82,9 +82,8 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     if not got or len(got) > k + 1:
         return Divergence(b, len(got), expected, got, "structure", 0.0, False)
     j = min(len(expected), len(got)) - 1
-    if method == "block" and temperature > 0:
-        # no float32 ambiguity bound is defined for the block rule (SPEC 3.7): every divergence is real
-        return Divergence(b, j, expected, got, "block decision", math.inf, False)
+    if method == "block" and temperature > 0 and _block_length(cpu, d0, k) > 0:
+        return _classify_block(cpu, noise, b, expected, got, tol)
     logits = cpu.target_logits[l0 + j].to(torch.float64)
     both_stopped = len(expected) == len(got)
     if not both_stopped:
@@ -120,6 +119,49 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     score = torch.where(w > 0, w / noise.exponential.cpu()[b].double(), torch.zeros_like(w))
     margin = _relative_gap(score)
     return Divergence(b, j, expected, got, "exponential race", margin, margin < tol)
+
+
+def _block_length(cpu: SpecBatch, d0: int, k: int) -> int:
+    """Drafts before the request's first placeholder (SPEC 3.5, 3.7)."""
+    holes = torch.nonzero(cpu.draft_token_ids[d0: d0 + k] == PLACEHOLDER).flatten()
+    return int(holes[0]) if holes.numel() else k
+
+
+def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float) -> Divergence:
+    """A block request's divergence against SPEC 3.7's ambiguity rule: the flipped stop test
+    eta_i <= h_i within tol * e_i (h_i's first-order float32 error), or an ambiguous residual race."""
+    d0, l0 = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b])
+    k = _block_length(cpu, d0, int(cpu.num_draft_tokens[b]))
+    tau_ref, tau_got = len(expected) - 1, len(got) - 1
+    if tau_got > k or got[:tau_got] != cpu.draft_token_ids[d0: d0 + tau_got].tolist():
+        return Divergence(b, tau_got, expected, got, "block structure", math.inf, False)
+    x = cpu.draft_token_ids[d0: d0 + k]
+    p = filtered_target(cpu, torch.tensor([b]).repeat(k + 1), cpu.target_logits[l0: l0 + k + 1].double(),
+                        float(cpu.temperature[b]))
+    q = torch.stack([draft_row(cpu, d0 + i, int(x[i])) for i in range(k)])
+    steps = torch.arange(k)
+    w = block.weights(p[steps, x], q[steps, x])
+    if tau_ref != tau_got:
+        i = max(tau_ref, tau_got)
+        eta, h = float(noise.uniform.cpu()[d0 + i - 1]), float(block.stop_probabilities(w, p, q)[i - 1])
+        if i == k:
+            error = float(w[k])
+        else:
+            s, m = block.residual_mass(w[i], p[i], q[i]), torch.maximum(w[i] * p[i], q[i]).sum()
+            error = float(((1 - w[i]) * m + s) / (s + 1 - w[i]) ** 2)
+        margin = abs(eta - h) / error if error > 0 else math.inf
+        return Divergence(b, i, expected, got, "block stop eta_i <= h_i", margin, margin < tol)
+    tau = tau_ref
+    weights = block.extra_weights(tau, w, p, q)
+    if tau < k:
+        wp = w[tau] * p[tau]
+        for v in {int(expected[tau]), int(got[tau])}:
+            if 0 <= v < cpu.vocab_size and wp[v] > 0 and abs(float(wp[v] - q[tau, v])) <= tol * float(wp[v]):
+                margin = abs(float(wp[v] - q[tau, v])) / float(wp[v])
+                return Divergence(b, tau, expected, got, "residual cancellation w p(v) - q(v)", margin, True)
+    score = torch.where(weights > 0, weights / noise.exponential.cpu()[b].double(), torch.zeros_like(weights))
+    margin = _relative_gap(score)
+    return Divergence(b, tau, expected, got, "exponential race (block)", margin, margin < tol)
 
 
 @dataclass

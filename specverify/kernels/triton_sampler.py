@@ -63,7 +63,7 @@ class TritonBackend(Backend):
 
     name = "triton"
     capabilities = Capabilities(
-        methods=frozenset({"standard", "synthetic"}),
+        methods=frozenset({"standard", "synthetic", "block"}),
         noise=frozenset({"injected", "seeded"}),
         devices=frozenset({"cuda", "cpu"} if _interpreted() else {"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES,
@@ -98,7 +98,7 @@ class TritonBackend(Backend):
             kwargs.update(seeds=ref_philox.request_seeds(seed, B).to(dev))
         logits = filtered_logits(batch) if batch.has_filters else batch.target_logits
         triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
-                           logits, batch.draft_probs, batch.temperature, rates=rates,
+                           logits, batch.draft_probs, batch.temperature, rates=rates, block=method == "block",
                            block_v=self.block_v, splits=self.splits, **kwargs)
         return SpecOutput(token_ids, num_accepted)
 
@@ -114,4 +114,4 @@ class TritonBackend(Backend):
                     else dict(seeds=seed_tensor))
         triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                            batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
-                           block_v=self.block_v, splits=self.splits, **noise_kw)
+                           block=method == "block", block_v=self.block_v, splits=self.splits, **noise_kw)
