@@ -1,6 +1,6 @@
 """GPU benchmark: the fused Triton sampler vs a multi-pass PyTorch baseline vs the memory floor.
 
-    python ci/bench_gpu.py [--quick] [--sweep] [--filters] [--markdown PATH] [--json PATH]
+    python ci/bench_gpu.py [--quick] [--sweep] [--filters] [--block] [--markdown PATH] [--json PATH]
 
 Per (B, V, logit dtype), k = 4 drafts for every request, temperature 1, dense float32 draft probs near
 p (acceptance ~ 0.6 per position), drafts drawn from q:
@@ -18,6 +18,11 @@ p (acceptance ~ 0.6 per position), drafts drawn from q:
 --filters times the target filters of SPEC 3.4 at B = 128, V = 151,936 instead: the Triton backend's
 filtered path (a float64 kept set, then the kernels on -inf-masked logits) against the same call with
 no filter, per setting, all requests filtered.
+
+--block times the block rule (SPEC 3.7) against the standard rule at B = 128, k = 4, V = 151,936 on the
+same inputs, and measures each rule's mean accepted length over many seeded calls with the same seeds
+(paired: the block rule's gain, with its standard error), after checking the block rule against the
+reference under injected noise on the first input set.
 
 Timing: CUDA events around each call (the host launch time included: that is what a call costs when
 the GPU waits for it), median over many calls, rotating over enough input sets that together they
@@ -267,6 +272,72 @@ def filter_cost(l2_bytes, B: int = 128, V: int = 151_936) -> list[dict]:
     return rows
 
 
+def block_cost(l2_bytes, bw, B: int = 128, V: int = 151_936, draws: int = 16) -> list[dict]:
+    """Per logit dtype and rule: median microseconds (injected, seeded), fraction of the memory floor, and
+    the mean of num_accepted over ``draws`` seeded calls on every input set (the same seeds for both rules),
+    with the block rule's paired gain over the standard rule and its standard error."""
+    import reference
+    from specverify.checks.differential import compare_to_reference
+
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        sets = make_sets(B, V, dtype, l2_bytes)
+        s0 = sets[0]
+        batch = SpecBatch(s0.num_draft, s0.drafts, s0.logits, s0.q, s0.temperature)
+        noise = reference.Noise(s0.uniform, s0.exponential)
+        s0.fused(block=True)
+        got = reference.SpecOutput(s0.token_ids.clone(), s0.num_accepted.clone())
+        comparison = compare_to_reference(batch, got, noise, method="block")
+        accepted = {}
+        for method in ("standard", "block"):
+            blk = method == "block"
+            t_inj = time_calls(lambda s: s.fused(block=blk), sets)
+            t_seed = time_calls(lambda s: s.fused(seeded=True, block=blk), sets)
+            counts = []
+            for d in range(draws):
+                for i, s in enumerate(sets):
+                    s.seeds = philox.request_seeds(100_000 * d + i, B).to(DEVICE)
+                    s.fused(seeded=True, block=blk)
+                    counts.append(s.num_accepted.clone())
+            accepted[method] = torch.cat(counts).double()
+            fb_inj, fb_seed = s0.floor_bytes(True), s0.floor_bytes(False)
+            row = dict(B=B, V=V, K=K, dtype=str(dtype).replace("torch.", ""), method=method, inj_us=t_inj * 1e6,
+                       seed_us=t_seed * 1e6, frac_floor_inj=fb_inj / bw / t_inj, frac_floor_seed=fb_seed / bw / t_seed,
+                       mean_accepted=float(accepted[method].mean()), calls=draws * len(sets),
+                       requests=int(accepted[method].numel()))
+            if blk:
+                gain = accepted["block"] - accepted["standard"]
+                row.update(gain=float(gain.mean()), gain_se=float(gain.std() / math.sqrt(gain.numel())),
+                           real_divergences=len(comparison.real), ambiguous_divergences=len(comparison.ambiguous),
+                           decisions=comparison.decisions)
+            rows.append(row)
+            print(f"block-vs-standard {row['dtype']:8s} {method:8s} inj {row['inj_us']:8.1f} us "
+                  f"({row['frac_floor_inj']:.2f} floor)  seed {row['seed_us']:8.1f} us  mean accepted "
+                  f"{row['mean_accepted']:.4f}" + (f"  gain {row['gain']:+.4f} +- {row['gain_se']:.4f}  vs reference: "
+                                                    f"{row['real_divergences']} real, {row['ambiguous_divergences']} "
+                                                    f"ambiguous of {row['decisions']}" if blk else ""), flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
+def block_markdown(rows, bw, meta) -> str:
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}; "
+             f"`{meta['command']}`. Copy bandwidth (read + write) {bw / 1e12:.2f} TB/s.", "",
+             "| logits | rule | injected (us) | of floor | seeded (us) | of floor | mean accepted | block gain (± s.e.) "
+             "| vs reference |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        gain = f"{r['gain']:+.4f} ± {r['gain_se']:.4f}" if "gain" in r else ""
+        ref = (f"{r['real_divergences']} real, {r['ambiguous_divergences']} ambiguous of {r['decisions']} decisions"
+               if "gain" in r else "")
+        lines.append(f"| {r['dtype']} | {r['method']} | {r['inj_us']:.1f} | {r['frac_floor_inj']:.2f} | "
+                     f"{r['seed_us']:.1f} | {r['frac_floor_seed']:.2f} | {r['mean_accepted']:.4f} | {gain} | {ref} |")
+    r = rows[0]
+    lines += ["", f"B = {r['B']}, k = {r['K']}, V = {r['V']}; mean accepted over {r['calls']} seeded calls "
+              f"({r['requests']} requests) per rule, the same seeds for both rules."]
+    return "\n".join(lines) + "\n"
+
+
 def filter_markdown(rows, meta) -> str:
     lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}; "
              f"`{meta['command']}`.", "",
@@ -361,6 +432,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="B in {1, 128}, V = 151936, fp32 only")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch-plan variants")
     ap.add_argument("--filters", action="store_true", help="the cost of target filters at B = 128, V = 151936")
+    ap.add_argument("--block", action="store_true",
+                    help="the block rule against the standard rule at B = 128, k = 4, V = 151936")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--host-profile", action="store_true", help="host cost of each step of a call, then stop")
     ap.add_argument("--markdown", help="write the table here")
@@ -386,6 +459,10 @@ def main() -> None:
     if args.filters:
         result["filters"] = filter_cost(l2)
         _write(args, result, filter_markdown(result["filters"], meta))
+        return
+    if args.block:
+        result["block"] = block_cost(l2, bw)
+        _write(args, result, block_markdown(result["block"], bw, meta))
         return
     if args.sweep:
         result["sweep"] = sweep(bw, l2)

@@ -3,7 +3,7 @@
     python ci/sanitizer_driver.py                      # once without the sanitizer: warms Triton's cache
     compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitizer_driver.py
 
-Paths: standard / greedy / mixed / synthetic rules, injected and seeded noise, float32 / bfloat16 /
+Paths: standard / greedy / mixed / synthetic / block rules (the block rule's residual-mass launch), injected and seeded noise, float32 / bfloat16 /
 float16 logits, dense and one-hot (None) drafters, V not a multiple of the block, zero-draft requests
 (first, middle, last, all), B = 0 and B = 1, forced split-V launch plans (several splits per row, so the
 partial merge and the atomic rendezvous run), and the two probe kernels of tests/triton_probes.py
@@ -68,6 +68,9 @@ CASES = [
     ([], 64, torch.float32, "dense", "none", "standard", None),             # B = 0
     ([1, 3, 0, 2], 901, torch.float32, "dense", "mixed", "synthetic", (64, (2, 3))),
     ([2, 0, 1], 2_049, torch.bfloat16, "none", "none", "synthetic", None),
+    ([4, 0, 1, 3, 2], 1_003, torch.float32, "dense", "mixed", "block", (64, (3, 4))),
+    ([3, 2], 4_099, torch.bfloat16, "none", "none", "block", None),
+    ([1, 1, 0], 257, torch.float16, "dense", "none", "block", None),        # blocks of one: no mass launch
 ]
 
 
@@ -81,7 +84,7 @@ def run(device: str) -> int:
         steps = max(K, 1)
         rates = synthetic_rates_f32(0.6, steps) if method == "synthetic" else None
         kwargs = dict(method="synthetic", synthetic_acceptance_rate=0.6, num_speculative_steps=steps) \
-            if method == "synthetic" else dict(method="standard")
+            if method == "synthetic" else dict(method=method)
         block_v, splits = launch if launch else (None, None)
         for path in ("injected", "seeded"):
             seeds = request_seeds(1234 + len(counts), B)
@@ -92,7 +95,7 @@ def run(device: str) -> int:
             num_accepted = torch.empty(B, dtype=torch.int64, device=device)
             triton_sample_into(token_ids, num_accepted, dev.num_draft_tokens, dev.draft_token_ids, dev.target_logits,
                                dev.draft_probs, dev.temperature, rates=None if rates is None else rates.to(device),
-                               block_v=block_v, splits=splits, **noise_kw)
+                               block=method == "block", block_v=block_v, splits=splits, **noise_kw)
             out = SpecOutput(token_ids.cpu(), num_accepted.cpu())
             cmp = compare_to_reference(batch, out, noise, **kwargs)
             what = f"B={B} V={V} {str(dtype)[6:]} {drafter} greedy={greedy} {method} {path} launch={launch}"

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
                        help="a check running longer fails and its worker is killed (default: the profile's, "
                             "600 s for ci)")
     check.add_argument("--require", default=None, metavar="LIST",
-                       help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
+                       help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
                             "declare and the run must check; the run fails otherwise")
     check.add_argument("--failures-dir", default="specverify-failures", metavar="DIR",
                        help="where each failed check writes its reproducer (default: specverify-failures)")

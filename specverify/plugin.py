@@ -57,7 +57,7 @@ def pytest_addoption(parser):
     group.addoption("--specverify-deviations", default=None, metavar="FILE",
                     help="TOML file of known deviations: a failure matching one is an xfail, not a failure")
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
-                    help="comma-separated subset of standard,greedy,synthetic,injected,seeded the backend must "
+                    help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
 
 

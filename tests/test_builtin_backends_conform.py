@@ -55,7 +55,6 @@ def test_builtin_backend_passes_check(name, check, case):
     print(result.line())
     assert result.status in (PASS, NOT_APPLICABLE), result.line()
     if result.status == NOT_APPLICABLE:
-        # built-ins declare every noise path, filter and placeholder: n/a may only come from the device, or
-        # for the Triton kernel, which does not implement block verification (SPEC 3.7) and declares so
-        assert "does not run on" in result.message or result.message.startswith("profile device is cpu") \
-            or (name == "triton" and "method 'block'" in result.message), result.line()
+        # built-ins declare every method, noise path, filter and placeholder: n/a may only come from the device
+        assert "does not run on" in result.message or result.message.startswith("profile device is cpu"), \
+            result.line()

@@ -115,6 +115,23 @@ def test_triton_synthetic_matches_reference(device, noise_path):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("vocab,drafter,max_draft", [(33, "dense", 5), (130, "none", 4), (45, "disjoint", 3),
+                                                     (40, "dense", 1)])
+def test_triton_block_rule_matches_reference(device, vocab, drafter, max_draft):
+    """The block rule (SPEC 3.7) under the tiled plan: the residual-mass launch sums S_i over three
+    splits of 16-wide tiles, pass 2 merges them, finds tau from the end and races over w_tau p - q.
+    Dense, one-hot and disjoint q (w drops to 0 at the first draft); blocks of one draft (no mass
+    launch: h_1 = w_1); injected noise, then the seeded stream, token for token."""
+    backend = TritonBackend(**TILED)
+    for seed, path in enumerate(("injected", "seeded")):
+        batch = _batch(11 * vocab + seed, device, num_requests=7, vocab_size=vocab, max_draft=max_draft,
+                       drafter=drafter, greedy_fraction=0.15, zero_draft_fraction=0.15, logit_scale=1.0)
+        kwargs = dict(noise=Noise.draw(batch, torch.Generator().manual_seed(seed))) if path == "injected" else \
+            dict(seed=99 + seed)
+        _same(reference.sample(batch, method="block", **kwargs), backend(batch, method="block", **kwargs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_zero_draft_requests_first_middle_last(device):
     """k = [0, 3, 0, 1, 0]: a zero-draft request emits only its bonus token, wherever it sits; the
     row offsets that pass 1 and pass 2 compute in-kernel must skip over it correctly."""
@@ -288,7 +305,7 @@ def test_fast_launch_key_separates_what_triton_specialises_on():
     changed = [recipe_id(B=2), recipe_id(K1=4), recipe_id(V=1001), recipe_id(block_v=16), recipe_id(splits=(3, 2)),
                recipe_id(num_warps=4), recipe_id(strides=(1024, 1000, 1000)),
                recipe_id(dtypes=(torch.bfloat16,) + (torch.float32,) * 2), recipe_id(has_q=False),
-               recipe_id(seeded=True), recipe_id(synthetic=True)]
+               recipe_id(seeded=True), recipe_id(synthetic=True), recipe_id(block=True)]
     assert same not in changed and len(set(changed)) == len(changed)
 
 

@@ -5,6 +5,7 @@ is numerically ambiguous. For the first point where a request's outputs diverge,
 measures that decision's relative margin in the reference's own numbers:
 
     acceptance (standard)  |u * q(x) - p(x)| / p(x)
+    stop test (block)      |eta_i - h_i| / e_i, e_i the first-order float32 error of h_i (SPEC 3.7)
     greedy argmax          (top1 - top2) / |top1| of the logits (exact ties are defined: lowest index)
     exponential race       (top1 - top2) / top1 of w / E (exact ties are defined: lowest index)
     synthetic acceptance   never ambiguous: u and c_j are the same float32 numbers everywhere
@@ -127,20 +128,29 @@ def _block_length(cpu: SpecBatch, d0: int, k: int) -> int:
     return int(holes[0]) if holes.numel() else k
 
 
-def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float) -> Divergence:
-    """A block request's divergence against SPEC 3.7's ambiguity rule: the flipped stop test
-    eta_i <= h_i within tol * e_i (h_i's first-order float32 error), or an ambiguous residual race."""
+def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k, x [k], p [k + 1, V], q [k, V], w [k + 1]) of random request b under the block rule (SPEC 3.7),
+    in float64: its block (the drafts before the first placeholder), targets p', drafter rows, running
+    ratios."""
     d0, l0 = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b])
     k = _block_length(cpu, d0, int(cpu.num_draft_tokens[b]))
-    tau_ref, tau_got = len(expected) - 1, len(got) - 1
-    if tau_got > k or got[:tau_got] != cpu.draft_token_ids[d0: d0 + tau_got].tolist():
-        return Divergence(b, tau_got, expected, got, "block structure", math.inf, False)
     x = cpu.draft_token_ids[d0: d0 + k]
     p = filtered_target(cpu, torch.tensor([b]).repeat(k + 1), cpu.target_logits[l0: l0 + k + 1].double(),
                         float(cpu.temperature[b]))
-    q = torch.stack([draft_row(cpu, d0 + i, int(x[i])) for i in range(k)])
+    q = torch.stack([draft_row(cpu, d0 + i, int(x[i])) for i in range(k)]) if k else \
+        torch.zeros(0, cpu.vocab_size, dtype=torch.float64)
     steps = torch.arange(k)
-    w = block.weights(p[steps, x], q[steps, x])
+    return k, x, p, q, block.weights(p[steps, x], q[steps, x])
+
+
+def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float) -> Divergence:
+    """A block request's divergence against SPEC 3.7's ambiguity rule: the flipped stop test
+    eta_i <= h_i within tol * e_i (h_i's first-order float32 error), or an ambiguous residual race."""
+    d0 = int(cpu.draft_offsets()[b])
+    k, x, p, q, w = block_law(cpu, b)
+    tau_ref, tau_got = len(expected) - 1, len(got) - 1
+    if tau_got > k or got[:tau_got] != x[:tau_got].tolist():
+        return Divergence(b, tau_got, expected, got, "block structure", math.inf, False)
     if tau_ref != tau_got:
         i = max(tau_ref, tau_got)
         eta, h = float(noise.uniform.cpu()[d0 + i - 1]), float(block.stop_probabilities(w, p, q)[i - 1])

@@ -36,13 +36,14 @@ POISON = -7            # written into the static outputs before each replay
 
 # (draft counts, V, logit dtype, drafter, method): V not a multiple of any block, zero-draft requests
 # first / middle / last, a batch of one zero-draft request, bf16 and fp16 logits, a large vocabulary
-# (split-V launch plan), the one-hot drafter and the synthetic rule.
+# (split-V launch plan), the one-hot drafter, the synthetic rule and the block rule (its third launch).
 SHAPES = (
     ((3, 0, 2, 1), 1_000, torch.float32, "dense", "standard"),
     ((0,), 257, torch.bfloat16, "dense", "standard"),
     ((0, 4, 4, 1, 0, 2, 3, 0), 4_099, torch.float16, "none", "standard"),
     ((2, 0, 5, 1), 151_936, torch.bfloat16, "dense", "standard"),
     ((1, 3, 0, 2, 2), 3_001, torch.float32, "dense", "synthetic"),
+    ((4, 0, 1, 3, 2), 2_053, torch.float32, "dense", "block"),
 )
 SYNTHETIC_RATES = (0.8, 0.3, 0.55, 1.0, 0.05)
 
@@ -94,7 +95,7 @@ def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict)
     def call_kwargs(rate):
         if method == "synthetic":
             return dict(method="synthetic", synthetic_acceptance_rate=rate, num_speculative_steps=steps)
-        return dict(method="standard")
+        return dict(method=method)
 
     def noise_for(batch, seeds):
         return Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)

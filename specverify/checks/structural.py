@@ -25,7 +25,7 @@ import reference
 from reference import Noise, SpecBatch, leviathan, select_requests
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target
-from specverify.checks.differential import draft_row
+from specverify.checks.differential import block_law, draft_row
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
@@ -43,6 +43,12 @@ def _share_of_examples(profile, share: int) -> int:
     """Examples for a check whose every example makes several calls: 1/share of the profile's, at
     least 5, or half of them for a profile of fewer than 10 (a test profile of the Triton interpreter)."""
     return max(min(5, profile.examples // 2), profile.examples // share)
+
+
+def _method_for(example: Example, methods: list[dict]) -> dict:
+    """One of the declared rules' call keywords, a function of the example: the rules take turns over the
+    examples at the cost of one, and a shrinking Hypothesis replays an example with its own rule."""
+    return methods[(example.batch.num_requests + example.batch.num_drafts) % len(methods)]
 
 
 def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[str]:
@@ -70,6 +76,14 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
                 if x == PLACEHOLDER or filtered_target(cpu, request, row[None], t)[0, x] <= 0:
                     problems.append(f"request {b}: accepted draft {x} at position {j} is outside the target's support")
         w = filtered_target(cpu, request, logits[None], t)[0]
+        if method == "block":
+            k_block, x, p, q, weights = block_law(cpu, b)
+            if m > k_block or ids[b, :m].tolist() != x[:m].tolist():
+                problems.append(f"request {b}: block rule accepted {m} tokens {ids[b, :m].tolist()}, "
+                                f"not a prefix of its block {x.tolist()}")
+                continue
+            if m < k_block:
+                w = leviathan.residual(weights[m] * p[m], q[m])
         if method == "standard" and m < k:
             x = int(cpu.draft_token_ids[d_off[b] + m])
             q = draft_row(cpu, d_off[b] + m, x)
@@ -82,9 +96,12 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
 
 # ---- output structure ---------------------------------------------------------------------------
 def check_output_structure(ctx: Context, case: str) -> None:
+    methods = _declared_methods(ctx)
+
     def body(example):
-        out, _ = call_example(ctx, example, seeded=paths(ctx)[0] == "seeded")
-        problems = support_problems(example.batch, out)
+        kwargs = _method_for(example, methods)
+        out, _ = call_example(ctx, example, seeded=paths(ctx)[0] == "seeded", **kwargs)
+        problems = support_problems(example.batch, out, kwargs["method"])
         if problems:
             raise CheckFailure("; ".join(problems[:3]))
         ctx.result.samples += example.batch.num_requests
@@ -129,16 +146,19 @@ def plausible_poison(value: int = 3):
 
 
 def check_uninitialized_memory(ctx: Context, case: str) -> None:
-    def run(label, fill, example):
+    methods = _declared_methods(ctx)
+
+    def run(label, fill, example, kwargs):
         try:
             with fill():
-                return call_example(ctx, example, seeded=paths(ctx)[0] == "seeded")[0]
+                return call_example(ctx, example, seeded=paths(ctx)[0] == "seeded", **kwargs)[0]
         except CheckFailure as exc:
             raise CheckFailure(f"{label}: {exc}") from None
 
     def body(example):
-        first = run("deterministic-fill run", deterministic_fill, example)
-        second = run("plausible-poison run", plausible_poison, example)
+        kwargs = _method_for(example, methods)
+        first = run("deterministic-fill run", deterministic_fill, example, kwargs)
+        second = run("plausible-poison run", plausible_poison, example, kwargs)
         if not outputs_equal(first, second):
             raise CheckFailure(f"outputs depend on uninitialised memory: {first.emitted()} vs {second.emitted()}")
 
@@ -243,11 +263,13 @@ def check_empty_batch(ctx: Context, case: str) -> None:
 
 
 def _declared_methods(ctx: Context) -> list[dict]:
-    """Call keywords of the standard rule and, when declared, the synthetic rule."""
+    """Call keywords of the standard rule and, when declared, the synthetic and block rules."""
     methods = [dict(method="standard")]
     if "synthetic" in ctx.backend.capabilities.methods:
         methods.append(dict(method="synthetic", synthetic_acceptance_rate=0.5,
                             num_speculative_steps=ctx.profile.max_draft))
+    if "block" in ctx.backend.capabilities.methods:
+        methods.append(dict(method="block"))
     return methods
 
 

@@ -304,7 +304,7 @@ def _decide_race_kernel(
         mmask = (jj + 1 < k_blk)[:, None] & (ss < S1)[None, :]
         s_next = tl.sum(tl.load(part_mass_ptr + (b * K1 + jj + 1)[:, None] * S1 + ss[None, :], mask=mmask,
                                 other=0.0), axis=1)
-        h = tl.where(s_next > 0.0, s_next / (s_next + (1.0 - w_next)), 0.0)
+        h = tl.where(s_next > 0.0, s_next / tl.where(s_next > 0.0, s_next + (1.0 - w_next), 1.0), 0.0)
         h = tl.where(jj + 1 == k_blk, w_next, h)
         # h > 0: a float64 uniform below float32's range loads as 0, and must not stop where h_i = 0
         tau = tl.max(tl.where((jj < k_blk) & (h > 0.0) & (u <= h), jj + 1, 0), axis=0)
