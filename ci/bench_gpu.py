@@ -272,7 +272,7 @@ def filter_cost(l2_bytes, B: int = 128, V: int = 151_936) -> list[dict]:
     return rows
 
 
-def block_cost(l2_bytes, bw, B: int = 128, V: int = 151_936, draws: int = 16) -> list[dict]:
+def block_cost(l2_bytes, bw, B: int = 128, V: int = 151_936, draws: int = 128) -> list[dict]:
     """Per logit dtype and rule: median microseconds (injected, seeded), fraction of the memory floor, and
     the mean of num_accepted over ``draws`` seeded calls on every input set (the same seeds for both rules),
     with the block rule's paired gain over the standard rule and its standard error."""

@@ -209,8 +209,9 @@ def _residual_mass_kernel(
 ):
     """Block rule only, between pass 1 and pass 2: program (b, i - 1, split) sums
     max(w_i p_i(v) - q_i(v), 0) over its split of row i, for 1 <= i < k (SPEC 3.7's S_i)."""
-    _, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, _, part_mass_ptr = _scratch_views(
-        scratch_ptr, n_part, ints_at, stats_at)
+    # (compiled Triton refuses a name rebound to another type inside an if: no "_" placeholders here)
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
+        _scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
     i = tl.program_id(1) + 1
     split = tl.program_id(2)
@@ -220,7 +221,7 @@ def _residual_mass_kernel(
         inv_t = 1.0 / temperature
         d_off = request_offset(num_draft_ptr, b, BLOCK_B)
         row0 = d_off + b
-        row_max, row_sum, _ = _row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
+        row_max, row_sum, row_amax = _row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
                                          b, k_b, K1, S1, BLOCK_K, BLOCK_S)
         x, hole, p_x, q_x = _at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, row0,
                                        k_b, inv_t, row_max, row_sum, HAS_Q, BLOCK_K)
