@@ -19,8 +19,9 @@ from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_
     check_synthetic_validation
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
-from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha, check_synthetic_rate,
-                                           check_token_distribution, statistical_needs, statistical_test_count)
+from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha,
+                                           check_sequence_distribution, check_synthetic_rate, check_token_distribution,
+                                           statistical_needs, statistical_test_count)
 from specverify.checks.structural import (EMPTY_BATCH, SHARED_NOISE, check_batch_invariance, check_determinism,
                                           check_empty_batch,
                                           check_input_integrity, check_output_structure, check_repeated_calls,
@@ -48,6 +49,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("accepted_length", "statistical", check_accepted_length, _stat_cases("accepted_length"),
           "mean accepted length of the block rule equals its exact law's, at least the standard rule's",
           statistical_needs),
+    Check("sequence_distribution", "statistical", check_sequence_distribution, _stat_cases("sequence_distribution"),
+          "the whole emitted sequence follows the exact joint law", statistical_needs),
     Check("synthetic_rate", "statistical", check_synthetic_rate, _stat_cases("synthetic_rate"),
           "mean joint acceptance equals the configured synthetic rate", statistical_needs),
     Check("output_structure", "structural", check_output_structure, ("random",),

@@ -215,7 +215,8 @@ STAT_CASES += (
     StatCase("block", _rows(18, 4, 4, 1.5), _rows(118, 3, 4, 1.5), 1.0,
              "block verification (SPEC 3.7) with drafts from q: each position's token ~ p_j, acceptances and "
              "the mean accepted length by the block law, which exceeds the standard rule's by 0.17 here",
-             method="block", checks=("token_distribution", "acceptance_rate", "accepted_length")),
+             method="block", checks=("token_distribution", "acceptance_rate", "accepted_length",
+                                     "sequence_distribution")),
     _tile_boundary_case("tile_boundary", 2_051, max_copies=1_000),     # two full tiles and a last tile of 3
     # named large_vocab*: planned only on profiles with large vocabularies (the GPU one)
     _tile_boundary_case("large_vocab_tiles", 151_936, max_copies=2_000),

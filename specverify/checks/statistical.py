@@ -7,6 +7,10 @@ acceptance_rate     acceptances at position j against alpha_j = sum min(p_j, q_j
                     c_j): exact binomial tests, Bonferroni over positions
 synthetic_rate      mean joint acceptance (num_accepted / n) against the configured rate r: z-test with
                     the exact variance of num_accepted
+accepted_length     mean num_accepted against the exact (block) law's: z-test; the law's mean must be at
+                    least the standard rule's
+sequence_distribution  whole emitted sequences against the exact joint law: one Pearson chi-square over
+                    every possible sequence, bins under 5 expected merged
 
 Each check runs at alpha = family_alpha / (number of statistical checks in the suite), so a whole
 run's false-alarm probability on a correct backend is at most family_alpha (Bonferroni).
@@ -28,7 +32,8 @@ from specverify.checks.common import on_device
 from specverify.checks.runner import Context, Needs
 from specverify.strategies import Profile
 
-STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate", "accepted_length")
+STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate", "accepted_length",
+                      "sequence_distribution")
 
 
 def statistical_test_count() -> int:
@@ -192,6 +197,25 @@ def _accepted_length(result, case: StatCase, out) -> None:
         result.fail("mean accepted length differs from the block law: " + result.message)
 
 
+def _sequence_distribution(result, case: StatCase, out) -> None:
+    """Emitted sequences (accepted prefix and extra token) against the exact joint law: one chi-square
+    over every possible sequence, small cells merged."""
+    rows = out.emitted()
+    counts: dict = {}
+    for tokens in rows:
+        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    gof = stats.chi_square_gof(case.sequences, counts)
+    result.samples, result.statistic, result.p_value = gof.samples, gof.statistic, gof.p_value
+    if gof.impossible:
+        result.fail(f"sequence(s) of probability 0 emitted (sequence, count): {gof.impossible[:5]}")
+        return
+    _state_power(result, [stats.min_tv_detectable_by_chi2_test(gof.samples, gof.dof, result.alpha)], "tv")
+    result.message = (f"{len(counts)} distinct sequences of {len(case.sequences)} possible; chi2={gof.statistic:.2f} "
+                      f"on {gof.dof} dof")
+    if result.p_value < result.alpha:
+        result.fail("emitted sequences differ from the exact joint law: " + result.message)
+
+
 def _state_power(result, detectable: list[float], measure: str) -> None:
     """Power at every position tested; the report shows the worst (largest) detectable deviation."""
     result.detectable_by_position = detectable
@@ -202,7 +226,8 @@ def _state_power(result, detectable: list[float], measure: str) -> None:
 # The statistics of each check, given a case and an output of replicated requests: the checks above and
 # ci/null_calibration.py (outputs drawn from the exact joint) share them.
 EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acceptance_rate,
-              "synthetic_rate": _synthetic_rate, "accepted_length": _accepted_length}
+              "synthetic_rate": _synthetic_rate, "accepted_length": _accepted_length,
+              "sequence_distribution": _sequence_distribution}
 
 
 def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
@@ -220,10 +245,16 @@ def check_accepted_length(ctx: Context, case_name: str, run_seed: int = 0) -> No
     _accepted_length(ctx.result, *_sampled(ctx, case_name, "accepted_length", run_seed))
 
 
+def check_sequence_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+    """The whole emitted sequence follows the exact joint law (not only each position's marginal)."""
+    _sequence_distribution(ctx.result, *_sampled(ctx, case_name, "sequence_distribution", run_seed))
+
+
 def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
     """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
     _synthetic_rate(ctx.result, *_sampled(ctx, case_name, "synthetic_rate", run_seed))
 
 
-__all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_accepted_length", "check_acceptance_rate", "check_alpha", "check_synthetic_rate",
+__all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_accepted_length", "check_acceptance_rate", "check_alpha",
+           "check_sequence_distribution", "check_synthetic_rate",
            "check_token_distribution", "sample_case", "stat_copies", "statistical_needs", "statistical_test_count"]

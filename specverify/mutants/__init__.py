@@ -144,7 +144,8 @@ _ALL += [Mutant(cls.name, cls, bug, "public", ("nonfinite_rows",)) for cls, bug 
     (nonfinite.NanRowEmitsIdPastV, "a request with a NaN row emits id V"),
     (nonfinite.NanLeaksAcrossRequests, "NaN in one request's logits changes other requests' tokens"))]
 
-_ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distribution", "acceptance_rate") + DIFF,
+_ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distribution", "acceptance_rate",
+                                              "sequence_distribution") + DIFF,
                 cases=("block",)) for cls, bug in (
     (block.TokenwiseAsBlock, "token-wise acceptance labelled as block verification"),
     (block.BlockRatioUnclamped, "block verification's running ratio not clamped at 1"),
