@@ -200,10 +200,11 @@ def _accepted_length(result, case: StatCase, out) -> None:
 def _sequence_distribution(result, case: StatCase, out) -> None:
     """Emitted sequences (accepted prefix and extra token) against the exact joint law: one chi-square
     over every possible sequence, small cells merged."""
-    rows = out.emitted()
-    counts: dict = {}
-    for tokens in rows:
-        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
+    # each row's emitted tokens, -1 after them (whatever the backend left there): one unique per sequence
+    emitted = torch.where(torch.arange(ids.shape[1])[None, :] <= n[:, None], ids, -1)
+    unique, times = torch.unique(emitted, dim=0, return_counts=True)
+    counts = {tuple(t for t in row if t != -1): int(c) for row, c in zip(unique.tolist(), times.tolist())}
     gof = stats.chi_square_gof(case.sequences, counts)
     result.samples, result.statistic, result.p_value = gof.samples, gof.statistic, gof.p_value
     if gof.impossible:
