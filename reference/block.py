@@ -16,6 +16,13 @@ from __future__ import annotations
 import torch
 
 from reference import leviathan
+from reference.batch import PLACEHOLDER
+
+
+def block_length(x: torch.Tensor) -> int:
+    """k: the drafts of x [n] before its first placeholder (-1, SPEC 3.5), which ends the block."""
+    holes = torch.nonzero(x == PLACEHOLDER).flatten()
+    return int(holes[0]) if holes.numel() else x.shape[0]
 
 
 def weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:

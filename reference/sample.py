@@ -180,8 +180,7 @@ def _block_request(cpu: SpecBatch, b: int, d0: int, l0: int, noise: Noise, compu
     placeholder ends the block before it: the request is decided on the drafts before it, its row then
     being the bonus row (the token there comes from p', as in SPEC 3.5)."""
     x = cpu.draft_token_ids[d0: d0 + int(cpu.num_draft_tokens[b])]
-    holes = torch.nonzero(x == PLACEHOLDER).flatten()
-    k = int(holes[0]) if holes.numel() else x.shape[0]
+    k = block.block_length(x)
     x = x[:k]
     request = torch.tensor([b]).repeat(k + 1)
     p = filtered_target(cpu, request, cpu.target_logits[l0: l0 + k + 1].double(), float(cpu.temperature[b]),

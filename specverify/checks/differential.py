@@ -83,7 +83,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     if not got or len(got) > k + 1:
         return Divergence(b, len(got), expected, got, "structure", 0.0, False)
     j = min(len(expected), len(got)) - 1
-    if method == "block" and temperature > 0 and _block_length(cpu, d0, k) > 0:
+    if method == "block" and temperature > 0 and block.block_length(cpu.draft_token_ids[d0: d0 + k]) > 0:
         return _classify_block(cpu, noise, b, expected, got, tol)
     logits = cpu.target_logits[l0 + j].to(torch.float64)
     both_stopped = len(expected) == len(got)
@@ -122,18 +122,12 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
     return Divergence(b, j, expected, got, "exponential race", margin, margin < tol)
 
 
-def _block_length(cpu: SpecBatch, d0: int, k: int) -> int:
-    """Drafts before the request's first placeholder (SPEC 3.5, 3.7)."""
-    holes = torch.nonzero(cpu.draft_token_ids[d0: d0 + k] == PLACEHOLDER).flatten()
-    return int(holes[0]) if holes.numel() else k
-
-
 def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(k, x [k], p [k + 1, V], q [k, V], w [k + 1]) of random request b under the block rule (SPEC 3.7),
     in float64: its block (the drafts before the first placeholder), targets p', drafter rows, running
     ratios."""
     d0, l0 = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b])
-    k = _block_length(cpu, d0, int(cpu.num_draft_tokens[b]))
+    k = block.block_length(cpu.draft_token_ids[d0: d0 + int(cpu.num_draft_tokens[b])])
     x = cpu.draft_token_ids[d0: d0 + k]
     p = filtered_target(cpu, torch.tensor([b]).repeat(k + 1), cpu.target_logits[l0: l0 + k + 1].double(),
                         float(cpu.temperature[b]))
