@@ -11,12 +11,15 @@ Shapes (B requests, request b proposing k_b drafts, T = sum k_b, V vocabulary):
     top_p             [B]        float32/64 in (0, 1], 1 = off; or None
     min_p             [B]        float32/64 in [0, 1), 0 = off; or None
     allow_nonfinite   bool       False: NaN, +inf and all -inf rows in target_logits are refused (SPEC 3.6)
+    tree_parents      [T]        int64, token trees (SPEC 3.8): each node's parent, local to its request,
+                                 -1 = child of the root, parent < node; or None (chains)
 
     Noise.uniform     [T]        float32 in (0, 1)
     Noise.exponential [B, V]     float32, > 0
 
     SpecOutput.token_ids    [B, K + 1] int64, emitted tokens left-aligned, rest -1
     SpecOutput.num_accepted [B]        int64
+    SpecOutput.accepted_nodes [B, K]   int64, trees only: local indices of the accepted path, rest -1
 
 Every violation raises ``ValueError`` naming the field; nothing is clipped.
 """
@@ -68,6 +71,7 @@ class SpecBatch:
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
     allow_nonfinite: bool = False
+    tree_parents: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -123,7 +127,7 @@ class SpecBatch:
         if self.device == torch.device(device):
             return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SpecBatch(*(move(getattr(self, f)) for f in FIELDS), allow_nonfinite=self.allow_nonfinite)
+        return SpecBatch(**{f: move(getattr(self, f)) for f in FIELDS}, allow_nonfinite=self.allow_nonfinite)
 
     def nonfinite_requests(self) -> torch.Tensor:
         """[B] bool: requests with a row holding NaN or +inf, or no finite entry (SPEC 3.6)."""
@@ -186,14 +190,43 @@ class SpecBatch:
                 # a placeholder's row is never read: zeros (a fixed-width kernel's padding) are allowed there
                 err = (self.draft_probs.double().sum(dim=1) - 1).abs()
                 if self.has_placeholders:
-                    err = err[self.draft_token_ids.to(err.device) != PLACEHOLDER]
-                err = err.max().item() if err.numel() else 0.0
-                _require(err <= PROB_SUM_TOLERANCE,
-                         f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}, worst row is off by {err:.3g}")
+                    err = err.masked_fill(self.draft_token_ids.to(err.device) == PLACEHOLDER, 0.0)
+                worst = int(err.argmax())
+                if float(err[worst]) > PROB_SUM_TOLERANCE:
+                    b, j = self._locate(worst)
+                    slot = "node" if self.tree_parents is not None else "draft"
+                    _require(False, f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}: the row of request "
+                                    f"{b}, {slot} {j} (row {worst}) is off by {float(err[worst]):.3g}")
         self._validate_filters(B)
+        self._validate_tree(T)
         devices = {getattr(self, f).device for f in FIELDS if getattr(self, f) is not None}
         _require(len(devices) == 1, f"all batch tensors must be on one device, got {sorted(map(str, devices))}")
 
+
+    def _locate(self, t: int) -> tuple[int, int]:
+        """(request, local index) of draft slot ``t``."""
+        off = self.draft_offsets()
+        b = int(torch.searchsorted(off, torch.tensor(t, device=off.device), right=True)) - 1
+        return b, t - int(off[b])
+
+    def _validate_tree(self, T: int) -> None:
+        """tree_parents (SPEC 3.8): [T] int64, each parent local to its request with -1 <= parent < node."""
+        if self.tree_parents is None:
+            return
+        _require_tensor("tree_parents", self.tree_parents, 1, (torch.int64,))
+        _require(self.tree_parents.shape[0] == T,
+                 f"tree_parents must have shape [T] = [{T}] (one parent per draft node), got {tuple(self.tree_parents.shape)}")
+        if T == 0:
+            return
+        off = self.draft_offsets()
+        request = torch.repeat_interleave(torch.arange(self.num_requests, device=off.device), self.num_draft_tokens)
+        node = torch.arange(T, device=off.device) - off[request]
+        bad = torch.nonzero((self.tree_parents < -1) | (self.tree_parents >= node)).flatten()
+        if bad.numel():
+            t = int(bad[0])
+            _require(False, f"tree_parents: request {int(request[t])}, node {int(node[t])} has parent "
+                            f"{int(self.tree_parents[t])}; a parent must be -1 (the root) or an earlier node of "
+                            f"the same request (-1 <= parent < node, topological order)")
 
     def _validate_filters(self, B: int) -> None:
         if self.top_k is not None:
@@ -213,7 +246,7 @@ class SpecBatch:
 
 
 FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature", "top_k", "top_p",
-          "min_p")
+          "min_p", "tree_parents")
 
 
 @dataclass(frozen=True)
@@ -269,10 +302,12 @@ class Noise:
 
 @dataclass(frozen=True)
 class SpecOutput:
-    """token_ids [B, K + 1] int64 (emitted tokens left-aligned, rest -1), num_accepted [B] int64."""
+    """token_ids [B, K + 1] int64 (emitted tokens left-aligned, rest -1), num_accepted [B] int64, and for
+    token trees accepted_nodes [B, K] int64: the local node indices of the accepted path, rest -1."""
 
     token_ids: torch.Tensor
     num_accepted: torch.Tensor
+    accepted_nodes: torch.Tensor | None = None
 
     def emitted(self) -> list[list[int]]:
         """Per request, the emitted tokens: the accepted drafts, then the one extra token."""
@@ -285,7 +320,12 @@ class SpecOutput:
         out = torch.full((B, width), -1, dtype=self.token_ids.dtype, device=self.token_ids.device)
         w = min(width, W)
         out[:, :w] = self.token_ids[:, :w]
-        return SpecOutput(out, self.num_accepted)
+        nodes = self.accepted_nodes
+        if nodes is not None:
+            nodes = torch.full((B, max(width - 1, 0)), -1, dtype=nodes.dtype, device=nodes.device)
+            n = max(0, min(width - 1, self.accepted_nodes.shape[1]))
+            nodes[:, :n] = self.accepted_nodes[:, :n]
+        return SpecOutput(out, self.num_accepted, nodes)
 
 
 def select_requests(batch: SpecBatch, requests: torch.Tensor) -> SpecBatch:
@@ -304,4 +344,5 @@ def select_requests(batch: SpecBatch, requests: torch.Tensor) -> SpecBatch:
         draft_probs=None if batch.draft_probs is None else batch.draft_probs[d_idx_t],
         temperature=batch.temperature[requests.to(dev)],
         top_k=top_k, top_p=top_p, min_p=min_p, allow_nonfinite=batch.allow_nonfinite,
+        tree_parents=None if batch.tree_parents is None else batch.tree_parents[d_idx_t],
     )

@@ -1,20 +1,20 @@
-"""reference.sample: the three acceptance rules over a ragged batch.
+"""reference.sample: the acceptance rules over a ragged batch.
 
 ``decide_per_request`` is the definition, readable before fast: a Python loop over requests and
 positions, probabilities in float64. ``decide_by_position``, which ``sample`` uses, applies the same
 rules to every request at once, one draft position at a time; it must give the same outputs bit for
 bit, and the tests hold the two equal on many random batches (``sample_per_request`` runs the
-definition behind the same call).
+definition behind the same call). Token trees (SPEC 3.8) are decided request by request (``decide_trees``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from reference import block, filters, greedy, leviathan, philox, race, synthetic
+from reference import block, filters, greedy, leviathan, philox, race, synthetic, tree
 from reference.batch import PLACEHOLDER, Noise, SpecBatch, SpecOutput, select_requests
 
-METHODS = ("standard", "synthetic", "block")
+METHODS = ("standard", "synthetic", "block", "tree")
 
 
 def target_probs(logits: torch.Tensor, temperature, dtype=torch.float64) -> torch.Tensor:
@@ -52,6 +52,9 @@ def validate_call(batch: SpecBatch, method: str, synthetic_acceptance_rate, num_
     batch.validate()   # again: its tensors may have been changed in place since construction
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if batch.tree_parents is not None and method != "tree":
+        raise ValueError(f"tree_parents is set but method is {method!r}: a batch of token trees is verified with "
+                         "method='tree' (the standard, synthetic and block rules are not defined on trees)")
     if method == "synthetic":
         synthetic.validate_rate(synthetic_acceptance_rate, num_speculative_steps)
         if batch.max_draft > num_speculative_steps:
@@ -72,12 +75,13 @@ def sample(batch: SpecBatch, *, method: str = "standard", noise: Noise | None = 
            compute_dtype: torch.dtype = torch.float64) -> SpecOutput:
     """Verify one batch of drafts. Returns token_ids [B, K + 1] (-1 padded) and num_accepted [B].
 
-    method: "standard" (Leviathan), "synthetic" or "block" (SPEC 3.7, decided request by request);
-            requests with temperature 0 are greedy in each.
+    method: "standard" (Leviathan), "synthetic", "block" (SPEC 3.7) or "tree" (SPEC 3.8; the latter two
+            decided request by request); requests with temperature 0 are greedy in each. "tree" also
+            returns accepted_nodes [B, K].
     noise:  shared Noise, making the result a deterministic function of it; or
     seed:   int or [B] int64 per-request seeds of the Philox stream (reference.philox).
     """
-    decide = decide_per_request if method == "block" else decide_by_position
+    decide = decide_trees if method == "tree" else decide_per_request if method == "block" else decide_by_position
     return _run(decide, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps, compute_dtype)
 
 
@@ -85,7 +89,7 @@ def sample_per_request(batch: SpecBatch, *, method: str = "standard", noise: Noi
                        synthetic_acceptance_rate: float | None = None, num_speculative_steps: int | None = None,
                        compute_dtype: torch.dtype = torch.float64) -> SpecOutput:
     """``sample``, computed one request and one position at a time: the definition ``sample`` is held to."""
-    return _run(decide_per_request, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
+    return _run(decide_trees if method == "tree" else decide_per_request, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
                 compute_dtype)
 
 
@@ -98,28 +102,32 @@ def _run(decide, batch: SpecBatch, method: str, noise: Noise | None, seed, synth
     rates = (synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps).to(torch.float64)
              if method == "synthetic" else None)
     if cpu.allow_nonfinite and bool(cpu.nonfinite_requests().any()):
-        token_ids, num_accepted = _with_nonfinite_requests(decide, cpu, noise, method, rates, compute_dtype)
+        decided = _with_nonfinite_requests(decide, cpu, noise, method, rates, compute_dtype)
     else:
-        token_ids, num_accepted = decide(cpu, noise, method, rates, compute_dtype)
-    device = batch.device
-    return SpecOutput(token_ids.to(device), num_accepted.to(device))
+        decided = decide(cpu, noise, method, rates, compute_dtype)
+    # (token_ids, num_accepted), and accepted_nodes for trees
+    return SpecOutput(*(t.to(batch.device) for t in decided))
 
 
 def _with_nonfinite_requests(decide, cpu: SpecBatch, noise: Noise, method: str, rates, compute_dtype):
     """SPEC 3.6: the finite requests decided as a batch of their own (with their own noise); each
     non-finite request accepts nothing and emits the first argmax of its first row, NaN read as -inf."""
     bad = cpu.nonfinite_requests()
-    token_ids = torch.full((cpu.num_requests, cpu.max_draft + 1), -1, dtype=torch.int64)
-    num_accepted = torch.zeros(cpu.num_requests, dtype=torch.int64)
+    B, K = cpu.num_requests, cpu.max_draft
+    out = [torch.full((B, K + 1), -1, dtype=torch.int64), torch.zeros(B, dtype=torch.int64)]
+    if method == "tree":
+        out.append(torch.full((B, K), -1, dtype=torch.int64))
     first_rows = cpu.target_logits[cpu.logit_offsets()[:-1][bad]].double()
-    token_ids[bad, 0] = greedy.first_argmax(first_rows.nan_to_num(nan=float("-inf")))
+    out[0][bad, 0] = greedy.first_argmax(first_rows.nan_to_num(nan=float("-inf")))
     good = torch.nonzero(~bad).flatten()
     if good.numel():
         finite = select_requests(cpu, good)
-        ids, n = decide(finite, noise.select(cpu, good), method, rates, compute_dtype)
-        token_ids[good, : ids.shape[1]] = ids
-        num_accepted[good] = n
-    return token_ids, num_accepted
+        for whole, part in zip(out, decide(finite, noise.select(cpu, good), method, rates, compute_dtype)):
+            if part.dim() == 2:
+                whole[good, : part.shape[1]] = part
+            else:
+                whole[good] = part
+    return tuple(out)
 
 
 def decide_per_request(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
@@ -192,6 +200,34 @@ def _block_request(cpu: SpecBatch, b: int, d0: int, l0: int, noise: Noise, compu
         return [], race.sample(p[0], E)
     tau, w = block.decide(p, q, x, noise.uniform[d0: d0 + k].to(compute_dtype))
     return x[:tau].tolist(), race.sample(w, E)
+
+
+def decide_trees(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
+                 compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(token_ids [B, K + 1], num_accepted [B], accepted_nodes [B, K]) of a CPU batch of token trees
+    (SPEC 3.8), request by request; ``tree_parents`` None: every request is a chain."""
+    B, V, K = cpu.num_requests, cpu.vocab_size, cpu.max_draft
+    token_ids = torch.full((B, K + 1), -1, dtype=torch.int64)
+    num_accepted = torch.zeros(B, dtype=torch.int64)
+    accepted_nodes = torch.full((B, K), -1, dtype=torch.int64)
+    d_off, l_off = cpu.draft_offsets().tolist(), cpu.logit_offsets().tolist()
+    parents = tree.parents_of(cpu).tolist()
+    for b in range(B):
+        d0, d1 = d_off[b], d_off[b + 1]
+        x, logits = cpu.draft_token_ids[d0:d1], cpu.target_logits[l_off[b]: l_off[b + 1]].to(torch.float64)
+        temperature = float(cpu.temperature[b])
+        if temperature == 0.0:
+            path, extra = tree.decide_greedy(logits, x.tolist(), parents[d0:d1])
+        else:
+            p = filtered_target(cpu, torch.tensor([b]).repeat(d1 - d0 + 1), logits, temperature, compute_dtype)
+            q = (leviathan.one_hot(x.clamp(min=0), V, compute_dtype) if cpu.draft_probs is None
+                 else cpu.draft_probs[d0:d1].to(compute_dtype))
+            path, r = tree.decide(p, q, x.tolist(), parents[d0:d1], noise.uniform[d0:d1].tolist())
+            extra = race.sample(r, noise.exponential[b].to(compute_dtype))
+        num_accepted[b] = len(path)
+        accepted_nodes[b, : len(path)] = torch.tensor(path, dtype=torch.int64)
+        token_ids[b, : len(path) + 1] = torch.tensor(x[path].tolist() + [extra], dtype=torch.int64)
+    return token_ids, num_accepted, accepted_nodes
 
 
 def decide_by_position(cpu: SpecBatch, noise: Noise, method: str, rates: torch.Tensor | None,
