@@ -44,7 +44,17 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"--timeout takes a finite number of seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"takes a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--maxfail takes a whole number >= 1, got {text!r}")
     return value
 
 
@@ -61,8 +71,11 @@ def _check(args) -> int:
     deviations = load_deviations(args.deviations, CHECKS) if args.deviations else ()
     pairs = plan(profile, selected)
     timeout = args.timeout or profile.check_timeout
+    call_timeout = min(args.call_timeout or profile.call_timeout, timeout)
+    deadline = args.deadline or profile.deadline
     pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout,
-                     failures_dir=args.failures_dir, deviations=deviations)
+                     failures_dir=args.failures_dir, deviations=deviations, call_timeout=call_timeout,
+                     keep_going=args.keep_going)
     start = time.perf_counter()
     try:
         loaded = pool.load()
@@ -75,8 +88,9 @@ def _check(args) -> int:
         return 2
     caps = describe(loaded.capabilities)
     print(header(loaded.name, profile, caps), file=sys.stderr)
-    print(f"{len(pairs)} checks in {pool.workers} worker process(es), each under a {timeout:g} s timeout",
-          file=sys.stderr)
+    print(f"{len(pairs)} checks in {pool.workers} worker process(es), each under a {timeout:g} s timeout, each "
+          f"backend call under {call_timeout:g} s; the run stops at {deadline:g} s"
+          + (f" or after {args.maxfail} failed check(s)" if args.maxfail else ""), file=sys.stderr)
     done = [0]
 
     def progress(index: int, result: CheckResult) -> None:
@@ -87,7 +101,7 @@ def _check(args) -> int:
 
     interrupted = False
     try:
-        results = pool.run(pairs, on_result=progress)
+        results = pool.run(pairs, on_result=progress, max_failures=args.maxfail, deadline=deadline)
     except KeyboardInterrupt:
         interrupted = True
         finished = getattr(pool, "finished", {})
@@ -99,15 +113,16 @@ def _check(args) -> int:
     seconds = time.perf_counter() - start
     for result in results:   # a check that hung or crashed its worker gets a "check" reproducer here
         write_reproducer(result, args.failures_dir, profile, args.backend)
-    outcome = verdict(results, loaded.capabilities, require)
+    outcome = verdict(results, loaded.capabilities, require, hang=pool.hang)
     if interrupted:
         outcome.passed = False
-        outcome.reasons.append(f"interrupted: {sum(r.status == NOT_RUN for r in results)} check(s) did not run")
+        outcome.reasons.append("interrupted (Ctrl-C)")
     print(render(results, loaded.name, profile, seconds, outcome, caps))
     if args.json:
         write_json(args.json, document(results, loaded.name, profile, seconds, outcome, capabilities=caps,
                                        require=list(require), interrupted=interrupted, timeout=timeout,
-                                       workers=pool.workers))
+                                       call_timeout=call_timeout, deadline=deadline, maxfail=args.maxfail,
+                                       stopped=pool.stopped, hang=pool.hang, workers=pool.workers))
     if args.junit:
         with open(args.junit, "w") as f:
             f.write(junit_xml(results, loaded.name, seconds))
@@ -137,6 +152,18 @@ def main(argv=None) -> int:
     check.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                        help="a check running longer fails and its worker is killed (default: the profile's, "
                             "600 s for ci)")
+    check.add_argument("--call-timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="a backend call running longer is a hang: its check fails, naming the call, and the "
+                            "backend is not called again (default: the profile's, 120 s for ci; at most --timeout)")
+    check.add_argument("--keep-going", action="store_true",
+                       help="after a hung call, go on calling the backend (each call still under --call-timeout)")
+    check.add_argument("--maxfail", type=_count, default=None, metavar="N",
+                       help="stop after N failed checks; the checks in flight and the rest are reported not run")
+    check.add_argument("-x", "--exitfirst", dest="maxfail", action="store_const", const=1,
+                       help="stop after the first failed check (--maxfail 1)")
+    check.add_argument("--deadline", type=_seconds, default=None, metavar="SECONDS",
+                       help="stop the whole run after SECONDS; the checks in flight and the rest are reported "
+                            "not run (default: the profile's, 900 s for ci)")
     check.add_argument("--require", default=None, metavar="LIST",
                        help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
                             "declare and the run must check; the run fails otherwise")

@@ -1,13 +1,21 @@
 """Checks in child processes: a backend that hangs, crashes, exits or corrupts the GPU ends one check
-as a FAIL line, never the run.
+as a FAIL line, never the run, and a broken backend gets its red verdict in minutes.
 
 Each worker is a child process (forked from a server that has imported the harness, so a fresh one
 starts in well under a second) that loads the backend itself and runs (check, case) pairs one at a
 time through ``specverify.checks.run_check``. The parent never imports the backend's module. It
-waits for each pair under a per-check timeout; on a timeout it kills the worker, on a dead worker it
-reads how it died (signal, exit status), and in both cases records a FAIL naming that and starts a
-new worker for the remaining pairs. Backend output on stdout goes to stderr in the workers, so the
-report on stdout stays readable.
+waits for each pair under a per-check timeout and each backend call under a per-call timeout
+(``specverify.watch``); on a timeout it kills the worker, on a dead worker it reads how it died
+(signal, exit status), and in both cases records a FAIL naming that and starts a new worker for the
+remaining pairs. Backend output on stdout goes to stderr in the workers, so the report on stdout
+stays readable.
+
+A run stops early, the checks in flight killed and the rest reported "not run" with the reason, when
+
+- a backend call outlives the call timeout: the backend is declared hung (SPEC 7) and is not called
+  again, unless ``keep_going`` (then each later call gets the same limit, never the whole timeout);
+- ``max_failures`` checks have failed (``--maxfail N``, ``-x``);
+- the run's ``deadline`` passes (``--deadline``).
 """
 
 from __future__ import annotations
@@ -21,8 +29,11 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-from specverify.checks import CHECKS, FAIL, CheckResult
+from specverify.checks import CHECKS, FAIL, NOT_RUN, CheckResult
 from specverify.strategies import Profile
+from specverify.watch import CallState, reproducer_path
+
+SAVE_GRACE = 10.0     # seconds the parent waits for a hung call's reproducer before killing its worker
 
 CUDA_FAULT_MARKERS = ("CUDA error", "device-side assert", "cudaError", "illegal memory access")
 
@@ -38,7 +49,7 @@ class Loaded:
 
 
 def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None,
-           deviations: tuple) -> None:
+           deviations: tuple, numbers, text, call_timeout: float) -> None:
     """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
@@ -47,7 +58,9 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, fail
 
     from specverify.checks import run_check  # noqa: PLC0415
     from specverify.checks.repro import write_reproducer  # noqa: PLC0415
+    from specverify.checks.runner import observe_calls  # noqa: PLC0415
     from specverify.registry import get_backend  # noqa: PLC0415
+    from specverify.watch import CallWatch  # noqa: PLC0415
     torch.set_num_threads(threads)
     try:
         backend = get_backend(spec)
@@ -56,11 +69,14 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, fail
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which exits with status 2
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
         return
+    watch = CallWatch(numbers, text, call_timeout, failures_dir, str(backend.name), profile)
+    observe_calls(watch)
     while True:
         request = conn.recv()
         if request is None:
             return
         check, case = request
+        watch.begin(check, case)
         try:
             result = run_check(backend, check, case, profile, deviations)
         except SystemExit as exc:
@@ -85,6 +101,11 @@ def _fail(check: str, case: str, backend: str, message: str) -> CheckResult:
                        message=message)
 
 
+def _not_run(check: str, case: str, backend: str, message: str, seconds: float = 0.0) -> CheckResult:
+    return CheckResult(check=check, case=case, backend=backend, kind=CHECKS[check].kind, status=NOT_RUN,
+                       message=message, seconds=seconds)
+
+
 def _death(exitcode: int | None) -> str:
     if exitcode is None:
         return "the worker process died"
@@ -100,10 +121,12 @@ def _death(exitcode: int | None) -> str:
 
 class _Worker:
     def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None,
-                 deviations: tuple) -> None:
+                 deviations: tuple, call_timeout: float) -> None:
         self.conn, child = ctx.Pipe()
+        self.calls = CallState(ctx)
         self.proc = ctx.Process(target=_serve, daemon=True,
-                                args=(child, spec, profile, list(sys.path), threads, failures_dir, deviations))
+                                args=(child, spec, profile, list(sys.path), threads, failures_dir, deviations,
+                                      self.calls.numbers, self.calls.text, call_timeout))
         self.proc.start()
         child.close()
         self.item = None          # (index, check, case) in flight
@@ -123,15 +146,22 @@ class _Worker:
 
 
 class CheckPool:
-    """Runs (check, case) pairs of one backend in ``workers`` child processes, each under ``timeout``."""
+    """Runs (check, case) pairs of one backend in ``workers`` child processes, each check under
+    ``timeout`` seconds and each backend call under ``call_timeout`` (at most ``timeout``)."""
 
     def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0,
-                 failures_dir: str | None = None, deviations: tuple = ()) -> None:
+                 failures_dir: str | None = None, deviations: tuple = (), call_timeout: float | None = None,
+                 keep_going: bool = False) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        call_timeout = timeout if call_timeout is None else call_timeout
+        if not call_timeout > 0:
+            raise ValueError(f"call_timeout must be > 0 seconds, got {call_timeout}")
         self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
+        self.call_timeout = min(call_timeout, timeout)
+        self.keep_going = keep_going       # after a hung call, go on calling the backend
         self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
         self.deviations = tuple(deviations)  # declared by the run, besides the backend's own
         self.threads = max(1, (os.cpu_count() or 1) // workers)
@@ -139,9 +169,12 @@ class CheckPool:
         self._ctx.set_forkserver_preload(["specverify._worker_preload"])
         self._live: list[_Worker] = []
         self.loaded: Loaded | None = None
+        self.hang: str | None = None       # the first hung call, named: "check[case], call N (...)"
+        self.stopped: str | None = None    # why the run stopped early, if it did
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir, self.deviations)
+        worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir, self.deviations,
+                         self.call_timeout)
         limit = max(self.timeout, 120.0)
         deadline = time.perf_counter() + limit
         while not worker.conn.poll(0.2) and worker.proc.is_alive():
@@ -167,13 +200,24 @@ class CheckPool:
             self._spawn()
         return self.loaded
 
-    def run(self, pairs: list[tuple[str, str]], on_result=None) -> list[CheckResult]:
-        """Results in the order of ``pairs``; ``on_result(i, result)`` as each finishes. On KeyboardInterrupt
-        the workers are killed and the exception propagates; ``self.finished`` holds what completed."""
+    def run(self, pairs: list[tuple[str, str]], on_result=None, max_failures: int | None = None,
+            deadline: float | None = None) -> list[CheckResult]:
+        """Results in the order of ``pairs``; ``on_result(i, result)`` as each finishes. The run stops
+        early (``self.stopped`` says why; the checks in flight and the rest become "not run") after
+        ``max_failures`` failed checks, ``deadline`` seconds after it starts, or when a call hangs
+        (unless ``keep_going``). On KeyboardInterrupt the workers are killed and the exception
+        propagates; ``self.finished`` holds what completed."""
+        seconds, deadline = deadline, None if deadline is None else time.perf_counter() + deadline
         self.finished: dict[int, CheckResult] = {}
+        self._failures, self._max_failures, self.stopped = 0, max_failures, None
         pending = deque((i, check, case) for i, (check, case) in enumerate(pairs))
         try:
             while pending or any(w.item for w in self._live):
+                if deadline is not None and time.perf_counter() >= deadline and self.stopped is None:
+                    self.stopped = f"the run's deadline of {seconds:g} s passed (--deadline)"
+                if self.stopped is not None:
+                    self._stop(pending, on_result)
+                    break
                 while pending and len(self._live) < self.workers:
                     self._spawn()
                 for worker in self._live:
@@ -181,14 +225,50 @@ class CheckPool:
                         worker.send(*pending.popleft(), self.timeout)
                 busy = [w for w in self._live if w.item is not None]
                 now = time.perf_counter()
+                wake = min([w.deadline for w in busy] + ([deadline] if deadline is not None else []))
+                # calls are timed in the workers' shared memory: look again at least every second
                 wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
-                     timeout=max(0.0, min(w.deadline for w in busy) - now) + 0.05)
+                     timeout=min(1.0, max(0.0, wake - now) + 0.05))
                 for worker in busy:
                     self._collect(worker, on_result)
+                    if self.stopped is not None:
+                        break   # the rest in flight are stopped, not failed: a hang is named once
         except BaseException:
             self.close()
             raise
         return [self.finished[i] for i in range(len(pairs))]
+
+    def _stop(self, pending: deque, on_result) -> None:
+        """Kill the checks in flight and report them and every pending pair as not run."""
+        name = self.loaded.name if self.loaded else self.spec
+        for worker in list(self._live):
+            if worker.item is not None:
+                index, check, case = worker.item
+                self._record(index, _not_run(check, case, name, f"stopped while running: {self.stopped}",
+                                             time.perf_counter() - worker.started), on_result)
+                worker.item = None
+            worker.kill()
+        self._live = []
+        while pending:
+            index, check, case = pending.popleft()
+            self._record(index, _not_run(check, case, name, f"not run: {self.stopped}"), on_result)
+
+    def _record(self, index: int, result: CheckResult, on_result) -> None:
+        self.finished[index] = result
+        if on_result:
+            on_result(index, result)
+        if result.status == FAIL:
+            self._failures += 1
+            if self._max_failures is not None and self._failures >= self._max_failures and self.stopped is None:
+                self.stopped = f"{self._failures} check(s) failed (--maxfail {self._max_failures})"
+
+    def _hung_call(self, worker: _Worker) -> str | None:
+        """The call in flight if it has outlived the call timeout, or the check's timeout has passed during
+        it (its description), else None."""
+        running = worker.calls.running_for()
+        if running <= 0 or (running < self.call_timeout and time.perf_counter() < worker.deadline):
+            return None
+        return worker.calls.description or "a backend call"
 
     def _collect(self, worker: _Worker, on_result) -> None:
         index, check, case = worker.item
@@ -199,10 +279,21 @@ class CheckPool:
                 last = kind == "last"
             except (EOFError, OSError):
                 result = None
-        if result is None and worker.proc.is_alive() and time.perf_counter() < worker.deadline:
+        hung = None if result is not None or not worker.proc.is_alive() else self._hung_call(worker)
+        if result is None and hung is None and worker.proc.is_alive() and time.perf_counter() < worker.deadline:
             return   # still running
         if result is None:
-            if worker.proc.is_alive():
+            reproducer = None
+            if hung is not None:
+                reproducer = self._await_reproducer(worker, check, case)
+                message = (f"hung: {hung} did not return within {self.call_timeout:g} s (--call-timeout, at "
+                           "most --timeout); the worker was killed")
+                if self.hang is None:
+                    self.hang = f"{check}[{case}], {hung}"
+                    if not self.keep_going:
+                        self.stopped = (f"the backend hung in {check}[{case}] and is not called again "
+                                        "(--keep-going calls it on)")
+            elif worker.proc.is_alive():
                 message = (f"timed out after {self.timeout:g} s (--timeout): the check did not finish; "
                            "the worker was killed")
             else:
@@ -210,6 +301,9 @@ class CheckPool:
                 message = _death(worker.proc.exitcode)
             result = _fail(check, case, self.loaded.name, message)
             result.seconds = time.perf_counter() - worker.started
+            if reproducer:
+                result.reproducer = reproducer
+                result.replay = f"specverify replay {reproducer} {self.spec}"
             worker.kill()
         worker.item = None
         if last:
@@ -217,9 +311,17 @@ class CheckPool:
             worker.kill()
         if worker.conn.closed:
             self._live.remove(worker)
-        self.finished[index] = result
-        if on_result:
-            on_result(index, result)
+        self._record(index, result, on_result)
+
+    def _await_reproducer(self, worker: _Worker, check: str, case: str) -> str | None:
+        """The path of the hung call's reproducer once the worker has written it (None if it cannot)."""
+        if not self.failures_dir:
+            return None
+        limit = time.perf_counter() + SAVE_GRACE
+        while not worker.calls.saved and worker.proc.is_alive() and time.perf_counter() < limit:
+            time.sleep(0.1)
+        path = reproducer_path(self.failures_dir, self.loaded.name, check, case)
+        return path if worker.calls.saved and os.path.exists(path) else None
 
     def close(self) -> None:
         for worker in self._live:

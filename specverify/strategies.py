@@ -50,6 +50,8 @@ class Profile:
     large_requests: int = 0
     replicated_copies: int = 8_000  # copies of each statistical case in the replicated differential case
     check_timeout: float = 600.0  # seconds one check may take in the CLI's workers; a correct backend stays far below
+    call_timeout: float = 120.0   # seconds one backend call may take before the backend is declared hung
+    deadline: float = 900.0       # seconds the whole CLI run may take; then the rest is reported not run
     notes: tuple = field(default_factory=tuple)
     shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
                                   # ask only whether a check fails; the reproducer still reduces it)
@@ -62,14 +64,16 @@ PROFILES = {
     # for slow backends (the Triton interpreter on CPU): the ci plan with fewer samples
     "smoke": Profile("smoke", examples=10, max_requests=8, max_vocab=200, max_draft=4, detect_tv=0.3,
                      family_alpha=1e-3, bulk_requests=96, bulk_examples=2, replicated_copies=16,
-                     check_timeout=1800.0),
+                     check_timeout=1800.0, call_timeout=300.0, deadline=1800.0),
     "dev": Profile("dev", examples=100, max_requests=24, max_vocab=2_000, max_draft=6, detect_tv=0.018,
-                   family_alpha=1e-3, replicated_copies=20_000, check_timeout=1800.0),
+                   family_alpha=1e-3, replicated_copies=20_000, check_timeout=1800.0, call_timeout=300.0,
+                   deadline=3600.0),
     # CUDA. Batches up to 1,024 requests come from the bulk case (V <= 64); the large-vocabulary case
     # goes up to V = 262,144 with at most 8 requests: inputs are generated in float64 on the CPU, so
     # B * V is capped.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        detect_tv=0.002, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
+                       call_timeout=300.0, deadline=3600.0,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specverify.checks import CORE_KINDS, FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
+from specverify.checks import CORE_KINDS, FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 
 REQUIREMENTS = ("standard", "greedy", "synthetic", "block", "injected", "seeded")
 
@@ -79,12 +79,16 @@ class Verdict:
         return out
 
 
-def verdict(results: list[CheckResult], caps, require: tuple = ()) -> Verdict:
-    ran = [r for r in results if r.status not in (NOT_APPLICABLE, KNOWN)]
+def verdict(results: list[CheckResult], caps, require: tuple = (), hang: str | None = None) -> Verdict:
+    """``hang`` names the backend call that hung, when one did (the check pool declares it)."""
+    ran = [r for r in results if r.status not in (NOT_APPLICABLE, KNOWN, NOT_RUN)]
     core = [r for r in ran if r.kind in CORE_KINDS]
     coverage = {name: [r.id for r in core if name in r.covered] for name in REQUIREMENTS}
     reasons = []
-    if not core:
+    not_run = [r for r in results if r.status == NOT_RUN]
+    if not core and not_run:
+        reasons.append("no check of a core property ran: the run stopped before one finished")
+    elif not core:
         reasons.append("no check of a core property ran: the backend declares nothing checkable on this profile "
                        f"({describe(caps)})")
     have = declared(caps)
@@ -93,6 +97,10 @@ def verdict(results: list[CheckResult], caps, require: tuple = ()) -> Verdict:
             reasons.append(f"required {name!r} is not declared by the backend ({describe(caps)})")
         elif not coverage[name]:
             reasons.append(f"required {name!r} is declared but no core check exercised it")
+    if hang:
+        reasons.append(f"the backend hung: {hang}")
+    if not_run:
+        reasons.append(f"{len(not_run)} check(s) did not run ({not_run[0].message})")
     failed = any(r.status == FAIL for r in results)
     return Verdict(passed=not failed and not reasons, reasons=reasons, coverage=coverage,
                    not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE},

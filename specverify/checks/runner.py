@@ -209,6 +209,27 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
     return problems
 
 
+class CallObserver:
+    """Told of every guarded backend call as it starts and ends. The check pool installs one in its
+    workers (``observe_calls``) to time each call out on its own and to name the call that hung; the
+    checks themselves never see it."""
+
+    def started(self, call: Call) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+
+_OBSERVER = CallObserver()
+
+
+def observe_calls(observer: CallObserver | None) -> None:
+    """Install ``observer`` for every guarded call of this process (None: observe nothing)."""
+    global _OBSERVER
+    _OBSERVER = observer or CallObserver()
+
+
 class GuardedBackend:
     """The backend as every check sees it (see the module docstring). Attributes other than the call
     (``name``, ``capabilities``, ``sample_into``, helpers) pass through unchanged."""
@@ -232,11 +253,14 @@ class GuardedBackend:
         given_noise = None if noise is None else Noise(noise.uniform.clone(), noise.exponential.clone())
         given_seed = seed.clone() if isinstance(seed, torch.Tensor) else seed
         self.last_call = Call(batch, noise, seed if isinstance(seed, torch.Tensor) else None, dict(kwargs))
+        _OBSERVER.started(self.last_call)
         try:
             out = self._backend(given, noise=given_noise, seed=given_seed, **kwargs)
         except SystemExit as exc:
             self.failed_call = self.last_call
             raise CheckFailure(f"the backend called sys.exit({exc.code!r}) during a call") from None
+        finally:
+            _OBSERVER.finished()
         pairs = [(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS]
         if noise is not None:
             pairs += [("noise.uniform", given_noise.uniform, noise.uniform),
@@ -398,5 +422,5 @@ def reproduce(ctx: Context) -> Reproducer:
     return found
 
 
-__all__ = ["CORE_KINDS", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "execute",
-           "not_applicable_because", "output_problems", "private_batch", "reproduce"]
+__all__ = ["CORE_KINDS", "CallObserver", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "execute",
+           "not_applicable_because", "observe_calls", "output_problems", "private_batch", "reproduce"]
