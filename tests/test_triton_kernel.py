@@ -31,11 +31,15 @@ from reference import Noise, SpecBatch, SpecOutput, philox, select_requests  # n
 from reference.sample import filtered_target  # noqa: E402
 from specverify import UnsupportedError, get_backend  # noqa: E402
 from specverify.generate import random_batch  # noqa: E402
-from specverify.kernels import triton_kernels, triton_launch, triton_math, triton_sampler  # noqa: E402
+from specverify.kernels import (triton_block, triton_chain, triton_kernels, triton_launch, triton_math,  # noqa: E402
+                                triton_sampler)
 
 if not _CUDA and not triton_kernels.interpreted():
-    # Another module imported the kernels before the interpreter was switched on: decorate them again.
+    # Another module imported the kernels before the interpreter was switched on: decorate them again,
+    # each module after the ones it imports from.
     triton_math = importlib.reload(triton_math)
+    triton_block = importlib.reload(triton_block)
+    triton_chain = importlib.reload(triton_chain)
     triton_kernels = importlib.reload(triton_kernels)
     triton_sampler = importlib.reload(triton_sampler)
 

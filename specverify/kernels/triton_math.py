@@ -8,6 +8,17 @@ Each is a ``@triton.jit`` function called inside a kernel, on scalars or blocks:
     neg_log(u)                           u: float32 block in (0, 1)                    -> float32 block, -log(u)
     request_offset(num_draft_ptr, b)     num_draft_ptr: [B] int64, b: program id       -> int64 scalar, sum k[:b]
     NO_INDEX                             int32 constexpr: an index no vocabulary entry has
+
+and, for the kernels of ``triton_chain`` and ``triton_block`` (B requests, request b proposing k_b drafts
+at rows row0 = d_off + b onwards of the [T + B, V] logits, K1 = K + 1, S1 pass 1's splits per row):
+
+    scratch_views(scratch_ptr, n_part, ints_at, stats_at)   scratch: [words] int64 -> the typed pointers
+                                         into it (race keys, split partials, tickets, residual masses)
+    row_norms(..., b, k_b, K1, S1)       pass 1's [B K1 S1] split partials -> [BLOCK_K] float32 row max,
+                                         float32 row sum, int32 row argmax of request b's rows 0..k_b
+    at_drafts(..., d_off, row0, k_b, inv_t, row_max, row_sum)   logits [T + B, V], draft ids [T] int64,
+                                         q [T, V] -> [BLOCK_K] draft (int64), placeholder (bool),
+                                         p(draft) and q(draft) (float32) per draft slot
 """
 
 from __future__ import annotations
@@ -75,3 +86,58 @@ def request_offset(num_draft_ptr, b, BLOCK_B: tl.constexpr):
         acc += tl.load(num_draft_ptr + offs, mask=offs < b, other=0)
     return tl.sum(acc)
 
+
+@triton.jit
+def scratch_views(scratch_ptr, n_part, ints_at, stats_at):
+    """The typed views of the one int64 scratch allocation (a host allocation costs as much as a launch
+    at B = 1): [B, 2] int64 race keys (residual race, race on p) at 0; at ints_at [n_part] int32 argmax
+    index, then [B] int32 tickets; at stats_at [4, n_part] float32 (max, sum, argmax value, and the block
+    rule's residual-mass partials).
+
+    Returns (slots, part_max, part_sum, part_amax_val, part_amax_idx, ticket, part_mass) pointers."""
+    ints_ptr = (scratch_ptr + ints_at).to(tl.pointer_type(tl.int32), bitcast=True)
+    stats_ptr = (scratch_ptr + stats_at).to(tl.pointer_type(tl.float32), bitcast=True)
+    return (scratch_ptr, stats_ptr, stats_ptr + n_part, stats_ptr + 2 * n_part, ints_ptr, ints_ptr + n_part,
+            stats_ptr + 3 * n_part)
+
+
+@triton.jit
+def row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b, k_b, K1, S1,
+              BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """[BLOCK_K] (max of l / T, sum of exp(l / T - max), lowest argmax of l) of request b's rows 0..k_b,
+    recombined from pass 1's split partials."""
+    jj = tl.arange(0, BLOCK_K)
+    ss = tl.arange(0, BLOCK_S)
+    pmask = (jj <= k_b)[:, None] & (ss < S1)[None, :]
+    pidx = (b * K1 + jj)[:, None] * S1 + ss[None, :]
+    pmax = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
+    row_max = tl.max(pmax, axis=1)
+    row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+    psum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
+    row_sum = tl.sum(psum * tl.exp(pmax - row_max[:, None]), axis=1)
+    row_sum = tl.where(row_sum > 0.0, row_sum, 1.0)
+    pval = tl.load(part_amax_val_ptr + pidx, mask=pmask, other=float("-inf"))
+    pidx_best = tl.load(part_amax_idx_ptr + pidx, mask=pmask, other=NO_INDEX)
+    row_amax_val = tl.max(pval, axis=1)
+    row_amax = tl.min(tl.where(pval == row_amax_val[:, None], pidx_best, NO_INDEX), axis=1)
+    return row_max, row_sum, row_amax
+
+
+@triton.jit
+def at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, row0, k_b, inv_t, row_max,
+              row_sum, HAS_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[BLOCK_K] per draft slot j < k_b: (x, hole, p_j(x), q_j(x)) -- the draft, whether it is a placeholder
+    (SPEC 3.5: never accepted, q 0), and the target and drafter probabilities of the draft at its row."""
+    jj = tl.arange(0, BLOCK_K)
+    is_draft = jj < k_b
+    x = tl.load(draft_ids_ptr + d_off + jj, mask=is_draft, other=0)
+    hole = is_draft & (x < 0)
+    x_at = tl.where(hole, 0, x)
+    x_logit = tl.load(logits_ptr + (row0 + jj) * stride_logits + x_at, mask=is_draft, other=0.0).to(tl.float32)
+    p_x = tl.exp(x_logit * inv_t - row_max) / row_sum
+    if HAS_Q:
+        q_x = tl.load(q_ptr + (d_off + jj) * stride_q + x_at, mask=is_draft, other=0.0).to(tl.float32)
+    else:
+        q_x = tl.full([BLOCK_K], 1.0, tl.float32)
+    q_x = tl.where(hole, 0.0, q_x)
+    return x, hole, p_x, q_x
