@@ -18,7 +18,8 @@ import itertools
 
 import torch
 
-from reference import block, greedy, leviathan
+from reference import block, greedy, leviathan, tree
+from reference.batch import PLACEHOLDER
 
 
 def _normalise(w: torch.Tensor) -> torch.Tensor:
@@ -158,4 +159,51 @@ def block_sequences(p: torch.Tensor, q: torch.Tensor) -> dict[tuple[int, ...], f
                 if prob > 0:
                     key = drafts[:tau] + (y,)
                     out[key] = out.get(key, 0.0) + prob
+    return out
+
+
+def tree_paths(p: torch.Tensor, q: torch.Tensor | None, parents: list[int],
+               tokens: list[int]) -> dict[tuple[tuple[int, ...], int], float]:
+    """Token trees (SPEC 3.8), one random request with fixed drafts: {(accepted path as local node indices,
+    final token): probability}. p [N + 1, V] float64 target rows (root first), q [N, V] or None (one-hot at
+    the tokens), parents and tokens [N] (placeholders -1 allowed).
+
+    The rule's recursion with each test replaced by its probability: at a node with residual r (a
+    distribution), child c with token x is accepted with probability min(1, r(x) / q_c(x)), and the
+    request goes on at c with r = p_c; otherwise r becomes norm(max(r - q_c, 0)) for the next sibling;
+    past the last sibling the final token follows r."""
+    V = p.shape[1]
+    kids = tree.children(list(parents))
+    out: dict[tuple[tuple[int, ...], int], float] = {}
+
+    def visit(node: int, path: tuple[int, ...], reach: float) -> None:
+        r = _normalise(p[node + 1])
+        for c in kids[node + 1]:
+            x = tokens[c]
+            if x == PLACEHOLDER:
+                continue
+            q_c = leviathan.one_hot(x, V) if q is None else q[c].to(torch.float64)
+            accept = min(1.0, float(r[x] / q_c[x])) if q_c[x] > 0 else 0.0
+            if accept > 0:
+                visit(c, path + (c,), reach * accept)
+            reach *= 1 - accept
+            if reach == 0:
+                return
+            r = _normalise(leviathan.residual(r, q_c))
+        for y in range(V):
+            if r[y] > 0:
+                out[(path, y)] = out.get((path, y), 0.0) + reach * float(r[y])
+
+    visit(tree.ROOT, (), 1.0)
+    return out
+
+
+def tree_sequences(p: torch.Tensor, q: torch.Tensor | None, parents: list[int],
+                   tokens: list[int]) -> dict[tuple[int, ...], float]:
+    """``tree_paths`` as emitted sequences: {(accepted path's tokens..., final token): probability}. Two
+    paths with the same tokens (duplicate siblings under dense q) add up."""
+    out: dict[tuple[int, ...], float] = {}
+    for (path, y), prob in tree_paths(p, q, parents, tokens).items():
+        key = tuple(tokens[c] for c in path) + (y,)
+        out[key] = out.get(key, 0.0) + prob
     return out
