@@ -80,6 +80,9 @@ class Capabilities:
     # no requests is accepted. The checks stay inside them, and calls outside are UnsupportedError.
     max_draft: int | None = None
     empty_batches: bool = True
+    # The deepest token tree (SPEC 3.8) the backend takes under method "tree" (None: no limit); a node's
+    # depth counts the nodes from the root to it (reference.tree.depths).
+    max_tree_depth: int | None = None
     target_filters: bool = False    # applies top_k / top_p / min_p (SPEC 3.4); undeclared: UnsupportedError
     placeholders: bool = False      # takes -1 placeholder drafts (SPEC 3.5); undeclared: UnsupportedError
     # The kernel takes the bonus token from its caller (the adapter samples it): checks of the bonus
@@ -104,6 +107,11 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
         raise UnsupportedError(name, "an empty batch", ["batches of at least one request"])
     if caps.max_draft is not None and batch.num_requests and batch.max_draft > caps.max_draft:
         raise UnsupportedError(name, f"{batch.max_draft} drafts in one request", [f"at most {caps.max_draft}"])
+    limit = getattr(caps, "max_tree_depth", None)
+    if method == "tree" and limit is not None:
+        depth = reference.tree.max_depth(reference.tree.parents_of(batch), batch.num_draft_tokens)
+        if depth > limit:
+            raise UnsupportedError(name, f"a token tree of depth {depth}", [f"depth at most {limit}"])
     device = batch.device.type
     if device not in caps.devices:
         raise UnsupportedError(name, f"device {device!r}", caps.devices)

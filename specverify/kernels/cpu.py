@@ -1,4 +1,5 @@
-"""A vectorized PyTorch sampler: the reference's three rules over the whole batch at once, in float32.
+"""A vectorized PyTorch sampler: the reference's rules over the whole batch at once, in float32 (block
+verification and token trees decide in float64: cpu_block, cpu_tree).
 
 Shapes (B requests, T = sum k_b drafts, K = max k_b, V vocabulary):
 
@@ -43,6 +44,7 @@ from reference.batch import PLACEHOLDER
 from reference.sample import resolve_noise, synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 from specverify.kernels.cpu_block import BlockSteps
+from specverify.kernels.cpu_tree import TreeSteps
 
 # Elements per row tile: rows are processed in tiles of 4 MiB of float32, so that a tile's temporaries
 # stay in the last-level cache between the passes over it while each pass stays long enough to amortise
@@ -96,12 +98,12 @@ class Layout:
     valid: torch.Tensor
 
 
-class CpuBackend(BlockSteps, Backend):
+class CpuBackend(TreeSteps, BlockSteps, Backend):
     """Vectorized PyTorch backend: same call and same results as ``reference.sample`` (float32 math)."""
 
     name = "cpu"
     capabilities = Capabilities(
-        methods=frozenset({"standard", "synthetic", "block"}),
+        methods=frozenset({"standard", "synthetic", "block", "tree"}),
         devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, target_filters=True, placeholders=True,
         notes=("pure PyTorch, float32 math; seeded noise is the reference's Philox stream, drawn on the CPU",))
     # Subclass hook. True: a rejected draft's recovered token is drawn while deciding it, from the weights of
@@ -116,6 +118,8 @@ class CpuBackend(BlockSteps, Backend):
         device = batch.device
         if noise is None:  # seeded path: the reference's own Philox stream (injected noise is validated already)
             noise = resolve_noise(batch, None, seed)
+        if method == "tree":    # SPEC 3.8, in cpu_tree (float64, every request at once)
+            return self._tree_sample(batch, noise)
         if method == "block":   # SPEC 3.7, in cpu_block; greedy and zero-draft requests take the standard rule
             return self._block_sample(batch, noise, lambda sub, sub_noise: self._sample(
                 sub, method="standard", noise=sub_noise, seed=None, synthetic_acceptance_rate=None,
