@@ -18,7 +18,7 @@ import itertools
 
 import torch
 
-from reference import block, greedy, leviathan, tree
+from reference import block, greedy, leviathan
 from reference.batch import PLACEHOLDER
 
 
@@ -172,8 +172,8 @@ def tree_paths(p: torch.Tensor, q: torch.Tensor | None, parents: list[int],
     distribution), child c with token x is accepted with probability min(1, r(x) / q_c(x)), and the
     request goes on at c with r = p_c; otherwise r becomes norm(max(r - q_c, 0)) for the next sibling;
     past the last sibling the final token follows r."""
-    V = p.shape[1]
-    kids = tree.children(list(parents))
+    V, N = p.shape[1], len(tokens)
+    kids = [[c for c in range(N) if parents[c] == node] for node in range(-1, N)]   # [node + 1]: siblings in order
     out: dict[tuple[tuple[int, ...], int], float] = {}
 
     def visit(node: int, path: tuple[int, ...], reach: float) -> None:
@@ -194,7 +194,7 @@ def tree_paths(p: torch.Tensor, q: torch.Tensor | None, parents: list[int],
             if r[y] > 0:
                 out[(path, y)] = out.get((path, y), 0.0) + reach * float(r[y])
 
-    visit(tree.ROOT, (), 1.0)
+    visit(-1, (), 1.0)
     return out
 
 

@@ -54,11 +54,12 @@ def tree_shape(g: torch.Generator, n: int, shape: str) -> list[int]:
 def random_tree_batch(g: torch.Generator, *, B: int = 6, V: int = 6, max_nodes: int = 6, shapes=SHAPES,
                       drafter: str = "dense", greedy_fraction: float = 0.25, filters: bool = False,
                       placeholders: bool = False, duplicates: bool = False, nonfinite: bool = False,
-                      q_zero: bool = False) -> SpecBatch:
+                      q_zero: bool = False, ties: bool = False) -> SpecBatch:
     """A random batch of token trees with drafts a real drafter would make: tokens drawn from q (dense), or
     from the parent row's target (drafter "none": one-hot q), or the argmax of the parent row (greedy
     requests, often). drafter "equal": q_i is the parent row's unfiltered target (residuals hit zero).
-    Options add duplicate sibling tokens, placeholders, q_i(x) = 0, filters and non-finite rows."""
+    Options add duplicate sibling tokens, placeholders, q_i(x) = 0, filters, non-finite rows and ties
+    (logits on a coarse grid, so rows often have several argmax entries)."""
     def rand(*shape):
         return torch.rand(*shape, generator=g, dtype=torch.float64)
     parents, counts = [], []
@@ -72,6 +73,8 @@ def random_tree_batch(g: torch.Generator, *, B: int = 6, V: int = 6, max_nodes: 
     temperature = torch.exp(rand(B) * 2 - 1).float()
     temperature[rand(B) < greedy_fraction] = 0.0
     logits = (torch.randn(T + B, V, generator=g, dtype=torch.float64) * 2).float()
+    if ties:
+        logits = logits.round()
     logits[(rand(T + B, V) < 0.15) & (logits < logits.amax(1, keepdim=True))] = float("-inf")
     l_off = (torch.cumsum(k + 1, 0) - (k + 1)).tolist()
     d_off = (torch.cumsum(k, 0) - k).tolist()
@@ -130,7 +133,7 @@ def as_chain(batch: SpecBatch) -> SpecBatch:
 
 # ---- the single path is the standard rule --------------------------------------------------------
 CHAIN_VARIANTS = [dict(drafter=d, filters=f, placeholders=h) for d in ("dense", "none", "equal")
-                  for f in (False, True) for h in (False, True)]
+                  for f in (False, True) for h in (False, True)] + [dict(drafter="none", greedy_fraction=0.6, ties=True)]
 
 
 @pytest.mark.parametrize("variant", CHAIN_VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
@@ -297,8 +300,8 @@ def zero_residual_case(copies: int = 1) -> tuple[SpecBatch, Noise]:
     """Two children of the root: node 0 proposes q_0 = p_root with q_0(x) two ulps above p_root(x), so
     max(p_root - q_0, 0) is zero everywhere, and its uniform 1 - 2^-53 rejects it (rounding only: the
     rejection has probability 0 in exact arithmetic); node 1 (one-hot q through a dense row) follows."""
-    logits = torch.tensor([[0.2, -0.4, 1.1, 0.0], [0.0, 0.0, 0.0, 0.0], [0.5, 0.1, 0.0, -0.3]], dtype=torch.float64)
-    p_root = torch.softmax(logits[0], -1)
+    logits = torch.tensor([[0.2, -0.4, 1.1, 0.0], [0.0, 0.0, 0.0, 0.0], [0.5, 0.1, 0.0, -0.3]])
+    p_root = torch.softmax(logits[0].double(), -1)
     q = torch.stack([p_root.clone(), torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64)])
     for _ in range(2):
         q[0, 2] = torch.nextafter(q[0, 2], torch.tensor(2.0, dtype=torch.float64))
