@@ -2,7 +2,7 @@
 
 A run passes only when no check failed, at least one check of a core property (SPEC 4.1 agreement
 with the reference, 4.2 distributions) actually ran, and everything the caller requires
-(``--require standard,greedy,synthetic,block,injected,seeded``) is declared by the backend and exercised
+(``--require standard,greedy,synthetic,block,tree,injected,seeded``) is declared by the backend and exercised
 by a core check that ran. An n/a is never a pass: it is listed with its reason.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from specverify.checks import CORE_KINDS, FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 
-REQUIREMENTS = ("standard", "greedy", "synthetic", "block", "injected", "seeded")
+REQUIREMENTS = ("standard", "greedy", "synthetic", "block", "tree", "injected", "seeded")
 
 
 def parse_requirements(text: str | None) -> tuple[str, ...]:
