@@ -10,6 +10,7 @@ from reference.sample import METHODS, sample, target_probs
 from reference.synthetic import synthetic_params
 
 __all__ = [
-    "METHODS", "Noise", "SpecBatch", "SpecOutput", "align_draft_probs", "alignment", "block", "exact", "filters", "greedy",
-    "leviathan", "philox", "race", "sample", "select_requests", "synthetic", "synthetic_params", "target_probs", "tree",
+    "METHODS", "Noise", "SpecBatch", "SpecOutput", "align_draft_probs", "alignment", "block", "exact", "filters",
+    "greedy", "leviathan", "philox", "race", "sample", "select_requests", "synthetic", "synthetic_params",
+    "target_probs", "tree",
 ]

@@ -215,7 +215,8 @@ class SpecBatch:
             return
         _require_tensor("tree_parents", self.tree_parents, 1, (torch.int64,))
         _require(self.tree_parents.shape[0] == T,
-                 f"tree_parents must have shape [T] = [{T}] (one parent per draft node), got {tuple(self.tree_parents.shape)}")
+                 f"tree_parents must have shape [T] = [{T}] (one parent per draft node), "
+                 f"got {tuple(self.tree_parents.shape)}")
         if T == 0:
             return
         off = self.draft_offsets()

@@ -89,8 +89,8 @@ def sample_per_request(batch: SpecBatch, *, method: str = "standard", noise: Noi
                        synthetic_acceptance_rate: float | None = None, num_speculative_steps: int | None = None,
                        compute_dtype: torch.dtype = torch.float64) -> SpecOutput:
     """``sample``, computed one request and one position at a time: the definition ``sample`` is held to."""
-    return _run(decide_trees if method == "tree" else decide_per_request, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps,
-                compute_dtype)
+    decide = decide_trees if method == "tree" else decide_per_request
+    return _run(decide, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps, compute_dtype)
 
 
 def _run(decide, batch: SpecBatch, method: str, noise: Noise | None, seed, synthetic_acceptance_rate,

@@ -27,7 +27,7 @@ class TreeSteps:
     """Mixed into CpuBackend: ``_tree_sample`` and its steps."""
 
     def _tree_sample(self, batch: SpecBatch, noise: Noise) -> SpecOutput:
-        B, T, V, K, device = batch.num_requests, batch.num_drafts, batch.vocab_size, batch.max_draft, batch.device
+        B, T, K, device = batch.num_requests, batch.num_drafts, batch.max_draft, batch.device
         first_child, next_sibling, row = self.tree_links(batch)
         d_off = batch.draft_offsets()
         x = batch.draft_token_ids
@@ -49,8 +49,8 @@ class TreeSteps:
         g = torch.nonzero(is_greedy & ~done).flatten()
         top[g] = self.greedy_argmax(batch.target_logits[here[g]].double())
         random = torch.nonzero(~is_greedy & ~done).flatten()
-        slot = torch.full((B,), -1, dtype=torch.int64, device=device)   # request -> its row of r
-        slot[random] = torch.arange(random.shape[0], device=device)
+        lane = torch.full((B,), -1, dtype=torch.int64, device=device)   # random request -> its row of r
+        lane[random] = torch.arange(random.shape[0], device=device)
         r = self.tree_target(batch, random, here[random])              # [R, V]: p_root
         m = torch.ones(random.shape[0], dtype=torch.float64, device=device)
 
@@ -60,7 +60,7 @@ class TreeSteps:
             if stop.numel():
                 sg, sr = stop[is_greedy[stop]], stop[~is_greedy[stop]]
                 token_ids[sg, depth[sg]] = top[sg]
-                token_ids[sr, depth[sr]] = self.tree_race(r[slot[sr]], exponential[sr])
+                token_ids[sr, depth[sr]] = self.tree_race(r[lane[sr]], exponential[sr])
                 done[stop] = True
             b = torch.nonzero(~done).flatten()
             if b.numel() == 0:
@@ -74,7 +74,7 @@ class TreeSteps:
             tried = ~gb & ~hole
             if bool(tried.any()):
                 bt, ct = b[tried], c[tried]
-                s = slot[bt]
+                s = lane[bt]
                 q = self.tree_proposals(batch, ct, x_c[tried])          # [n, V]
                 ok = self.tree_accept(u[ct], r[s, x_c[tried]], m[s], q.gather(1, x_c[tried, None]).squeeze(1))
                 accepted[tried] = ok
@@ -92,8 +92,8 @@ class TreeSteps:
             if ag.numel():
                 top[ag] = self.greedy_argmax(batch.target_logits[here[ag]].double())
             if ar.numel():
-                r[slot[ar]] = self.tree_target(batch, ar, here[ar])
-                m[slot[ar]] = 1.0
+                r[lane[ar]] = self.tree_target(batch, ar, here[ar])
+                m[lane[ar]] = 1.0
         return SpecOutput(token_ids, depth, nodes)
 
     # ---- overridable pieces ----------------------------------------------------------------------
