@@ -39,6 +39,7 @@ def describe(caps) -> str:
             f"logit dtypes: {shown(caps.logit_dtypes)}; seeded stream: {caps.seeded_stream}; "
             f"cuda graphs: {'yes' if getattr(caps, 'cuda_graphs', False) else 'no'}"
             + (f"; at most {caps.max_draft} drafts per request" if getattr(caps, "max_draft", None) else "")
+            + (f"; token trees at most {caps.max_tree_depth} deep" if getattr(caps, "max_tree_depth", None) else "")
             + ("" if getattr(caps, "empty_batches", True) else "; no empty batches")
             + ("" if getattr(caps, "seeded_batch_invariant", True)
                else "; seeded stream depends on batch position (batch invariance: injected noise only)")

@@ -40,7 +40,7 @@ VARIANTS = {
     "stars-dense": dict(shapes=("star",), drafter="dense", max_nodes=8),
     "stars-one-hot-duplicates": dict(shapes=("star",), drafter="none", duplicates=True, max_nodes=8),
     "deep-narrow": dict(shapes=("narrow", "chain"), drafter="dense", max_nodes=14),
-    "eagle-top-k-one-hot": dict(shapes=("eagle",), drafter="none", max_nodes=10),
+    "eagle-top-k-one-hot": dict(shapes=("eagle",), drafter="none", distinct=True, max_nodes=10),
     "random-equal-q": dict(drafter="equal", duplicates=True),
     "random-q-zero": dict(drafter="dense", q_zero=True, duplicates=True),
     "mixed-greedy": dict(greedy_fraction=0.5, duplicates=True),

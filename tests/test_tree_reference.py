@@ -54,12 +54,13 @@ def tree_shape(g: torch.Generator, n: int, shape: str) -> list[int]:
 def random_tree_batch(g: torch.Generator, *, B: int = 6, V: int = 6, max_nodes: int = 6, shapes=SHAPES,
                       drafter: str = "dense", greedy_fraction: float = 0.25, filters: bool = False,
                       placeholders: bool = False, duplicates: bool = False, nonfinite: bool = False,
-                      q_zero: bool = False, ties: bool = False) -> SpecBatch:
+                      q_zero: bool = False, ties: bool = False, distinct: bool = False) -> SpecBatch:
     """A random batch of token trees with drafts a real drafter would make: tokens drawn from q (dense), or
     from the parent row's target (drafter "none": one-hot q), or the argmax of the parent row (greedy
     requests, often). drafter "equal": q_i is the parent row's unfiltered target (residuals hit zero).
-    Options add duplicate sibling tokens, placeholders, q_i(x) = 0, filters, non-finite rows and ties
-    (logits on a coarse grid, so rows often have several argmax entries)."""
+    Options add duplicate sibling tokens, placeholders, q_i(x) = 0, filters, non-finite rows, ties
+    (logits on a coarse grid, so rows often have several argmax entries) and distinct siblings (EAGLE's
+    top-k children: the most likely tokens of a noisy copy of the parent's row, no two alike)."""
     def rand(*shape):
         return torch.rand(*shape, generator=g, dtype=torch.float64)
     parents, counts = [], []
@@ -82,6 +83,7 @@ def random_tree_batch(g: torch.Generator, *, B: int = 6, V: int = 6, max_nodes: 
     q = torch.zeros(T, V, dtype=torch.float64)
     for b in range(B):
         t_b = float(temperature[b]) or 1.0
+        taken: dict[int, list[int]] = {}          # tokens already given to each parent's children
         for i, parent in enumerate(parents[b]):
             t, row = d_off[b] + i, l_off[b] + parent + 1
             p_parent = torch.softmax(logits[row].double() / t_b, -1)
@@ -91,6 +93,12 @@ def random_tree_batch(g: torch.Generator, *, B: int = 6, V: int = 6, max_nodes: 
                 q[t] = p_parent
             source = q[t] if drafter != "none" else p_parent
             tokens[t] = int(torch.multinomial(source, 1, generator=g))
+            used = taken.setdefault(parent, [])
+            if distinct and len(used) < V:
+                score = p_parent + 0.05 * rand(V)
+                score[used] = -1.0
+                tokens[t] = int(score.argmax())
+            used.append(int(tokens[t]))
             if float(temperature[b]) == 0 and rand(1) < 0.6:
                 tokens[t] = int(logits[row].argmax())
             if duplicates and i and parents[b][i - 1] == parent and rand(1) < 0.5:
