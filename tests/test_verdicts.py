@@ -97,18 +97,35 @@ def test_require_fails_a_run_that_does_not_check_what_it_names(tmp_path, capsys)
 
 
 def test_interrupted_run_writes_the_finished_checks_and_exits_130(tmp_path):
-    """Ctrl-C mid-run: the report of what finished is printed, the JSON marks the rest as not run."""
-    report = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, "-m", "specverify.cli", "check", HOSTILE + "Hang", "-n", "1",
-                             "--checks", "synthetic_validation,determinism", "--json", str(report)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    deadline = time.time() + 120
-    seen = ""
-    while "synthetic_validation[bad_rates] pass" not in seen and time.time() < deadline:
-        seen += proc.stderr.readline()
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
+    """Ctrl-C mid-run: the report of what finished is printed, the JSON marks the rest as not run.
+
+    SIGINT goes out once the progress line says synthetic_validation passed, so determinism (the Hang
+    backend sleeps forever) is in flight. Output goes to files, not pipes: the pool's fork server and
+    multiprocessing's resource tracker inherit the CLI's stdout and stderr, and a pipe reaches EOF only
+    once they too have shut down after the CLI exits; the test waits for the CLI alone."""
+    report, out_path, err_path = tmp_path / "r.json", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
+        # its own process group: a failing test can end the CLI's fork server and workers with it
+        proc = subprocess.Popen([sys.executable, "-m", "specverify.cli", "check", HOSTILE + "Hang", "-n", "1",
+                                 "--checks", "synthetic_validation,determinism", "--json", str(report)],
+                                stdout=out_file, stderr=err_file, cwd=tmp_path, start_new_session=True)
+    try:
+        # Bounds, not expected durations: on two busy cores (pytest -n auto) start-up (torch, the fork
+        # server's preload, the worker's backend load) and the exit after SIGINT can each take tens of seconds.
+        deadline = time.monotonic() + 300
+        while "synthetic_validation[bad_rates] pass" not in err_path.read_text():
+            assert proc.poll() is None, f"the run ended before the check finished:\n{err_path.read_text()}"
+            assert time.monotonic() < deadline, f"no progress line in 300 s:\n{err_path.read_text()}"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = out_path.read_text()
+    assert returncode == 130, out + err_path.read_text()
+    assert "interrupted (Ctrl-C)" in out
     doc = json.loads(report.read_text())
     statuses = {r["check"]: r["status"] for r in doc["results"]}
     assert statuses == {"determinism": "not run", "synthetic_validation": "pass"}
