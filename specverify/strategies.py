@@ -47,11 +47,15 @@ class Profile:
     bulk_requests: int = 384      # the "bulk" differential case: many decisions per example
     bulk_examples: int = 4
     large_vocabs: tuple = ()      # extra differential sizes (V) for the nightly GPU run
+    production_vocabs: tuple = (151_936, 262_144)  # sizes of the structural large-vocabulary checks, any device
     large_requests: int = 0
     replicated_copies: int = 8_000  # copies of each statistical case in the replicated differential case
     check_timeout: float = 600.0  # seconds one check may take in the CLI's workers; a correct backend stays far below
     call_timeout: float = 120.0   # seconds one backend call may take before the backend is declared hung
     deadline: float = 900.0       # seconds the whole CLI run may take; then the rest is reported not run
+    # seconds a production-vocabulary statistical case may take, projected from a measured first launch
+    # (over it the case is n/a with the measurement); None: always run it
+    large_case_budget: float | None = 30.0
     notes: tuple = field(default_factory=tuple)
     shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
                                   # ask only whether a check fails; the reproducer still reduces it)
@@ -73,7 +77,7 @@ PROFILES = {
     # B * V is capped.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        detect_tv=0.002, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
-                       call_timeout=300.0, deadline=3600.0,
+                       call_timeout=300.0, deadline=3600.0, large_case_budget=None,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),

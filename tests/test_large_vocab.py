@@ -16,13 +16,26 @@ def test_seeded_only_backend_gets_large_vocabulary_checks(case):
     assert result.status == PASS and result.samples > 0, result.line()
 
 
-def test_sizes_are_production_vocabularies_on_the_gpu_and_a_partial_tile_on_the_cpu():
-    """The GPU profile checks the advisory's V = 151,936 and 262,144; the CPU profiles a V whose last
-    1024-wide tile is partial, where a padded-tile bug shows."""
+def test_sizes_are_production_vocabularies_on_every_profile_and_a_partial_tile_on_the_cpu():
+    """Every profile checks the advisory's V = 151,936 and 262,144 (a split-V path changes above some
+    size, whatever the device); the CPU profiles also a V whose last 1024-wide tile is partial, where
+    a padded-tile bug shows."""
     assert structural_vocabs(get_profile("nightly")) == (151_936, 262_144)
     for name in ("ci", "smoke", "dev"):
-        (V,) = structural_vocabs(get_profile(name))
-        assert V % TILE != 0
+        small, *large = structural_vocabs(get_profile(name))
+        assert small % TILE != 0 and large == [151_936, 262_144]
+
+
+def test_seeded_only_backend_wrong_only_above_100k_fails_the_ci_profile_and_its_twin_passes():
+    """The backend emits an id >= V only where V > 100,000: the ci profile on the CPU reaches that size
+    through large_vocab_structure, whatever the noise path; the clean twin (the same stream) passes."""
+    from specverify.mutants.statistical_only import SplitVocabOutOfRangeOwnStream
+    for case in LARGE_VOCAB_CASES:
+        bad = run_check(SplitVocabOutOfRangeOwnStream(), "large_vocab_structure", case, get_profile("ci"))
+        assert bad.status == "fail" and "outside [0, 151936)" in bad.message, \
+            bad.line()
+        good = run_check(OwnStreamCpuBackend(), "large_vocab_structure", case, get_profile("ci"))
+        assert good.status == PASS, good.line()
 
 
 def test_tile_boundary_case_places_its_law_at_large_ids():
@@ -43,8 +56,25 @@ def test_tile_boundary_case_places_its_law_at_large_ids():
     assert float(case.position_distributions[0][V - 1]) > 0
 
 
-def test_large_vocabulary_statistical_case_runs_only_on_the_gpu_profile():
-    from specverify.checks import plan
-    assert ("token_distribution", "large_vocab_tiles") in plan(get_profile("nightly"))
-    assert ("token_distribution", "large_vocab_tiles") not in plan(get_profile("ci"))
-    assert ("token_distribution", "tile_boundary") in plan(get_profile("ci"))
+def test_production_vocabulary_statistics_run_where_the_measured_cost_fits():
+    """token_distribution[large_vocab_tiles] (V = 151,936) is planned on every profile. Off the GPU it
+    runs when its first launch, measured, projects the whole case under the profile's budget: the CPU
+    backend's does; a backend too slow for it is n/a naming the measurement, never a pass."""
+    import time as _time
+    from dataclasses import replace
+
+    from specverify.checks import NOT_APPLICABLE, plan
+    from specverify.kernels.cpu import CpuBackend
+    assert ("token_distribution", "large_vocab_tiles") in plan(get_profile("ci"))
+    assert ("differential_injected", "large_vocab") not in plan(get_profile("ci"))
+    # the CPU backend passing it with 2,000 samples: tests/test_builtin_backends_conform.py
+
+    class Slow(CpuBackend):
+        name = "slow"
+
+        def _sample(self, batch, **kwargs):
+            _time.sleep(0.05 * batch.num_requests)
+            return super()._sample(batch, **kwargs)
+    slow = run_check(Slow(), "token_distribution", "large_vocab_tiles",
+                     replace(get_profile("ci"), large_case_budget=10.0))
+    assert slow.status == NOT_APPLICABLE and "over the profile's budget of 10 s" in slow.message, slow.line()

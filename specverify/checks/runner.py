@@ -43,6 +43,11 @@ class CheckFailure(AssertionError):
     """A property does not hold; the message says where and why."""
 
 
+class NotApplicable(Exception):
+    """Raised by a check that finds, from a measurement, that it cannot run within what the profile
+    allows (a case whose measured cost is over the profile's budget): n/a with the reason, never a pass."""
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a (check, case) needs a backend to declare before it can run.
@@ -379,6 +384,8 @@ def execute(check: Check, backend, case: str, profile: Profile, deviations: tupl
             _bound_ambiguous(ctx)
     except CheckFailure as exc:
         result.status, result.message = FAIL, str(exc)
+    except NotApplicable as exc:
+        result.status, result.message = NOT_APPLICABLE, str(exc)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises is a finding, never a crash
         result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
     if ctx is not None and ctx.deviations:
@@ -422,5 +429,5 @@ def reproduce(ctx: Context) -> Reproducer:
     return found
 
 
-__all__ = ["CORE_KINDS", "CallObserver", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "execute",
-           "not_applicable_because", "observe_calls", "output_problems", "private_batch", "reproduce"]
+__all__ = ["CORE_KINDS", "CallObserver", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "NotApplicable",
+           "execute", "not_applicable_because", "observe_calls", "output_problems", "private_batch", "reproduce"]

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 
 import torch
 
-from reference import Noise, exact
+from reference import Noise, SpecOutput, exact
 from reference.sample import synthetic_rates_f32
 from specverify.checks import stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
 from specverify.checks.common import on_device
-from specverify.checks.runner import Context, Needs
+from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Profile
 
 STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate", "accepted_length",
@@ -76,19 +77,50 @@ def _seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:7], "little")
 
 
+PROBE_COPIES = 8   # copies of the first launch of a case with a cost budget: it measures the backend's speed
+
+
 def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
-    """One launch of ``stat_copies(profile)`` copies of the case; returns (batch, output) on the CPU."""
+    """``stat_copies(profile)`` copies of the case (at most ``case.max_copies``), launched
+    ``case.launch_copies`` at a time; returns (last batch, output) on the CPU. A case with a launch size
+    (the production-vocabulary one) first launches ``PROBE_COPIES`` copies and, where
+    ``profile.large_case_budget`` is set, raises NotApplicable when the time that measured projects for
+    all copies is over it. Such a case uses injected noise where declared: at V = 151,936 a seeded
+    stream spends most of the time drawing exponentials, and large_vocab_structure runs the seeded path."""
     g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
     copies = stat_copies(profile) if case.max_copies is None else min(stat_copies(profile), case.max_copies)
-    batch = case.batch(copies, g)
-    if "seeded" in backend.capabilities.noise:
-        seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
-        dev_batch, _ = on_device(batch, None, profile.device)
-        out = backend(dev_batch, seed=seeds, **case.call_kwargs())
-    else:
+    declared = backend.capabilities.noise
+    seeded = "seeded" in declared and not (case.launch_copies and "injected" in declared)
+
+    def launch(n: int):
+        batch = case.batch(n, g)
+        if seeded:
+            seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
+            dev_batch, _ = on_device(batch, None, profile.device)
+            return batch, backend(dev_batch, seed=seeds, **case.call_kwargs())
         dev_batch, dev_noise = on_device(batch, Noise.draw(batch, g), profile.device)
-        out = backend(dev_batch, noise=dev_noise, **case.call_kwargs())
-    return batch, out
+        return batch, backend(dev_batch, noise=dev_noise, **case.call_kwargs())
+
+    if not case.launch_copies:
+        return launch(copies)
+    outs, done = [], 0
+    while done < copies:
+        n = min(PROBE_COPIES if not outs else case.launch_copies, copies - done)
+        start = time.perf_counter()
+        batch, out = launch(n)
+        outs.append(out)
+        done += n
+        budget = profile.large_case_budget
+        if len(outs) == 1 and budget is not None and done < copies:
+            projected = (time.perf_counter() - start) / n * copies
+            if projected > budget:
+                raise NotApplicable(
+                    f"measured {time.perf_counter() - start:.2f} s for {n} copies at V = {case.vocab_size:,}: "
+                    f"{copies:,} copies would take about {projected:.0f} s, over the profile's budget of "
+                    f"{budget:g} s for a production-vocabulary case (the nightly profile runs it)")
+    width = max(o.token_ids.shape[1] for o in outs)
+    return batch, SpecOutput(torch.cat([o.padded(width).token_ids.cpu() for o in outs]),
+                             torch.cat([o.num_accepted.cpu() for o in outs]))
 
 
 def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):

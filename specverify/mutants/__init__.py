@@ -17,7 +17,8 @@ from typing import Callable
 from specverify.checks import CHECKS
 from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
-from specverify.mutants.statistical_only import DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream
+from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
+                                                 SplitVocabOutOfRangeOwnStream)
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
 CHECK_NAMES = frozenset(CHECKS) | {"request_alignment"}
@@ -138,6 +139,9 @@ _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
 
 _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
                    "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
+                   ("large_vocab_structure",)))
+_ALL.append(Mutant(SplitVocabOutOfRangeOwnStream.name, SplitVocabOutOfRangeOwnStream,
+                   "an id >= V emitted only above V = 100,000 (a split-V path), own noise stream only", "public",
                    ("large_vocab_structure",)))
 
 _ALL += [Mutant(cls.name, cls, bug, "public", ("nonfinite_rows",)) for cls, bug in (

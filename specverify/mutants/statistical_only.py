@@ -60,3 +60,20 @@ class PaddedTileOwnStream(OwnStreamCpuBackend):
             batch = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, q, batch.temperature,
                               batch.top_k, batch.top_p, batch.min_p)
         return super()._sample(batch, seed=seed, noise=noise, **kwargs)
+
+
+class SplitVocabOutOfRangeOwnStream(OwnStreamCpuBackend):
+    """A kernel whose code path changes above V = 100,000 (split-V, multi-block reductions) and emits
+    the id V there for its extra token, in a backend with only its own seeded stream: correct at every
+    vocabulary a CPU profile used to reach, wrong at production vocabularies."""
+
+    name = "split_vocab_out_of_range_own_stream"
+    SPLIT_ABOVE = 100_000
+
+    def _sample(self, batch, *, seed, noise, **kwargs):
+        out = super()._sample(batch, seed=seed, noise=noise, **kwargs)
+        V = batch.vocab_size
+        if V > self.SPLIT_ABOVE and out.token_ids.numel():
+            rows = torch.arange(out.token_ids.shape[0], device=out.token_ids.device)
+            out.token_ids[rows, out.num_accepted] = V
+        return out
