@@ -27,6 +27,7 @@ from dataclasses import replace
 import pytest
 
 GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
+RUN_ENV = "SPECVERIFY_RUN"        # "start time;directory" of the run, set by the controller for its workers
 _RESULT_KEY = "specverify_result"
 
 
@@ -56,6 +57,15 @@ def pytest_addoption(parser):
                     help="where each failed check writes its reproducer (default: specverify-failures)")
     group.addoption("--specverify-deviations", default=None, metavar="FILE",
                     help="TOML file of known deviations: a failure matching one is an xfail, not a failure")
+    group.addoption("--specverify-deadline", type=float, default=None, metavar="SECONDS",
+                    help="after SECONDS from the start of the session, the remaining checks are reported not run "
+                         "and the session fails (default: the profile's, 900 s for ci)")
+    group.addoption("--specverify-call-timeout", type=float, default=None, metavar="SECONDS",
+                    help="a backend call running longer is a hang: its check fails naming the call and the rest "
+                         "are not run (default: the profile's, 120 s for ci). In-process: a call stuck in C code "
+                         "(a deadlocked GPU kernel) is only interrupted by `specverify check`'s worker processes")
+    group.addoption("--specverify-keep-going", action="store_true",
+                    help="after a hung call, go on calling the backend (each call under the call timeout)")
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
                     help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
@@ -105,6 +115,12 @@ def pytest_configure(config):
         os.environ["SPECVERIFY_PROFILE"] = profile
     _pin_gpu(config)
     config._specverify_start = time.perf_counter()
+    if not getattr(config, "workerinput", None):
+        # one clock and one directory for the whole run: xdist workers inherit them
+        # (created only when a hang is written there)
+        import tempfile  # noqa: PLC0415
+        directory = os.path.join(tempfile.gettempdir(), f"specverify-run-{os.getpid()}-{time.time_ns()}")
+        os.environ[RUN_ENV] = f"{time.time()};{directory}"
 
 
 def pytest_runtest_logreport(report):
@@ -118,14 +134,23 @@ def pytest_runtest_logreport(report):
 _COLLECTED: list = []
 
 
-def _judge(config) -> None:
+def _judge(config, stopped: str | None = None) -> None:
     """The run's verdict over every CheckResult the suite recorded (from all workers): coverage and
-    --specverify-require, which pytest's own pass/fail counts cannot see."""
-    from specverify.checks import CheckResult  # noqa: PLC0415
+    --specverify-require, which pytest's own pass/fail counts cannot see. When pytest stopped the session
+    early (``stopped``: --maxfail, -x), every check of the plan that recorded nothing is not run."""
+    from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan  # noqa: PLC0415
     from specverify.registry import get_backend  # noqa: PLC0415
+    from specverify.strategies import get_profile  # noqa: PLC0415
     from specverify.verdict import parse_requirements, verdict  # noqa: PLC0415
-    results = [CheckResult.from_json(r) for r in sorted(_COLLECTED, key=lambda r: (r["check"], r["case"]))]
-    caps = get_backend(config.getoption("--specverify-backend")).capabilities
+    results = [CheckResult.from_json(r) for r in _COLLECTED]
+    backend = get_backend(config.getoption("--specverify-backend"))
+    caps = backend.capabilities
+    if stopped:
+        seen = {(r.check, r.case) for r in results}
+        results += [CheckResult(check=c, case=k, backend=str(backend.name), kind=CHECKS[c].kind, status=NOT_RUN,
+                                message=f"not run: {stopped}")
+                    for c, k in plan(get_profile(config.getoption("--specverify-profile"))) if (c, k) not in seen]
+    results.sort(key=lambda r: (r.check, r.case))
     config._specverify_verdict = verdict(results, caps, parse_requirements(config.getoption("--specverify-require")))
     config._specverify_results = results
 
@@ -135,7 +160,8 @@ def pytest_sessionfinish(session, exitstatus):
     # xdist workers carry ``workerinput``; only the controller (or a run without xdist) judges the run.
     if getattr(config, "workerinput", None) or not _COLLECTED:
         return
-    _judge(config)
+    stop = session.shouldfail or session.shouldstop
+    _judge(config, f"pytest stopped the session ({stop})" if stop else None)
     outcome = config._specverify_verdict
     if outcome.reasons and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -197,3 +223,96 @@ def specverify_deviations(request):
 def specverify_backend(request):
     from specverify.registry import get_backend  # noqa: PLC0415
     return get_backend(request.config.getoption("--specverify-backend"))
+
+
+class CallHung(BaseException):
+    """A backend call outlived the call timeout (a BaseException: no check's ``except Exception`` may
+    swallow it)."""
+
+
+class SuiteGuard:
+    """The shipped suite's deadline and hung-call handling, in the test's own process.
+
+    A call is interrupted by SIGALRM after the call timeout: enough for a backend stuck in Python or in
+    an interruptible system call; a call stuck in C code (a deadlocked GPU kernel) is only stopped by
+    ``specverify check``, which runs checks in worker processes. The first hang is written to the run's
+    directory, so every xdist worker stops calling the backend (unless --specverify-keep-going)."""
+
+    def __init__(self, config, profile) -> None:
+        start, _, self.directory = os.environ.get(RUN_ENV, f"{time.time()};").partition(";")
+        self.seconds = config.getoption("--specverify-deadline") or profile.deadline
+        self.deadline = float(start) + self.seconds
+        self.call_timeout = config.getoption("--specverify-call-timeout") or profile.call_timeout
+        self.keep_going = config.getoption("--specverify-keep-going")
+        self.failures_dir = config.getoption("--specverify-failures-dir")
+        self.profile = profile
+
+    @property
+    def _marker(self) -> str | None:
+        return os.path.join(self.directory, "hang") if self.directory else None
+
+    def why_not_run(self) -> str | None:
+        if time.time() >= self.deadline:
+            return f"not run: the run's deadline of {self.seconds:g} s passed (--specverify-deadline)"
+        marker = self._marker
+        if marker and os.path.exists(marker) and not self.keep_going:
+            with open(marker) as f:
+                where = f.read().strip()
+            return (f"not run: the backend hung in {where} and is not called again "
+                    "(--specverify-keep-going calls it on)")
+        return None
+
+    def run(self, check: str, case: str, backend: str, fn):
+        """``fn()`` (which runs the check) with every guarded backend call under the call timeout;
+        a hung call becomes the check's FAIL result, naming the call, with the call's reproducer."""
+        import signal  # noqa: PLC0415
+
+        from specverify.checks import CHECKS, FAIL, CheckResult  # noqa: PLC0415
+        from specverify.checks.repro import Reproducer  # noqa: PLC0415
+        from specverify.checks.runner import CallObserver, observe_calls  # noqa: PLC0415
+        from specverify.watch import describe_call  # noqa: PLC0415
+        limit = self.call_timeout
+
+        class Alarm(CallObserver):
+            count, call = 0, None
+
+            def started(self, call) -> None:
+                self.count += 1
+                self.call = call
+                signal.setitimer(signal.ITIMER_REAL, limit)
+
+            def finished(self) -> None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+        def ring(*_):
+            raise CallHung()
+
+        alarm = Alarm()
+        previous = signal.signal(signal.SIGALRM, ring)
+        observe_calls(alarm)
+        try:
+            return fn()
+        except CallHung:
+            where = describe_call(alarm.count, alarm.call)
+            message = f"hung: {where} did not return within {limit:g} s (--specverify-call-timeout)"
+            result = CheckResult(check=check, case=case, backend=backend, kind=CHECKS[check].kind, status=FAIL,
+                                 message=message)
+            size = alarm.call.batch.num_requests
+            result.repro = Reproducer("call", check, case, backend, self.profile.name, self.profile.device,
+                                      message, call=alarm.call.cpu(), requests=list(range(size)),
+                                      full_requests=size)
+            marker = self._marker
+            if marker and not os.path.exists(marker):
+                os.makedirs(self.directory, exist_ok=True)
+                with open(marker, "w") as f:
+                    f.write(f"{check}[{case}], {where}")
+            return result
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            observe_calls(None)
+            signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def specverify_guard(request, specverify_profile):
+    return SuiteGuard(request.config, specverify_profile)

@@ -90,3 +90,44 @@ def test_call_watch_names_the_call_it_records():
     batch = SpecBatch(torch.tensor([2, 0]), torch.tensor([1, 2]), torch.zeros(4, 5), None, torch.ones(2))
     call = Call(batch, Noise.draw(batch, torch.Generator().manual_seed(0)), None, {"method": "block"})
     assert describe_call(3, call) == "call 3 (block, injected noise, B = 2, max drafts 2, V = 5, float32)"
+
+
+def _suite(tmp_path, backend: str, *args: str):
+    import os
+    import subprocess
+    import sys
+
+    from specverify.plugin import load_args
+    report = tmp_path / "suite.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load_args(), "-n", "0",
+                           "--pyargs", "specverify.suite", f"--specverify-backend={HOSTILE}{backend}",
+                           f"--specverify-json={report}", f"--specverify-failures-dir={tmp_path / 'failures'}",
+                           *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    return proc, json.loads(report.read_text())
+
+
+def test_shipped_suite_stops_calling_a_hung_backend(tmp_path):
+    """Under pytest the first hung call fails its test, naming the call; every later check is a skip
+    saying it was not run, and the session fails: one call timeout, not one per check."""
+    start = time.perf_counter()
+    proc, doc = _suite(tmp_path, "Hang", "--specverify-call-timeout=2")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert time.perf_counter() - start < 120
+    statuses = [r["status"] for r in doc["results"]]
+    assert statuses.count(FAIL) == 1 and statuses.count(NOT_RUN) == len(statuses) - 1, proc.stdout[-3000:]
+    failed = next(r for r in doc["results"] if r["status"] == FAIL)
+    assert failed["message"].startswith("hung: call 1 (") and load(failed["reproducer"]).kind == "call"
+    assert "1 failed" in proc.stdout and "did not run" in proc.stdout
+
+
+def test_shipped_suite_under_exitfirst_reports_the_rest_not_run(tmp_path):
+    """pytest's own -x applies to the shipped suite; the JSON lists every check of the plan that did not
+    run as not run, with pytest's reason, and the verdict fails."""
+    proc, doc = _suite(tmp_path, "Int32Outputs", "-x")
+    statuses = [r["status"] for r in doc["results"]]
+    assert proc.returncode == 1 and statuses.count(FAIL) == 1, proc.stdout[-3000:]
+    not_run = [r for r in doc["results"] if r["status"] == NOT_RUN]
+    assert len(not_run) > 10 and all("pytest stopped the session" in r["message"] for r in not_run)
+    assert doc["passed"] is False

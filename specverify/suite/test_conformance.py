@@ -8,7 +8,8 @@ fails when no core property was checked or a --specverify-require is unmet.
 
 import pytest
 
-from specverify.checks import KNOWN, NOT_APPLICABLE, PASS, check_request_alignment, plan, run_check
+from specverify.checks import (CHECKS, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult, check_request_alignment,
+                               plan, run_check)
 from specverify.strategies import get_profile
 
 # The plugin exports --specverify-profile as $SPECVERIFY_PROFILE before collection, so every xdist
@@ -18,10 +19,18 @@ PLAN = plan(get_profile())
 
 @pytest.mark.parametrize("check,case", PLAN, ids=[f"{c}[{k}]" for c, k in PLAN])
 def test_backend_satisfies_property(specverify_backend, specverify_profile, specverify_deviations, specverify_record,
-                                    check, case):
+                                    specverify_guard, check, case):
     """A backend must pass every check that applies to what it declares; a failure a declared
-    deviation matches is an xfail with its reason."""
-    result = specverify_record(run_check(specverify_backend, check, case, specverify_profile, specverify_deviations))
+    deviation matches is an xfail with its reason. Past the run's deadline, or once a call of the
+    backend has hung, the check is not run (a skip saying why; the session's verdict fails)."""
+    why = specverify_guard.why_not_run()
+    if why:
+        specverify_record(CheckResult(check=check, case=case, backend=specverify_backend.name,
+                                      kind=CHECKS[check].kind, status=NOT_RUN, message=why))
+        pytest.skip(why)
+    result = specverify_record(specverify_guard.run(
+        check, case, str(specverify_backend.name),
+        lambda: run_check(specverify_backend, check, case, specverify_profile, specverify_deviations)))
     print(result.line())
     if result.status == NOT_APPLICABLE:
         pytest.skip(f"n/a: {result.message}")
