@@ -6,6 +6,8 @@ measures that decision's relative margin in the reference's own numbers:
 
     acceptance (standard)  |u * q(x) - p(x)| / p(x)
     stop test (block)      |eta_i - h_i| / e_i, e_i the first-order float32 error of h_i (SPEC 3.7)
+    sibling test (tree)    |u * q(x) - r(x) / m| / (r(x) / m) at the first flipped test along the shared
+                           path, or a cancellation in x's entry of r (SPEC 3.8)
     greedy argmax          (top1 - top2) / |top1| of the logits (exact ties are defined: lowest index)
     exponential race       (top1 - top2) / top1 of w / E (exact ties are defined: lowest index)
     synthetic acceptance   never ambiguous: u and c_j are the same float32 numbers everywhere
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from reference import Noise, SpecBatch, SpecOutput, block, leviathan
+from reference import Noise, SpecBatch, SpecOutput, block, leviathan, tree
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 
@@ -168,6 +170,70 @@ def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: l
     return Divergence(b, tau, expected, got, "exponential race (block)", margin, margin < tol)
 
 
+def residual_cancellation(updates: list, v: int, tol: float) -> float:
+    """The smallest relative size |r(v) - m q(v)| / r(v) of v's entry in a node's residual updates
+    [(r, m, q)], below ``tol`` only: a cancellation float32 may see as zero or as positive (SPEC 3.8)."""
+    sizes = [abs(float(r[v] - m * q[v])) / float(r[v]) for r, m, q in updates if 0 <= v < r.shape[0] and r[v] > 0]
+    return min((s for s in sizes if s <= tol), default=math.inf)
+
+
+def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, got_path: list,
+                   tol: float) -> Divergence:
+    """A tree request's divergence against SPEC 3.8's ambiguity rule: the rule replayed in the reference's
+    float64 numbers along the path both sides share, up to the first decision they took differently."""
+    d0, l0, n = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b]), int(cpu.num_draft_tokens[b])
+    if cpu.allow_nonfinite and bool(cpu.nonfinite_requests()[b]):
+        return Divergence(b, 0, expected, got, "non-finite request", math.inf, False)
+    x = cpu.draft_token_ids[d0: d0 + n].tolist()
+    kids = tree.children(tree.parents_of(cpu)[d0: d0 + n].tolist())
+    logits = cpu.target_logits[l0: l0 + n + 1].double()
+    temperature = float(cpu.temperature[b])
+    p = None if temperature == 0 else filtered_target(cpu, torch.tensor([b]).repeat(n + 1), logits, temperature)
+    u = noise.uniform.cpu()[d0: d0 + n].double()
+    node, r, m, depth, updates = tree.ROOT, None if p is None else p[0], 1.0, 0, []
+    while True:
+        step = got_path[depth] if depth < len(got_path) else None
+        for c in kids[node + 1]:
+            if x[c] == PLACEHOLDER:
+                if step == c:
+                    return Divergence(b, depth, expected, got, "placeholder accepted", math.inf, False)
+                continue
+            if p is None:
+                ours = x[c] == reference.greedy.argmax(logits[node + 1])
+            else:
+                q = draft_row(cpu, d0 + c, x[c])
+                ours = tree.accepts(u[c], r[x[c]], m, q[x[c]])
+            if ours != (step == c):
+                if p is None:
+                    margin = _relative_gap(logits[node + 1])
+                    return Divergence(b, depth, expected, got, "greedy argmax (tree)", margin, margin < tol)
+                r_x = float(r[x[c]] / m)
+                margin = math.inf if q[x[c]] == 0 or r_x == 0 else abs(float(u[c] * q[x[c]]) - r_x) / r_x
+                margin = min(margin, residual_cancellation(updates, x[c], tol))
+                return Divergence(b, depth, expected, got, f"tree test u*q(x) <= r(x) at node {c}", margin, margin < tol)
+            if ours:
+                node, depth, updates = c, depth + 1, []
+                r, m = (None, 1.0) if p is None else (p[c + 1], 1.0)
+                break
+            if p is not None:
+                updates.append((r, m, q))
+                r, m = tree.after_rejection(r, m, q)
+        else:
+            break
+    if step is not None:      # the backend went on to a node that is not a child of where the rule stopped
+        return Divergence(b, depth, expected, got, "tree structure", math.inf, False)
+    if p is None:
+        margin = _relative_gap(logits[node + 1])
+        return Divergence(b, depth, expected, got, "greedy argmax (tree)", margin, margin < tol)
+    for v in {int(expected[-1]), int(got[-1])}:
+        margin = residual_cancellation(updates, v, tol)
+        if margin <= tol:
+            return Divergence(b, depth, expected, got, "residual cancellation r(v) - m q(v) (tree)", margin, True)
+    score = torch.where(r > 0, r / noise.exponential.cpu()[b].double(), torch.zeros_like(r))
+    margin = _relative_gap(score)
+    return Divergence(b, depth, expected, got, "exponential race (tree)", margin, margin < tol)
+
+
 @dataclass
 class Comparison:
     decisions: int
@@ -193,10 +259,24 @@ def compare_to_reference(batch: SpecBatch, got: SpecOutput, noise: Noise, *, met
     rates = synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps) if method == "synthetic" else None
     tol = tolerance(tol, batch.vocab_size)
     exp_rows, got_rows = expected.emitted(), got.emitted()
-    divergences = [classify(batch, noise, b, e, g, method, rates, tol)
-                   for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
+    if method == "tree":
+        cpu, exp_paths, got_paths = batch.to("cpu"), _paths(expected), _paths(got)
+        divergences = [_classify_tree(cpu, noise, b, e, g, gp, tol) if gp is not None else
+                       Divergence(b, 0, e, g, "tree structure (no accepted_nodes)", math.inf, False)
+                       for b, (e, g, ep, gp) in enumerate(zip(exp_rows, got_rows, exp_paths, got_paths))
+                       if e != g or ep != gp]
+    else:
+        divergences = [classify(batch, noise, b, e, g, method, rates, tol)
+                       for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
     decisions = int(batch.num_draft_tokens.sum()) + batch.num_requests
     return Comparison(decisions, divergences)
+
+
+def _paths(out: SpecOutput) -> list:
+    """Per request, the accepted path's nodes of a tree output (None per request when it has none)."""
+    if out.accepted_nodes is None:
+        return [None] * out.num_accepted.shape[0]
+    return [row[:a] for row, a in zip(out.accepted_nodes.cpu().tolist(), out.num_accepted.cpu().tolist())]
 
 
 def ambiguous_bound(decisions: int) -> int:

@@ -32,6 +32,7 @@ from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
 from specverify.checks.repro import Call, Reproducer, judge, python_source, reduce
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
+from specverify.checks.tree_output import path_tokens
 from specverify.registry import checked_backend
 from specverify.strategies import Profile
 
@@ -163,7 +164,8 @@ def _changed(name: str, given, original) -> str | None:
 def output_problems(batch: SpecBatch, out, device: torch.device | None = None, limit: int = 5) -> list[str]:
     """SPEC 1 output structure, checked the same way for every call: a SpecOutput of int64 tensors on
     the batch's device, token_ids [B, >= K + 1], num_accepted [B] in [0, k_b], the accepted tokens equal
-    to the drafts, every emitted id in [0, V), -1 after the emitted tokens."""
+    to the drafts (for trees, to the tokens of the root-to-node path in accepted_nodes, SPEC 3.8), every
+    emitted id in [0, V), -1 after the emitted tokens."""
     if not isinstance(out, SpecOutput):
         return [f"backend returned {type(out).__name__}, expected SpecOutput"]
     ids, n = out.token_ids, out.num_accepted
@@ -186,8 +188,12 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
     pos = torch.arange(ids.shape[1])
     emitted = pos[None, :] <= n[:, None]
     accepted = pos[None, :] < n[:, None]
-    T = batch.num_drafts
-    if T:
+    T, paths = batch.num_drafts, {}
+    if batch.tree_parents is not None:   # SPEC 3.8: the accepted tokens are the path's, not the slots'
+        drafts, paths = path_tokens(batch, out.accepted_nodes, torch.minimum(n.clamp(min=0), k), ids.shape[1])
+        if drafts is None:
+            return problems + [paths[-1]]
+    elif T:
         slot = (batch.draft_offsets().cpu()[:-1, None] + pos[None, :]).clamp(max=T - 1)
         drafts = torch.where(pos[None, :] < k[:, None], batch.draft_token_ids.cpu()[slot], -2)
     else:
@@ -197,16 +203,21 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
     not_drafts = (accepted & (ids != drafts)).any(1)
     not_padded = (~emitted & (ids != -1)).any(1)
     bad = bad_count | out_of_range | not_drafts | not_padded
+    if paths:
+        bad[list(paths)] = True
     for b in bad.nonzero().flatten().tolist():
         a = int(n[b])
         if bool(bad_count[b]):
             problems.append(f"request {b}: num_accepted {a} outside [0, {int(k[b])}]")
             continue
+        if b in paths:
+            problems.append(f"request {b}: {paths[b]}")
         row = ids[b].tolist()
         if bool(out_of_range[b]):
             problems.append(f"request {b}: emitted ids {row[:a + 1]} outside [0, {V})")
         if bool(not_drafts[b]):
-            problems.append(f"request {b}: accepted tokens {row[:a]} are not the drafts {drafts[b, :a].tolist()}")
+            what = "the path's tokens" if batch.tree_parents is not None else "the drafts"
+            problems.append(f"request {b}: accepted tokens {row[:a]} are not {what} {drafts[b, :a].tolist()}")
         if bool(not_padded[b]):
             problems.append(f"request {b}: slots after the {a + 1} emitted tokens are {row[a + 1:]}, expected -1")
         if len(problems) >= limit:

@@ -22,13 +22,15 @@ from contextlib import contextmanager
 import torch
 
 import reference
-from reference import Noise, SpecBatch, leviathan, select_requests
+from reference import Noise, SpecBatch, leviathan, select_requests, tree
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target
-from specverify.checks.differential import block_law, draft_row
+from specverify.backends import HARNESS_AMBIGUITY_MARGIN
+from specverify.checks.differential import residual_cancellation, block_law, draft_row, tolerance
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
+from specverify.tree_strategies import as_tree
 
 
 def outputs_equal(a, b) -> bool:
@@ -45,10 +47,19 @@ def _share_of_examples(profile, share: int) -> int:
     return max(min(5, profile.examples // 2), profile.examples // share)
 
 
-def _method_for(example: Example, methods: list[dict]) -> dict:
-    """One of the declared rules' call keywords, a function of the example: the rules take turns over the
-    examples at the cost of one, and a shrinking Hypothesis replays an example with its own rule."""
-    return methods[(example.batch.num_requests + example.batch.num_drafts) % len(methods)]
+def _method_for(example: Example, methods: list[dict], ctx: Context) -> tuple[Example, dict]:
+    """(the example, one of the declared rules' call keywords), a function of the example: the rules take
+    turns over the examples at the cost of one, and a shrinking Hypothesis replays an example with its
+    own rule. Under "tree" the example's requests get tree shapes (``as_tree``)."""
+    kwargs = methods[(example.batch.num_requests + example.batch.num_drafts) % len(methods)]
+    return _shaped(example, kwargs, ctx), kwargs
+
+
+def _shaped(example: Example, kwargs: dict, ctx: Context) -> Example:
+    """The example as the rule of ``kwargs`` reads it: trees (within the declared depth) for "tree"."""
+    if kwargs["method"] != "tree":
+        return example
+    return as_tree(example, getattr(ctx.backend.capabilities, "max_tree_depth", None))
 
 
 def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[str]:
@@ -59,6 +70,9 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
     d_off, l_off = cpu.draft_offsets().tolist(), cpu.logit_offsets().tolist()
     problems = []
+    if method == "tree":
+        return [f"request {b}: {why}" for b in range(cpu.num_requests)
+                for why in _tree_support(cpu, b, out.accepted_nodes[b, : int(n[b])].tolist(), int(ids[b, n[b]]))]
     for b in range(cpu.num_requests):
         m, k = int(n[b]), int(cpu.num_draft_tokens[b])
         y = int(ids[b, m])
@@ -94,12 +108,51 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
 
 
 
+def _tree_support(cpu: SpecBatch, b: int, path: list[int], y: int) -> list[str]:
+    """SPEC 3.8 for one request of a tree call with accepted ``path`` (local nodes) and final token y:
+    a greedy request follows the argmax of each node's row; a random one accepts only tokens with
+    r(x) > 0 and draws y from the residual left after every child of its final node was rejected,
+    replayed in float64 (an entry within tolerance of a cancellation counts as positive)."""
+    d0, l0, k = cpu.draft_offsets().tolist()[b], cpu.logit_offsets().tolist()[b], int(cpu.num_draft_tokens[b])
+    x = cpu.draft_token_ids[d0: d0 + k].tolist()
+    kids = tree.children(tree.parents_of(cpu)[d0: d0 + k].tolist())
+    logits = cpu.target_logits[l0: l0 + k + 1].double()
+    t = float(cpu.temperature[b])
+    if cpu.allow_nonfinite and bool(cpu.nonfinite_requests()[b]):
+        return []
+    if t == 0:
+        rows = [tree.ROOT] + path
+        wrong = [x[c] for c, node in zip(path, rows) if x[c] != reference.greedy.argmax(logits[node + 1])]
+        top = reference.greedy.argmax(logits[rows[-1] + 1])
+        return ([f"greedy accepted {wrong} off the argmax of their parents' rows"] if wrong else []) + \
+            ([f"greedy final token {y} is not argmax {top}"] if y != top else [])
+    p = filtered_target(cpu, torch.tensor([b]).repeat(k + 1), logits, t)
+    tol = tolerance(HARNESS_AMBIGUITY_MARGIN, cpu.vocab_size)
+    node, problems = tree.ROOT, []
+    for depth in range(len(path) + 1):
+        r, m, updates = p[node + 1], 1.0, []
+        stop = path[depth] if depth < len(path) else None
+        for c in kids[node + 1]:
+            if c == stop:
+                break
+            if x[c] != PLACEHOLDER:
+                q = draft_row(cpu, d0 + c, x[c])
+                updates.append((r, m, q))
+                r, m = tree.after_rejection(r, m, q)
+        v = y if stop is None else x[stop]
+        if not 0 <= v < cpu.vocab_size or (r[v] <= 0 and residual_cancellation(updates, v, tol) > tol):
+            what = f"final token {y}" if stop is None else f"accepted node {stop}'s token {v}"
+            problems.append(f"{what} at depth {depth} has probability 0 under the residual it came from")
+        node = stop
+    return problems
+
+
 # ---- output structure ---------------------------------------------------------------------------
 def check_output_structure(ctx: Context, case: str) -> None:
     methods = _declared_methods(ctx)
 
     def body(example):
-        kwargs = _method_for(example, methods)
+        example, kwargs = _method_for(example, methods, ctx)
         out, _ = call_example(ctx, example, seeded=paths(ctx)[0] == "seeded", **kwargs)
         problems = support_problems(example.batch, out, kwargs["method"])
         if problems:
@@ -156,7 +209,7 @@ def check_uninitialized_memory(ctx: Context, case: str) -> None:
             raise CheckFailure(f"{label}: {exc}") from None
 
     def body(example):
-        kwargs = _method_for(example, methods)
+        example, kwargs = _method_for(example, methods, ctx)
         first = run("deterministic-fill run", deterministic_fill, example, kwargs)
         second = run("plausible-poison run", plausible_poison, example, kwargs)
         if not outputs_equal(first, second):
@@ -181,16 +234,19 @@ def invariant_paths(ctx: Context) -> list[str]:
 
 
 def check_batch_invariance(ctx: Context, case: str) -> None:
+    methods = _declared_methods(ctx, chains=False)
+
     def body(example):
+        example, kwargs = _method_for(example, methods, ctx)
         g = torch.Generator().manual_seed(example.batch.num_requests)
         subs = _sub_batches(example.batch.num_requests, g)
         for path in invariant_paths(ctx):
             seeded = path == "seeded"
-            full = call_example(ctx, example, seeded=seeded)[0].emitted()
+            full = call_example(ctx, example, seeded=seeded, **kwargs)[0].emitted()
             for label, idx in subs:
                 sub = Example(select_requests(example.batch, idx), example.noise.select(example.batch, idx),
                               example.seeds[idx], example.description)
-                got = call_example(ctx, sub, seeded=seeded)[0].emitted()
+                got = call_example(ctx, sub, seeded=seeded, **kwargs)[0].emitted()
                 want = [full[i] for i in idx.tolist()]
                 if got != want:
                     raise CheckFailure(f"{path} noise, sub-batch {label} {idx.tolist()}: outputs {got} "
@@ -200,10 +256,13 @@ def check_batch_invariance(ctx: Context, case: str) -> None:
 
 
 def check_determinism(ctx: Context, case: str) -> None:
+    methods = _declared_methods(ctx, chains=False)
+
     def body(example):
+        example, kwargs = _method_for(example, methods, ctx)
         for path in paths(ctx):
-            a = call_example(ctx, example, seeded=path == "seeded")[0]
-            b = call_example(ctx, example, seeded=path == "seeded")[0]
+            a = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
+            b = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
             if not outputs_equal(a, b):
                 raise CheckFailure(f"same {'seed' if path == 'seeded' else 'noise'}, different outputs: "
                                    f"{a.emitted()} vs {b.emitted()}")
@@ -231,20 +290,31 @@ def _agree_on_batches(ctx: Context, cases, g: torch.Generator) -> None:
     """Calls the backend on each (label, batch, seeds) with noise it shares with the reference (injected
     if declared, else its seeded stream) and compares to the reference when that stream is shared."""
     seeded = "injected" not in ctx.backend.capabilities.noise
-    for label, batch, seeds in cases:
+    for label, batch, seeds, *kwargs in cases:
+        kwargs = kwargs[0] if kwargs else {}
         example = Example(batch, Noise.draw(batch, g), seeds, label)
-        out, shared = call_example(ctx, example, seeded=seeded)
+        out, shared = call_example(ctx, example, seeded=seeded, **kwargs)
         if shared is not None:
-            ctx.agree(batch, out, shared, where=label)
+            ctx.agree(batch, out, shared, where=label, **kwargs)
         ctx.result.samples += batch.num_requests
 
 
 def check_zero_draft_layouts(ctx: Context, case: str) -> None:
+    """Every layout, greedy and random, as chains and, when the backend declares "tree", as trees: zero-node
+    trees anywhere in the batch (SPEC 3.8: the bonus sample from the root row)."""
     g = torch.Generator().manual_seed(7)
-    cases = ((f"{label} {counts}", layout_batch(counts, 37, g, greedy),
-              torch.arange(len(counts), dtype=torch.int64) * 7919 + 1)
-             for label, counts in ZERO_DRAFT_LAYOUTS.items() for greedy in (False, True))
-    _agree_on_batches(ctx, cases, g)
+    methods = [dict(method="standard")] + ([dict(method="tree")] if "tree" in ctx.backend.capabilities.methods else [])
+
+    def layouts():
+        for label, counts in ZERO_DRAFT_LAYOUTS.items():
+            for greedy in (False, True):
+                seeds = torch.arange(len(counts), dtype=torch.int64) * 7919 + 1
+                example = Example(layout_batch(counts, 37, g, greedy), None, seeds, label)
+                for kwargs in methods:
+                    shaped = _shaped(example, kwargs, ctx).batch
+                    yield f"{label} {counts}, {kwargs['method']}", shaped, seeds, kwargs
+
+    _agree_on_batches(ctx, layouts(), g)
 
 
 def check_empty_batch(ctx: Context, case: str) -> None:
@@ -255,21 +325,26 @@ def check_empty_batch(ctx: Context, case: str) -> None:
     batch = layout_batch([], 37, g, False)
     example = Example(batch, Noise.draw(batch, g), torch.zeros(0, dtype=torch.int64), "empty batch")
     for kwargs in _declared_methods(ctx):
+        shaped = _shaped(example, kwargs, ctx)
         for path in paths(ctx):
-            out, shared = call_example(ctx, example, seeded=path == "seeded", **kwargs)
+            out, shared = call_example(ctx, shaped, seeded=path == "seeded", **kwargs)
             if shared is not None:
-                ctx.agree(batch, out, shared, where=f"empty batch, {path}", **kwargs)
+                ctx.agree(shaped.batch, out, shared, where=f"empty batch, {path}", **kwargs)
             ctx.result.samples += 1
 
 
-def _declared_methods(ctx: Context) -> list[dict]:
-    """Call keywords of the standard rule and, when declared, the synthetic and block rules."""
+def _declared_methods(ctx: Context, chains: bool = True) -> list[dict]:
+    """Call keywords of the standard rule and, when declared, the synthetic, block and tree rules; without
+    ``chains`` only the standard and tree rules (checks whose property does not depend on the chain rule)."""
+    declared = ctx.backend.capabilities.methods
     methods = [dict(method="standard")]
-    if "synthetic" in ctx.backend.capabilities.methods:
+    if chains and "synthetic" in declared:
         methods.append(dict(method="synthetic", synthetic_acceptance_rate=0.5,
                             num_speculative_steps=ctx.profile.max_draft))
-    if "block" in ctx.backend.capabilities.methods:
+    if chains and "block" in declared:
         methods.append(dict(method="block"))
+    if "tree" in declared:
+        methods.append(dict(method="tree"))
     return methods
 
 
@@ -293,7 +368,7 @@ def check_input_integrity(ctx: Context, case: str) -> None:
     def body(example):
         for path in paths(ctx):
             for kwargs in _declared_methods(ctx):
-                call_example(ctx, example, seeded=path == "seeded", **kwargs)
+                call_example(ctx, _shaped(example, kwargs, ctx), seeded=path == "seeded", **kwargs)
                 ctx.result.samples += 1
 
     run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 4))
