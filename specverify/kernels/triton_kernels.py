@@ -1,5 +1,6 @@
 """The fused Triton rejection sampler's entry point and launch plan: standard (Leviathan), greedy and
-synthetic rules in two launches, the block rule (SPEC 3.7) in three. ``triton_sample_into`` is the entry
+synthetic rules in two launches, the block rule (SPEC 3.7) in three, token trees (SPEC 3.8, ``triton_tree``,
+its own launch plan) in three. ``triton_sample_into`` is the entry
 point; ``launches`` lists its launches (for the benchmark's host profile); ``plan`` and ``launch_recipe``
 are the cached launch plan. The kernels live in ``triton_chain`` (pass 1, pass 2) and ``triton_block``
 (the block rule's mass pass), the device functions they share in ``triton_math``, the fast relaunch and
@@ -60,6 +61,7 @@ import triton
 from specverify.kernels.triton_block import mass_launch
 from specverify.kernels.triton_chain import _row_stats_kernel, chain_launches
 from specverify.kernels.triton_launch import launch, launch_key, patch_language_once_per_launch, scratch
+from specverify.kernels.triton_tree import tree_launches, tree_recipe
 
 DEFAULT_BLOCK_V = 1024  # for 4-byte logits; 2048 for 2-byte ones
 # Programs per SM worth of work that the split heuristic aims for; more only adds partials.
@@ -134,7 +136,7 @@ def launch_recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | 
 
 def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature,
              *, uniform=None, exponential=None, seeds=None, rates=None, block=False, block_v=None, splits=None,
-             num_warps=None) -> list:
+             num_warps=None, accepted_nodes=None, tree_parents=None) -> list:
     """The (kernel, grid, args, meta, fast-launch key, stream) of each launch of triton_sample_into (empty
     for B = 0): scratch allocated, plan chosen. Separate so that the host cost of each step can be measured."""
     B, K1 = token_ids.shape
@@ -162,6 +164,20 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     tensors = (target_logits, drafts, q, temperature, num_draft_tokens, uniform_arg, exp_arg, seeds_arg, rates_arg,
                token_ids, num_accepted)
     stride, q_stride, exp_stride = target_logits.stride(0), q.stride(0), exp_arg.stride(0) if exponential is not None else 0
+    if accepted_nodes is not None:   # the tree rule (SPEC 3.8): triton_tree's three launches
+        if block or rates is not None:
+            raise ValueError("accepted_nodes selects the tree rule: give neither block=True nor rates")
+        planned = plan(B, K1 - 1, V, dev, block_v, splits, target_logits.element_size(), num_warps)
+        nodes = _nonempty(accepted_nodes)
+        parents = _nonempty(tree_parents) if tree_parents is not None else drafts
+        tensors = tensors[:9] + (token_ids, num_accepted, nodes, parents)
+        recipe = tree_recipe(B, K1, V, planned, (stride, q_stride, exp_stride), tuple(t.dtype for t in tensors),
+                             draft_probs is not None, tree_parents is not None, seeded)
+        key, stream = (None, None) if _INTERPRETED else launch_key(recipe[0], tensors)
+        buf = scratch(dev, stream, recipe[4])
+        return tree_launches((token_ids, num_accepted, nodes),
+                             (target_logits, stride, drafts, parents, q, q_stride, temperature, num_draft_tokens),
+                             (uniform_arg, exp_arg, exp_stride, seeds_arg), recipe, buf, key, stream)
     recipe_id, grid1, grid2, words, ints1, ints2, meta1, meta2, grid_mass, meta_mass = launch_recipe(
         B, K1, V, dev, block_v, splits, num_warps, (stride, q_stride, exp_stride), tuple([t.dtype for t in tensors]),
         draft_probs is not None, seeded, rates is not None, block)
@@ -182,17 +198,21 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
                        uniform: torch.Tensor | None = None, exponential: torch.Tensor | None = None,
                        seeds: torch.Tensor | None = None, rates: torch.Tensor | None = None,
                        block: bool = False, block_v: int | None = None, splits: tuple[int, int] | None = None,
-                       num_warps: int | None = None) -> None:
+                       num_warps: int | None = None, accepted_nodes: torch.Tensor | None = None,
+                       tree_parents: torch.Tensor | None = None) -> None:
     """Write token_ids [B, K + 1] and num_accepted [B] in place; K is token_ids.shape[1] - 1 (static).
 
     Give (uniform, exponential) for injected noise, or seeds [B] int64 for the in-kernel Philox stream.
     rates (float32 [n >= K]) selects the synthetic rule, block=True the block rule (SPEC 3.7; one more
-    launch, between the two, when K >= 2). No host sync, no data-dependent size: safe to
-    capture in a CUDA graph. The caller guarantees K >= max k_b (rows past K would not be visited).
+    launch, between the two, when K >= 2). accepted_nodes ([B, K] int64, written) selects the tree rule
+    (SPEC 3.8, ``triton_tree``) with tree_parents ([T] int64; None: chains). No host sync, no
+    data-dependent size: safe to capture in a CUDA graph. The caller guarantees K >= max k_b (rows past
+    K would not be visited).
     """
     for step in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs,
                          temperature, uniform=uniform, exponential=exponential, seeds=seeds, rates=rates,
-                         block=block, block_v=block_v, splits=splits, num_warps=num_warps):
+                         block=block, block_v=block_v, splits=splits, num_warps=num_warps,
+                         accepted_nodes=accepted_nodes, tree_parents=tree_parents):
         launch(*step)
 
 

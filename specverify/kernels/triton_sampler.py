@@ -10,7 +10,8 @@
         batch.top_k / top_p / min_p [B] or None: applied here, before the kernels (``filtered_logits``)
         -> token_ids [B, max k_b + 1] int64, num_accepted [B] int64, on the batch's device
     sample_into(out, batch, method=, noise=, seed_tensor=, rates=)   the graph-capturable entry: writes out
-        in place; seed_tensor [B] int64 request seeds, rates [n >= K] float32 synthetic conditional rates
+        in place; seed_tensor [B] int64 request seeds, rates [n >= K] float32 synthetic conditional rates;
+        method "tree" (SPEC 3.8) also writes out.accepted_nodes [B, K] and reads batch.tree_parents
 
 CUDA tensors, or CPU tensors when the kernels run under TRITON_INTERPRET=1.
 """
@@ -63,7 +64,7 @@ class TritonBackend(Backend):
 
     name = "triton"
     capabilities = Capabilities(
-        methods=frozenset({"standard", "synthetic", "block"}),
+        methods=frozenset({"standard", "synthetic", "block", "tree"}),
         noise=frozenset({"injected", "seeded"}),
         devices=frozenset({"cuda", "cpu"} if _interpreted() else {"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES,
@@ -73,6 +74,8 @@ class TritonBackend(Backend):
         placeholders=True,
         notes=("float32 math; exp through ex2.approx, -log(u) of the seeded stream to a few ulps",
                "draft_probs read only at the draft token and along the rejected row",
+               "tree: one program per request walks the tree; one pass over the row per rejected sibling "
+               "that another sibling follows (the residual's mass), then a split race",
                "target filters: a float64 kept set, then the kernels on -inf-masked logits (not in sample_into)",
                "cpu only under TRITON_INTERPRET=1"),
     )
@@ -86,6 +89,8 @@ class TritonBackend(Backend):
         K = batch.max_draft
         token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=dev)
         num_accepted = torch.empty(B, dtype=torch.int64, device=dev)
+        tree = dict(accepted_nodes=torch.empty((B, K), dtype=torch.int64, device=dev),
+                    tree_parents=batch.tree_parents) if method == "tree" else {}
         rates = None
         if method == "synthetic":
             rates = _rates_cpu(float(synthetic_acceptance_rate), num_speculative_steps).to(dev)
@@ -99,8 +104,8 @@ class TritonBackend(Backend):
         logits = filtered_logits(batch) if batch.has_filters else batch.target_logits
         triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                            logits, batch.draft_probs, batch.temperature, rates=rates, block=method == "block",
-                           block_v=self.block_v, splits=self.splits, **kwargs)
-        return SpecOutput(token_ids, num_accepted)
+                           block_v=self.block_v, splits=self.splits, **tree, **kwargs)
+        return SpecOutput(token_ids, num_accepted, tree.get("accepted_nodes"))
 
     def sample_into(self, out: SpecOutput, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None,
                     seed_tensor: torch.Tensor | None = None, rates: torch.Tensor | None = None) -> None:
@@ -112,6 +117,10 @@ class TritonBackend(Backend):
             raise UnsupportedError(self.name, "target filters in sample_into (CUDA-graph capture)", [])
         noise_kw = (dict(uniform=noise.uniform, exponential=noise.exponential) if noise is not None
                     else dict(seeds=seed_tensor))
+        if method == "tree":    # out.accepted_nodes [B, K] is written too
+            if out.accepted_nodes is None:
+                raise ValueError("sample_into: method='tree' writes out.accepted_nodes [B, K]; it is None")
+            noise_kw.update(accepted_nodes=out.accepted_nodes, tree_parents=batch.tree_parents)
         triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                            batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
                            block=method == "block", block_v=self.block_v, splits=self.splits, **noise_kw)
