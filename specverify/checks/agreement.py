@@ -3,24 +3,34 @@
 differential_injected  the backend takes the reference's Noise as given
 differential_seeded    the backend draws its own noise from per-request seeds; exact only when its
                        stream is the reference's Philox stream (capabilities.seeded_stream == "philox")
+
+Token trees (SPEC 3.8) have two cases of each: "tree" (tree_examples against the reference) and
+"tree_path_equals_chain", an exact check of the backend against itself as well as against the
+reference: single-path trees under the same noise give the backend's own standard-rule tokens on the
+chain, bit for bit (a divergence is excused only where the reference finds that decision ambiguous).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from hypothesis import strategies as st
 
-from reference import Noise, SpecBatch
+from reference import Noise, SpecBatch, tree
 from reference.sample import filtered_target
 from specverify.checks.cases import STAT_CASES
 from specverify.checks.common import call_example, run_property
+from specverify.checks.differential import compare_to_reference
 from specverify.checks.runner import CheckFailure, Context, Needs, not_applicable_because
 from specverify.checks.statistical import statistical_needs
 from specverify.strategies import Example, Profile, spec_examples
+from specverify.tree_strategies import tree_examples
 
 SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
 DIFFERENTIAL_CASES = ("standard", "synthetic", "block", "bulk", "replicated", "large_vocab", "filters",
-                      "placeholders", "boundary")
+                      "placeholders", "boundary", "tree", "tree_path_equals_chain")
+TREE_CASES = ("tree", "tree_path_equals_chain")
 # Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.
 SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # Uniforms that round to 0 in float32 (2^-150 ties to even, 1e-60) and in bf16, float32's own 2^-24,
@@ -88,8 +98,17 @@ def _ratio_near_one(batch: SpecBatch, rows: torch.Tensor, request: torch.Tensor)
     return (t > 0) & ((p_x - q_x).abs() <= 1e-3 * p_x)
 
 
-def _case_strategy(case: str, profile: Profile):
-    """(example, call kwargs) for a differential case."""
+def _case_strategy(case: str, profile: Profile, caps):
+    """(example, call kwargs) for a differential case; the tree cases draw filters and placeholders
+    where ``caps`` declares them, and trees within its declared depth."""
+    depth = getattr(caps, "max_tree_depth", None)
+    if case == "tree":
+        return st.tuples(tree_examples(profile, filters=caps.target_filters, placeholders=caps.placeholders,
+                                       max_depth=depth), st.just(dict(method="tree")))
+    if case == "tree_path_equals_chain":
+        chains = profile if depth is None else dataclasses.replace(profile, max_draft=min(profile.max_draft, depth))
+        return st.tuples(spec_examples(chains, filters=caps.target_filters, placeholders=caps.placeholders),
+                         st.just(dict(method="tree")))
     if case == "large_vocab":
         examples = st.one_of(*(spec_examples(profile, max_vocab=v, max_requests=profile.large_requests)
                                for v in profile.large_vocabs))
@@ -117,10 +136,11 @@ def _replicated_examples(profile: Profile, backend):
     """Every statistical case replicated into one batch: thousands of decisions on inputs built to be
     sensitive (bf16-rounding-prone q, masked support), compared exactly instead of statistically."""
     for case in STAT_CASES:
-        if case.embed or case.method == "block" or not_applicable_because(statistical_needs(case.name),
+        if case.embed or case.method in ("block", "tree") or not_applicable_because(statistical_needs(case.name),
                                                                           backend.capabilities, profile):
             # the large-vocabulary cases (their statistics and large_vocab_structure cover them) and the
-            # block case (the reference decides blocks request by request: its differential case covers it)
+            # block and tree cases (the reference decides them request by request: their differential
+            # cases cover them)
             continue
         copies = max(1, profile.replicated_copies)
         g = torch.Generator().manual_seed(len(case.name) * 7919 + copies)
@@ -137,8 +157,11 @@ def check_differential(ctx: Context, case: str, *, seeded: bool) -> None:
 
     def body(drawn):
         example, kwargs = drawn
-        got, noise = call_example(ctx, example, seeded=seeded, **kwargs)
-        ctx.agree(example.batch, got, noise, **kwargs)
+        if case == "tree_path_equals_chain":
+            _path_equals_chain(ctx, example, seeded)
+        else:
+            got, noise = call_example(ctx, example, seeded=seeded, **kwargs)
+            ctx.agree(example.batch, got, noise, **kwargs)
         totals["examples"] += 1
 
     if case == "replicated":
@@ -150,10 +173,31 @@ def check_differential(ctx: Context, case: str, *, seeded: bool) -> None:
                 break
     else:
         examples = {"large_vocab": max(3, ctx.profile.examples // 5), "bulk": ctx.profile.bulk_examples}.get(case)
-        run_property(ctx, _case_strategy(case, ctx.profile), body, examples=examples,
+        run_property(ctx, _case_strategy(case, ctx.profile, ctx.backend.capabilities), body, examples=examples,
                      shrink=case not in ("bulk", "large_vocab"))
     if ctx.result.status != "fail":
         ctx.result.message = f"{totals['examples']} examples"
+
+
+def _path_equals_chain(ctx: Context, example: Example, seeded: bool) -> None:
+    """The example's chains as single-path trees (parents -1, 0, 1, ...): under the same noise the tree
+    rule gives the backend's own standard-rule tokens (SPEC 3.8), and agrees with the reference."""
+    chain_out, noise = call_example(ctx, example, seeded=seeded, method="standard")
+    parents = tree.chain_parents(example.batch.num_draft_tokens)
+    path = Example(dataclasses.replace(example.batch, tree_parents=parents), example.noise, example.seeds,
+                   f"{example.description} as single-path trees")
+    tree_out, _ = call_example(ctx, path, seeded=seeded, method="tree")
+    ctx.agree(path.batch, tree_out, noise, where="single-path trees", method="tree")
+    if chain_out.emitted() == tree_out.emitted():
+        return
+    # the standard rule's output stands in for the reference: a difference is excused only where the
+    # reference's float64 decision there is ambiguous (SPEC 4.1)
+    cmp = compare_to_reference(example.batch, tree_out, noise, tol=ctx.tolerance, expected=chain_out)
+    if cmp.real:
+        raise CheckFailure(f"single-path trees differ from the same backend's chains: {cmp.real[0]} "
+                           "(expected: the backend's standard rule on the chain)")
+    ctx.decisions += cmp.decisions
+    ctx.ambiguous.extend(cmp.ambiguous)
 
 
 def check_differential_injected(ctx: Context, case: str) -> None:
@@ -169,9 +213,11 @@ def check_differential_seeded(ctx: Context, case: str) -> None:
 def differential_needs(path: str):
     """Needs of a differential case: its method, and the noise path the reference can share."""
     def needs(case: str) -> Needs:
+        if case in TREE_CASES:
+            return Needs(method="tree", noise=path)
         return Needs(method=case if case in ("synthetic", "block") else "standard", noise=path,
                      target_filters=case in ("filters", "block"), placeholders=case in ("placeholders", "block"))
     return needs
 
 
-__all__ = ["BOUNDARY_EXPONENTIALS", "BOUNDARY_UNIFORMS", "DIFFERENTIAL_CASES", "SEEDED_CASES", "at_boundaries", "check_differential_injected", "check_differential_seeded", "differential_needs"]
+__all__ = ["BOUNDARY_EXPONENTIALS", "BOUNDARY_UNIFORMS", "DIFFERENTIAL_CASES", "SEEDED_CASES", "TREE_CASES", "at_boundaries", "check_differential_injected", "check_differential_seeded", "differential_needs"]
