@@ -210,7 +210,9 @@ class CheckPool:
         seconds, deadline = deadline, None if deadline is None else time.perf_counter() + deadline
         self.finished: dict[int, CheckResult] = {}
         self._failures, self._max_failures, self.stopped = 0, max_failures, None
-        pending = deque((i, check, case) for i, (check, case) in enumerate(pairs))
+        # the production-vocabulary cases are the longest: started first, they do not end the run alone
+        order = sorted(range(len(pairs)), key=lambda i: not pairs[i][1].startswith("large_vocab"))
+        pending = deque((i, *pairs[i]) for i in order)
         try:
             while pending or any(w.item for w in self._live):
                 if deadline is not None and time.perf_counter() >= deadline and self.stopped is None:

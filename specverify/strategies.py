@@ -56,6 +56,7 @@ class Profile:
     # seconds a production-vocabulary statistical case may take, projected from a measured first launch
     # (over it the case is n/a with the measurement); None: always run it
     large_case_budget: float | None = 30.0
+    large_case_copies: int | None = 1_000   # at most this many copies of such a case; None: the case's own cap
     notes: tuple = field(default_factory=tuple)
     shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
                                   # ask only whether a check fails; the reproducer still reduces it)
@@ -77,7 +78,7 @@ PROFILES = {
     # B * V is capped.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        detect_tv=0.002, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
-                       call_timeout=300.0, deadline=3600.0, large_case_budget=None,
+                       call_timeout=300.0, deadline=3600.0, large_case_budget=None, large_case_copies=None,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),
