@@ -3,6 +3,8 @@
 A case fixes one request: target rows p [k+1, V] (float64, bonus row last), the drafter (q [k, V],
 or None with fixed drafts), the temperature and the rule. ``batch`` replicates it into one launch
 of many independent requests; ``sequences`` is its exact output distribution from reference.exact.
+A token-tree case (SPEC 3.8) adds ``parents`` [k]: its k nodes' rows follow the root's, and its
+positions are depths (``depth``); see specverify.checks.tree_cases.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from functools import cached_property
 
 import torch
 
-from reference import SpecBatch, SpecOutput, exact, filters
+from reference import SpecBatch, SpecOutput, exact, filters, tree
 from reference.sample import synthetic_rates_f32
+from specverify.checks.tree_cases import averaged_sequences, first_child_chain, replicated_tree_batch
 from specverify.generate import replicated_batch
 
 
@@ -36,10 +39,19 @@ class StatCase:
     embed: tuple | None = None
     max_copies: int | None = None       # at most this many copies (memory and time at large V)
     launch_copies: int | None = None    # copies per launch, when the copies are split (memory at large V)
+    parents: tuple | None = None        # token trees: each node's parent (-1: the root); drafts fixed, or
+    without_replacement: bool = False   # drawn per copy from q's base rows, siblings without replacement
 
     @property
     def k(self) -> int:
         return self.p.shape[0] - 1
+
+    @property
+    def depth(self) -> int:
+        """The positions past the first: k for a chain, the tree's depth for a tree."""
+        if self.parents is None:
+            return self.k
+        return tree.max_depth(torch.tensor(self.parents, dtype=torch.int64), torch.tensor([self.k]))
 
     @property
     def vocab_size(self) -> int:
@@ -51,8 +63,13 @@ class StatCase:
         return dict(method=self.method)
 
     def batch(self, copies: int, generator: torch.Generator, device="cpu"):
-        batch = replicated_batch(generator, self.p, self.q, self.temperature, copies,
-                                 drafts=None if self.drafts is None else list(self.drafts), device=device)
+        if self.parents is not None:
+            batch = replicated_tree_batch(generator, self.p, list(self.parents), self.temperature, copies,
+                                          tokens=None if self.drafts is None else list(self.drafts), q=self.q,
+                                          without_replacement=self.without_replacement).to(device)
+        else:
+            batch = replicated_batch(generator, self.p, self.q, self.temperature, copies,
+                                     drafts=None if self.drafts is None else list(self.drafts), device=device)
         if self.embed:
             batch = self._embedded(batch)
         if not self.greedy_every and self.filters is None:
@@ -65,7 +82,7 @@ class StatCase:
             torch.full((copies,), self.filters[1], dtype=torch.float32, device=device),
             torch.full((copies,), self.filters[2], dtype=torch.float32, device=device))
         return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
-                         temperature, *settings)
+                         temperature, *settings, tree_parents=batch.tree_parents)
 
     def _embedded(self, batch: SpecBatch) -> SpecBatch:
         """``batch`` (on the small support) with its columns placed at ``ids`` of the V-wide vocabulary."""
@@ -89,6 +106,10 @@ class StatCase:
                              torch.full((rows,), ratio, dtype=torch.float64))
 
     def _law(self, p: torch.Tensor) -> dict:
+        if self.parents is not None and self.drafts is not None:
+            return exact.tree_sequences(p, self.q, list(self.parents), list(self.drafts))
+        if self.parents is not None:
+            return averaged_sequences(p, self.q, list(self.parents), self.without_replacement)
         if self.method == "synthetic":
             rates = synthetic_rates_f32(self.rate, self.steps).double()
             return exact.synthetic_sequences_from_q(p, self.q, rates)
@@ -114,22 +135,36 @@ class StatCase:
         return law
 
     @cached_property
+    def baseline(self) -> tuple[str, dict]:
+        """(name, exact law) of what the rule's mean accepted length must reach: the standard rule on the
+        same rows for a block, the first-child chain's standard rule for a tree (SPEC 3.7, 3.8)."""
+        if self.parents is None:
+            return "standard rule", exact.standard_sequences(self.target, self.q)
+        chain = first_child_chain(list(self.parents))
+        p = self.target[[0] + [c + 1 for c in chain]]
+        if self.drafts is None:     # the first child of a node is drawn from its base row, nothing removed
+            return "first-child chain", exact.standard_sequences(p, self.q[chain])
+        return "first-child chain", exact.standard_given_drafts(p, None if self.q is None else self.q[chain],
+                                                                [self.drafts[c] for c in chain])
+
+    @cached_property
     def position_distributions(self) -> list[torch.Tensor]:
         """[k+1] x [V] float64: the exact distribution of the token emitted at position j, given the
         request reached j (computed once per case: the statistical checks and their calibration reuse it)."""
-        return [exact.position_token_distribution(self.sequences, j, self.vocab_size) for j in range(self.k + 1)]
+        return [exact.position_token_distribution(self.sequences, j, self.vocab_size) for j in range(self.depth + 1)]
 
     @cached_property
     def acceptance_by_position(self) -> torch.Tensor:
         """[k] float64 P(accept at j | reached j)."""
-        return exact.acceptance_by_position(self.sequences, self.k)
+        return exact.acceptance_by_position(self.sequences, self.depth)
 
     @cached_property
     def _exact_table(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(weights [S], token_ids [S, k+1] padded with -1, num_accepted [S]) of the S possible outputs."""
+        """(weights [S], token_ids [S, depth + 1] padded with -1, num_accepted [S]) of the S possible outputs
+        (a tree of k nodes emits at most depth + 1 tokens)."""
         items = list(self.sequences.items())
         weights = torch.tensor([w for _, w in items], dtype=torch.float64)
-        token_ids = torch.full((len(items), self.k + 1), -1, dtype=torch.int64)
+        token_ids = torch.full((len(items), self.depth + 1), -1, dtype=torch.int64)
         for i, (tokens, _) in enumerate(items):
             token_ids[i, :len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
         num_accepted = torch.tensor([len(tokens) - 1 for tokens, _ in items], dtype=torch.int64)
@@ -140,7 +175,9 @@ class StatCase:
         returns for ``self.batch(copies, ...)``. Used to calibrate the statistical checks under the null."""
         weights, token_ids, num_accepted = self._exact_table
         idx = torch.multinomial(weights, copies, replacement=True, generator=generator)
-        return SpecOutput(token_ids[idx], num_accepted[idx])
+        # index_select: the same rows as token_ids[idx], without advanced indexing's overhead (milliseconds
+        # per call here, and the calibration draws hundreds of outputs per case)
+        return SpecOutput(token_ids.index_select(0, idx), num_accepted.index_select(0, idx))
 
 
 def _rows(seed: int, rows: int, V: int, scale: float) -> torch.Tensor:
@@ -223,4 +260,27 @@ STAT_CASES += (
     _tile_boundary_case("large_vocab_tiles", 151_936, max_copies=2_000, launch_copies=250),
 )
 
+
+
+def _eagle_case() -> StatCase:
+    """EAGLE's top-k tree with one-hot q: three children of the root (the root row's three most likely
+    tokens), two under the first, one under the first's first; any fixed drafts give p_root first."""
+    parents = (-1, -1, -1, 0, 0, 3)
+    p = _rows(21, 7, 6, 1.2)
+    tokens = [int(t) for t in p[0].topk(3).indices] + [int(t) for t in p[1].topk(2).indices] + [int(p[4].argmax())]
+    return StatCase("tree_onehot_topk", p, None, 1.0,
+                    "EAGLE-style top-k token tree, one-hot q (SPEC 3.8): first token ~ p_root, the sequence law "
+                    "of recursive rejection sampling, the mean depth at or above the first-child chain's",
+                    drafts=tuple(tokens), method="tree", parents=parents, checks=TREE_CHECKS)
+
+
+TREE_CHECKS = ("token_distribution", "sequence_distribution", "accepted_length")
+STAT_CASES += (
+    StatCase("tree_dense_q", _rows(22, 5, 4, 1.0), _rows(23, 4, 4, 1.0), 1.0,
+             "token tree with dense q (SPEC 3.8), siblings drawn per copy without replacement, so each "
+             "sibling's q_i differs: first token ~ p_root, the sequence law averaged over drafts, the mean "
+             "depth at or above the first-child chain's", method="tree", parents=(-1, -1, 0, 0),
+             without_replacement=True, checks=TREE_CHECKS),
+    _eagle_case(),
+)
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}

@@ -13,12 +13,14 @@ reads it):
     format      "specverify-reproducer/1"
     kind        "call" or "check"
     check, case, backend, profile, device, message, origin (the full case: its description or seed)
-    batch       {num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature} on the CPU
+    batch       {num_draft_tokens, draft_token_ids, target_logits, draft_probs, temperature, top_k, top_p,
+                 min_p, tree_parents, allow_nonfinite} on the CPU
     noise       {uniform [T], exponential [B, V]} or None      (kind "call")
     seeds       [B] int64 or None                               (kind "call")
     kwargs      {method, synthetic_acceptance_rate, num_speculative_steps}
     requests    the kept requests' indices in the failing batch, and full_requests its size
-    expected, got   {token_ids, num_accepted} or None; expected_error, got_error strings or None
+    expected, got   {token_ids, num_accepted, accepted_nodes (trees; None otherwise)} or None;
+                expected_error, got_error strings or None
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ class Reproducer:
             o = self.outcome
             for name in ("expected", "got"):
                 out = getattr(o, name)
-                d[name] = None if out is None else {"token_ids": out.token_ids.cpu(), "num_accepted": out.num_accepted.cpu()}
+                d[name] = None if out is None else {"token_ids": out.token_ids.cpu(), "num_accepted": out.num_accepted.cpu(),
+                                                    "accepted_nodes": _cpu(out.accepted_nodes)}
             d["expected_error"], d["got_error"] = o.expected_error, o.got_error
         return d
 
@@ -203,7 +206,7 @@ class Reproducer:
         outcome = None
         if "expected" in d:
             def out(v):
-                return None if v is None else SpecOutput(v["token_ids"], v["num_accepted"])
+                return None if v is None else SpecOutput(v["token_ids"], v["num_accepted"], v.get("accepted_nodes"))
             outcome = Outcome("recorded", expected=out(d["expected"]), got=out(d["got"]),
                               expected_error=d["expected_error"], got_error=d["got_error"])
         return cls(d["kind"], d["check"], d["case"], d["backend"], d["profile"], d["device"], d["message"],
@@ -261,6 +264,18 @@ def write_reproducer(result, directory, profile=None, spec: str | None = None) -
     return result.reproducer
 
 
+def _cpu(t):
+    return None if t is None else t.cpu()
+
+
+def _shown(out: SpecOutput) -> str:
+    """The emitted tokens, and for a tree call each request's accepted path (local node indices)."""
+    if not isinstance(out.accepted_nodes, torch.Tensor):
+        return str(out.emitted())
+    paths = [row[:a] for row, a in zip(out.accepted_nodes.cpu().tolist(), out.num_accepted.cpu().tolist())]
+    return f"{out.emitted()} along the paths {paths}"
+
+
 # ---- printing that round-trips ---------------------------------------------------------------------
 def _number(x) -> str:
     if isinstance(x, float) and not math.isfinite(x):
@@ -303,8 +318,8 @@ def python_source(call: Call, outcome: Outcome | None = None) -> str:
         lines += ["noise = None", f"seed = {tensor_source(call.seeds)}"]
     lines.append(f"kwargs = {call.kwargs!r}")
     if outcome is not None:
-        expected = outcome.expected_error or (outcome.expected.emitted() if outcome.expected is not None else "?")
-        got = outcome.got_error or (outcome.got.emitted() if outcome.got is not None else "?")
+        expected = outcome.expected_error or (_shown(outcome.expected) if outcome.expected is not None else "?")
+        got = outcome.got_error or (_shown(outcome.got) if outcome.got is not None else "?")
         lines.append(f"# backend(batch, noise=noise, seed=seed, **kwargs): the reference gives {expected}; "
                      f"the backend gave {got}")
     return "\n".join(lines)
