@@ -4,7 +4,7 @@
 EAGLE-style levels of top-k siblings, random trees, zero-node trees), proposals (dense q_i per node,
 SpecInfer's i.i.d. siblings from one q, siblings drawn without replacement, one-hot q with EAGLE's
 distinct top-k tokens, q equal to the parent's target), duplicate sibling tokens, V = 1, mixed greedy
-requests, filters and placeholders. As ``spec_examples`` does, Hypothesis draws the structure and an
+requests (often with tied rows), filters and placeholders. As ``spec_examples`` does, Hypothesis draws the structure and an
 integer seeding the torch.Generator the contents come from. ``as_tree`` gives a chain example a tree
 shape, so the structural checks rotate "tree" with the other declared rules on the same examples.
 """
@@ -143,6 +143,8 @@ def tree_examples(draw, profile: Profile, *, filters: bool = False, placeholders
     sizes = draw(st.lists(st.integers(0, max_nodes), min_size=B, max_size=B))
     temps = draw(st.lists(st.sampled_from((0.0,) + TEMPERATURES), min_size=B, max_size=B))
     styles = draw(st.lists(st.sampled_from(LOGIT_STYLES), min_size=B, max_size=B))
+    if draw(st.booleans()):     # greedy ties: every greedy request's rows tied at their maximum
+        styles = ["tied" if t == 0 else s for s, t in zip(styles, temps)]
     drafter = draw(st.sampled_from(TREE_DRAFTERS))
     duplicates = draw(st.booleans())
     holes = placeholders and draw(st.booleans())

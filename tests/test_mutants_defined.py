@@ -250,7 +250,21 @@ def scenario_float32_boundaries(backend):
     return backend(batch, noise=Noise(torch.full((B,), 1e-60, dtype=torch.float64), exponential))
 
 
+def scenario_trees(backend):
+    """Token trees (SPEC 3.8) of every shape with several siblings per node, drawn without replacement (each
+    sibling's q_i differs), a third of the requests greedy on tied rows, injected noise."""
+    from specverify.tree_strategies import tree_batch  # noqa: PLC0415
+    g = torch.Generator().manual_seed(137)
+    B = 24
+    temperatures = [1.0, 0.7, 0.0] * (B // 3)
+    batch = tree_batch(g, ["eagle", "random", "star", "narrow"] * (B // 4), 6, drafter="without_replacement",
+                       sizes=[6] * B, temperatures=temperatures,
+                       styles=["tied" if t == 0 else "normal" for t in temperatures])
+    return backend(batch, noise=Noise.draw(batch, g), method="tree")
+
+
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
+    scenario_trees,
     scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
@@ -299,6 +313,9 @@ WITNESS = {
     "placeholder_read_as_zero": "placeholders",
     "placeholder_read_as_last": "placeholders",
     "placeholder_accepted": "placeholders",
+    **{name: "trees" for name in ("tree_residual_not_updated", "tree_parent_proposal", "tree_siblings_reversed",
+                                  "tree_wrong_child", "tree_final_from_wrong_residual", "tree_last_sibling_skipped",
+                                  "tree_greedy_highest_index_tie")},
 }
 
 SAMPLERS = sorted(name for name, m in MUTANTS.items() if m.kind == "sampler")

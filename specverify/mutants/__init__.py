@@ -16,6 +16,7 @@ from typing import Callable
 
 from specverify.checks import CHECKS
 from specverify.mutants import block, filters, nonfinite, samplers
+from specverify.mutants.tree import TREE_MUTANTS
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
                                                  SplitVocabOutOfRangeOwnStream)
@@ -155,6 +156,9 @@ _ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distrib
     (block.BlockRatioUnclamped, "block verification's running ratio not clamped at 1"),
     (block.BlockStopFromStart, "block acceptance point searched from the start of the block, not the end"),
     (block.BlockResidualWrongPosition, "block residual taken at the position after the stop"))]
+
+# SPEC 3.8: each caught by the differential tree case; a correct backend passes it
+_ALL += [Mutant(cls.name, cls, bug, "public", DIFF, cases=("tree",)) for cls, bug in TREE_MUTANTS]
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
