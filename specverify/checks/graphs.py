@@ -6,7 +6,8 @@ cuda_graphs  capture the backend's graph-capturable entry ``sample_into`` once p
              into the static buffers, poison the static outputs, replay, and require the replayed
              outputs to equal the backend's eager call on the same inputs and to agree with the
              reference (real divergences fail, ambiguous ones are bounded as in the differential
-             checks).
+             checks). A backend declaring "tree" also replays token trees (new tree_parents each
+             time, the accepted paths compared too).
 
 The protocol (documented on ``specverify.backends.Backend.sample_into``): a backend that declares
 ``capabilities.cuda_graphs`` implements
@@ -14,7 +15,8 @@ The protocol (documented on ``specverify.backends.Backend.sample_into``): a back
     sample_into(out: SpecOutput, batch: SpecBatch, *, method="standard", noise=None,
                 seed_tensor=None, rates=None) -> None
 
-writing ``out.token_ids`` [B, K + 1] and ``out.num_accepted`` [B] in place, with no validation, no
+writing ``out.token_ids`` [B, K + 1] and ``out.num_accepted`` [B] in place (and for method "tree"
+``out.accepted_nodes`` [B, K], reading ``batch.tree_parents``), with no validation, no
 host sync and no data-dependent allocation. ``seed_tensor`` holds the per-request Philox keys
 (``reference.philox.request_seeds``) on the device; ``rates`` the synthetic conditional rates c_j
 (float32 [n >= K]) on the device. The check is n/a on a CPU profile and for backends that do not
@@ -28,6 +30,7 @@ import torch
 from reference import Noise, SpecBatch, SpecOutput
 from reference.sample import synthetic_rates_f32
 from specverify.checks.runner import CheckFailure, Context, Needs, output_problems
+from specverify.tree_strategies import tree_shape
 
 GRAPH_CASES = ("shapes",)
 REPLAYS = 4            # fresh input sets per captured graph
@@ -36,7 +39,8 @@ POISON = -7            # written into the static outputs before each replay
 
 # (draft counts, V, logit dtype, drafter, method): V not a multiple of any block, zero-draft requests
 # first / middle / last, a batch of one zero-draft request, bf16 and fp16 logits, a large vocabulary
-# (split-V launch plan), the one-hot drafter, the synthetic rule and the block rule (its third launch).
+# (split-V launch plan), the one-hot drafter, the synthetic rule, the block rule (its third launch) and
+# token trees (SPEC 3.8: random and EAGLE-style shapes, a zero-node tree among them).
 SHAPES = (
     ((3, 0, 2, 1), 1_000, torch.float32, "dense", "standard"),
     ((0,), 257, torch.bfloat16, "dense", "standard"),
@@ -44,13 +48,17 @@ SHAPES = (
     ((2, 0, 5, 1), 151_936, torch.bfloat16, "dense", "standard"),
     ((1, 3, 0, 2, 2), 3_001, torch.float32, "dense", "synthetic"),
     ((4, 0, 1, 3, 2), 2_053, torch.float32, "dense", "block"),
+    ((6, 0, 3, 7, 1), 1_031, torch.float32, "dense", "tree"),
+    ((5, 8, 0, 2), 4_099, torch.bfloat16, "none", "tree"),
 )
 SYNTHETIC_RATES = (0.8, 0.3, 0.55, 1.0, 0.05)
 
 
-def _fresh_inputs(g: torch.Generator, counts: list[int], V: int, dtype: torch.dtype, drafter: str) -> SpecBatch:
+def _fresh_inputs(g: torch.Generator, counts: list[int], V: int, dtype: torch.dtype, drafter: str,
+                  trees: bool = False, max_depth: int | None = None) -> SpecBatch:
     """A new batch of the given layout on the CPU: new logits (some rows -inf-masked), drafts drawn
-    from a new q, new temperatures (a quarter greedy)."""
+    from a new q, new temperatures (a quarter greedy); with ``trees``, new tree shapes (random and
+    EAGLE-style, no deeper than ``max_depth``) of the same node counts."""
     B, T = len(counts), sum(counts)
     k = torch.tensor(counts, dtype=torch.int64)
     logits = torch.randn(T + B, V, generator=g, dtype=torch.float64) * 3
@@ -68,19 +76,27 @@ def _fresh_inputs(g: torch.Generator, counts: list[int], V: int, dtype: torch.dt
     else:
         drafts = torch.randint(0, V, (T,), generator=g)
         q32 = None
-    return SpecBatch(k, drafts, logits.to(dtype), q32, temperature)
+    parents = None
+    if trees:
+        parents = torch.tensor([p for i, n in enumerate(counts)
+                                for p in tree_shape(g, n, ("random", "eagle")[i % 2], max_depth)], dtype=torch.int64)
+    return SpecBatch(k, drafts, logits.to(dtype), q32, temperature, tree_parents=parents)
 
 
 def _copy_into(static: SpecBatch, fresh: SpecBatch) -> None:
-    for name in ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature"):
+    for name in ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature", "tree_parents"):
         dst, src = getattr(static, name), getattr(fresh, name)
         if dst is not None:
             dst.copy_(src, non_blocking=False)
 
 
 def _raw_outputs_equal(a: SpecOutput, b: SpecOutput) -> bool:
-    """Every slot equal, -1 padding included: a replay must write exactly what the eager call writes."""
-    return torch.equal(a.token_ids.cpu(), b.token_ids.cpu()) and torch.equal(a.num_accepted.cpu(), b.num_accepted.cpu())
+    """Every slot equal, -1 padding included: a replay must write exactly what the eager call writes
+    (the accepted paths too, for trees)."""
+    same = torch.equal(a.token_ids.cpu(), b.token_ids.cpu()) and torch.equal(a.num_accepted.cpu(), b.num_accepted.cpu())
+    if a.accepted_nodes is None:
+        return same
+    return same and b.accepted_nodes is not None and torch.equal(a.accepted_nodes.cpu(), b.accepted_nodes.cpu())
 
 
 def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict) -> None:
@@ -100,7 +116,8 @@ def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict)
     def noise_for(batch, seeds):
         return Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
 
-    first = _fresh_inputs(g, counts, V, dtype, drafter)
+    trees, depth = method == "tree", getattr(backend.capabilities, "max_tree_depth", None)
+    first = _fresh_inputs(g, counts, V, dtype, drafter, trees, depth)
     seeds0 = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
     noise0 = noise_for(first, seeds0)
     static = first.to(dev)
@@ -108,7 +125,8 @@ def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict)
     static_seeds = seeds0.to(dev)
     static_rates = synthetic_rates_f32(SYNTHETIC_RATES[0], steps).to(dev) if method == "synthetic" else None
     out = SpecOutput(torch.full((B, K + 1), POISON, dtype=torch.int64, device=dev),
-                     torch.full((B,), POISON, dtype=torch.int64, device=dev))
+                     torch.full((B,), POISON, dtype=torch.int64, device=dev),
+                     torch.full((B, K), POISON, dtype=torch.int64, device=dev) if trees else None)
     kwargs = dict(method=method, rates=static_rates)
     if path == "seeded":
         kwargs["seed_tensor"] = static_seeds
@@ -132,7 +150,7 @@ def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict)
         # Same T and max draft count, a different layout: the captured kernels must read the counts.
         perm = torch.randperm(B, generator=g).tolist() if replay % 2 else list(range(B))
         layout = [counts[i] for i in perm]
-        fresh = _fresh_inputs(g, layout, V, dtype, drafter)
+        fresh = _fresh_inputs(g, layout, V, dtype, drafter, trees, depth)
         seeds = torch.randint(0, 2 ** 62, (B,), generator=g, dtype=torch.int64)
         noise = noise_for(fresh, seeds)
         rate = SYNTHETIC_RATES[(replay + 1) % len(SYNTHETIC_RATES)] if method == "synthetic" else None
@@ -146,9 +164,11 @@ def _one_shape(ctx: Context, shape, path: str, g: torch.Generator, totals: dict)
             static_rates.copy_(synthetic_rates_f32(rate, steps))
         out.token_ids.fill_(POISON)
         out.num_accepted.fill_(POISON)
+        if trees:
+            out.accepted_nodes.fill_(POISON)
         graph.replay()
         torch.cuda.synchronize()
-        replayed = SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu())
+        replayed = SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu(), out.accepted_nodes.cpu() if trees else None)
 
         where = (f"shape counts={layout}, V={V}, {str(dtype).replace('torch.', '')}, drafter={drafter}, "
                  f"{method}, {path} noise, replay {replay + 1}")
