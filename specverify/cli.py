@@ -165,7 +165,7 @@ def main(argv=None) -> int:
                        help="stop the whole run after SECONDS; the checks in flight and the rest are reported "
                             "not run (default: the profile's, 900 s for ci)")
     check.add_argument("--require", default=None, metavar="LIST",
-                       help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
+                       help="comma-separated subset of standard,greedy,synthetic,block,tree,injected,seeded the backend must "
                             "declare and the run must check; the run fails otherwise")
     check.add_argument("--failures-dir", default="specverify-failures", metavar="DIR",
                        help="where each failed check writes its reproducer (default: specverify-failures)")
