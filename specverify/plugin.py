@@ -67,7 +67,7 @@ def pytest_addoption(parser):
     group.addoption("--specverify-keep-going", action="store_true",
                     help="after a hung call, go on calling the backend (each call under the call timeout)")
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
-                    help="comma-separated subset of standard,greedy,synthetic,block,injected,seeded the backend must "
+                    help="comma-separated subset of standard,greedy,synthetic,block,tree,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
 
 
