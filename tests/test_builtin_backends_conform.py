@@ -43,9 +43,10 @@ def backend(name):
     return _BACKENDS[name]
 
 
-# In the interpreter, filters and placeholders run on the injected path only: the seeded path differs
-# only in where the noise comes from, which the other seeded cases cover (the GPU runs both).
-SKIPPED_CASES = {"triton": {("differential_seeded", "filters"), ("differential_seeded", "placeholders")}}
+# In the interpreter, filters, placeholders and token trees run on the injected path only: the seeded path
+# differs only in where the noise comes from, which the other seeded cases cover (the GPU runs both).
+SKIPPED_CASES = {"triton": {("differential_seeded", case) for case in ("filters", "placeholders", "tree",
+                                                                     "tree_path_equals_chain")}}
 CASES = [pytest.param(name, check, case, id=f"{name}-{check}[{case}]") for name in BUILTIN_BACKENDS
          for check, case in PLAN if CHECKS[check].kind != SKIPPED_KINDS.get(name)
          and (check, case) not in SKIPPED_CASES.get(name, ())]
