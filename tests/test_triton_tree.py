@@ -221,6 +221,32 @@ def test_a_residual_of_zero_everywhere_keeps_r(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_one_hot_masses_after_rejecting_most_of_the_mass(device):
+    """One-hot stars whose first child's token holds most of p_root: 1 - 1e-6 (requests 0 and 1), 0.95
+    (request 2, with a duplicate of it later) and 0.3 (request 3). After its rejection the next sibling
+    is tested against r / m with m = 1e-6, 0.05 or 0.7: the mass must be right to far better than the
+    1% by which requests 0 and 1 pass and fail (1 - p(x) in float32 is 5% off at 1e-6)."""
+    V, tail = 8, 1e-6
+    heavy, mid, light = math.log(7 * (1 - tail) / tail), math.log(0.95 * 7 / 0.05), math.log(0.3 * 7 / 0.7)
+    trees = [([3, 5], heavy, [1 - 1e-7, (1 - 1e-2) / 7]), ([3, 5, 6], heavy, [1 - 1e-7, (1 + 1e-2) / 7, 0.1]),
+             ([3, 5, 3, 6], mid, [0.99, 0.5, 0.5, 0.1]), ([3, 5], light, [0.9, 0.1])]
+    g = torch.Generator().manual_seed(31)
+    rows = []
+    for tokens, top, _ in trees:
+        root = torch.zeros(V)
+        root[3] = top
+        rows += [root[None], torch.randn(len(tokens), V, generator=g)]
+    tokens = [t for tree_tokens, _, _ in trees for t in tree_tokens]
+    batch = SpecBatch(torch.tensor([len(t) for t, _, _ in trees]), torch.tensor(tokens), torch.cat(rows), None,
+                      torch.ones(len(trees)), tree_parents=torch.full((len(tokens),), -1)).to(device)
+    noise = Noise(torch.tensor([u for _, _, us in trees for u in us], dtype=torch.float64),
+                  -torch.log(torch.rand(len(trees), V, generator=g, dtype=torch.float64)))
+    out = _backend()(batch, method="tree", noise=noise.to(device))
+    assert out.accepted_nodes[:, 0].cpu().tolist() == [1, 2, 3, 1]
+    _assert_agrees(batch, out, noise, excusable=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_every_output_element_is_written_and_empty_batches(device):
     """Outputs poisoned with two different garbages give the same result (every element written, -1
     padding and accepted_nodes included), through triton_sample_into directly; a batch of zero-node trees

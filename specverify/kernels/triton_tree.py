@@ -91,6 +91,21 @@ def _fold(r, offs, mask, first, last, slots, toks, masses, q_ptr, stride_q, d_of
 
 
 @triton.jit
+def _mass(row_ptr, inv_t, n_max, n_sum, n, slots, toks, masses, q_ptr, stride_q, d_off, V,
+          HAS_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """sum_v r_n(v) of the fold's n steps over the row at row_ptr (a loop over V tiles)."""
+    acc = tl.zeros([BLOCK_V], dtype=tl.float32)
+    for start in range(0, V, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        mask = offs < V
+        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        p = tl.exp(logit * inv_t - n_max) * (1.0 / n_sum)
+        acc += tl.where(mask, _fold(p, offs, mask, 0, n, slots, toks, masses, q_ptr, stride_q, d_off, HAS_Q,
+                                    BLOCK_K), 0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
 def _tree_walk_kernel(
     logits_ptr, stride_logits, draft_ids_ptr, parents_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
     uniform_ptr, seeds_ptr, scratch_ptr, token_ids_ptr, num_accepted_ptr, nodes_ptr,
@@ -132,19 +147,18 @@ def _tree_walk_kernel(
     masses = tl.zeros([BLOCK_K], tl.float32)
     path = tl.full([BLOCK_K], -1, tl.int32)
     path_tok = tl.full([BLOCK_K], -1, tl.int64)
-    # Each node is tried at most once, so k_b iterations finish the walk; once no child is left an
-    # iteration changes nothing.
-    for _ in range(0, k_b):
-        c = tl.min(tl.where((par == node) & (jj > last), jj, NO_INDEX), axis=0)
-        live = c < k_b
+    removed = tl.zeros([], tl.float32)         # one-hot q: the mass taken out of p at node so far
+    c = tl.min(tl.where(par == -1, jj, NO_INDEX), axis=0)          # the child to try: the root's first
+    while c < k_b:      # each node is tried at most once: at most k_b iterations
         x = tl.sum(tl.where(jj == c, x_all, 0), axis=0)
-        tries = live & (x >= 0)                 # a placeholder is skipped: never accepted, r unchanged
+        tries = x >= 0                          # a placeholder is skipped: never accepted, r unchanged
         x_at = tl.where(tries, x, 0)
         row = node + 1
         n_max = tl.sum(tl.where(jj == row, row_max, 0.0), axis=0)
         n_sum = tl.sum(tl.where(jj == row, row_sum, 0.0), axis=0)
         top = tl.sum(tl.where(jj == row, row_amax, 0), axis=0)
-        logit = tl.load(logits_ptr + (row0 + row) * stride_logits + x_at, mask=tries, other=0.0).to(tl.float32)
+        row_ptr = logits_ptr + (row0 + row) * stride_logits
+        logit = tl.load(row_ptr + x_at, mask=tries, other=0.0).to(tl.float32)
         # r(x): at the node's own row p(x) as the chain kernel's test computes it; after rejections the fold
         p_x = tl.exp(logit * inv_t - n_max) / n_sum
         r_x = _fold(tl.exp(logit * inv_t - n_max) * (1.0 / n_sum), x_at, tries, 0, n, slots, toks, masses,
@@ -158,7 +172,7 @@ def _tree_walk_kernel(
         if SEEDED:
             u = philox_uniform(seed, c, 0)
         else:
-            u = tl.load(uniform_ptr + d_off + tl.where(live, c, 0), mask=tries, other=0.5).to(tl.float32)
+            u = tl.load(uniform_ptr + d_off + c, mask=tries, other=0.5).to(tl.float32)
         # r(x) > 0: a float64 uniform below float32's range loads as 0 (SPEC 2)
         accept = tries & tl.where(greedy, x == top, (q_x > 0.0) & (r_x > 0.0) & (u * q_x <= ratio))
         rejected = tries & ~accept & ~greedy
@@ -170,26 +184,29 @@ def _tree_walk_kernel(
         toks = tl.where(rejected & (jj == n), x_at.to(tl.int32), toks)
         masses = tl.where(rejected & (jj == n), m, masses)
         n = tl.where(accept, 0, n + rejected.to(tl.int32))
-        last = tl.where(accept, -1, tl.where(live, c, last))
+        removed = tl.where(accept, 0.0, removed + tl.where(rejected, r_x, 0.0))
+        last = tl.where(accept, -1, c)
         m = tl.where(accept, 1.0, m)
         node = tl.where(accept, c, node)
         # the new mass, only where another sibling will be tested against it
         more = rejected & (tl.max(tl.where(testable & (par == node) & (jj > c), 1, 0), axis=0) > 0)
         m_new = m
         if more:
-            row_ptr = logits_ptr + (row0 + row) * stride_logits
-            acc = tl.zeros([BLOCK_V], dtype=tl.float32)
-            for start in range(0, V, BLOCK_V):
-                offs = start + tl.arange(0, BLOCK_V)
-                mask = offs < V
-                lv = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
-                p = tl.exp(lv * inv_t - n_max) * (1.0 / n_sum)
-                acc += tl.where(mask, _fold(p, offs, mask, 0, n, slots, toks, masses, q_ptr, stride_q, d_off,
-                                            HAS_Q, BLOCK_K), 0.0)
-            m_new = tl.sum(acc, axis=0)
+            if HAS_Q:
+                m_new = _mass(row_ptr, inv_t, n_max, n_sum, n, slots, toks, masses, q_ptr, stride_q, d_off, V,
+                              HAS_Q, BLOCK_K, BLOCK_V)
+            else:
+                # one-hot: r is p without the rejected tokens, its mass 1 - removed, good to a few ulps
+                # while removed <= 0.9; beyond, the remaining entries are summed (no cancellation)
+                m_new = 1.0 - removed
+                if removed > 0.9:
+                    m_new = _mass(row_ptr, inv_t, n_max, n_sum, n, slots, toks, masses, q_ptr, stride_q, d_off,
+                                  V, HAS_Q, BLOCK_K, BLOCK_V)
         kept = m_new > 0.0          # zero everywhere (rounding only): the step is dropped, r kept
         n = tl.where(more & ~kept, n - 1, n)
+        removed = tl.where(more & ~kept, removed - r_x, removed)
         m = tl.where(more & kept, m_new, m)
+        c = tl.min(tl.where((par == node) & (jj > last), jj, NO_INDEX), axis=0)
 
     # ---- outputs of the path; the race writes a random request's final token
     row = node + 1
