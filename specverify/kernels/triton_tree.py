@@ -37,8 +37,10 @@ Launch plan:
                                node in sibling order (the smallest index > the last tried whose parent is
                                the node), accept (q(x) > 0 and u q(x) <= r(x) / m) and descend, or reject
                                and fold q into the residual; where another sibling will be tested, one
-                               pass over the row (a loop over V tiles) sums the new mass. Greedy requests
-                               descend into the first child whose token is the row's argmax. Writes the
+                               pass over the row (a loop over V tiles) sums the new mass (one-hot q: 1 minus
+                               the removed p(x), good to a few ulps while the removed mass is <= 0.9; the
+                               pass beyond). It stops when no child is left. Greedy requests descend into
+                               the first child whose token is the row's argmax. Writes the
                                path, num_accepted and (greedy) the final token; leaves the final node's
                                fold in scratch.
     race    grid (B, S2)       random requests: the exponential race over a split of the final node's
