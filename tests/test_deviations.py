@@ -7,20 +7,20 @@ import pytest
 
 from specverify.backends import Deviation
 from specverify.checks import FAIL, KNOWN, PASS, run_check
-from specverify.checks.deviations import load_deviations
+from specverify.checks.deviations import MethodDeviation, load_deviations, matching
 from specverify.cli import main
 from specverify.kernels.cpu import CpuBackend
-from specverify.mutants.samplers import DraftProbsDropped, GreedyHighestIndexTie
+from specverify.mutants.samplers import DraftProbsDropped, GreedyHighestIndexTie, ResidualFromP
 from specverify.strategies import get_profile
 from specverify.verdict import verdict
 
 TIES = Deviation("differential_injected", "*", "greedy ties resolve to the highest index, by design",
-                 r"greedy argmax margin inf")
+                 r"greedy argmax( \(tree\))? margin inf")
 TOML = '''[[deviation]]
 check = "differential_injected"
 case = "*"
 reason = "greedy ties resolve to the highest index, by design"
-match = "greedy argmax margin inf"
+match = "greedy argmax( \\\\(tree\\\\))? margin inf"
 '''
 
 
@@ -83,3 +83,34 @@ def test_malformed_deviations_file_is_a_named_error(tmp_path, text, problem):
     from specverify.checks import CHECKS
     with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace("(", r"\(")):
         load_deviations(str(path), CHECKS)
+
+
+# vLLM's synthetic rule emits the residual's sample at a forced rejection: the same divergence text
+# ("exponential race") as a standard-rule bug that samples the wrong distribution at a rejection
+SYNTHETIC_ONLY = MethodDeviation("differential_injected", "replicated", "vLLM's synthetic forced rejection",
+                                 r"REAL: exponential race", method="synthetic")
+
+
+def test_a_synthetic_deviation_does_not_hide_a_standard_rule_bug_in_replicated():
+    """ResidualFromP (the standard rule's rejection sampled from p) in the case that runs every rule: a
+    deviation scoped to the synthetic method leaves it failing, where the same deviation unscoped hides it."""
+    profile = replace(get_profile("ci"), replicated_copies=200)
+    unscoped = Deviation(**{f: getattr(SYNTHETIC_ONLY, f) for f in ("check", "case", "reason", "match")})
+    hidden = run_check(ResidualFromP(), "differential_injected", "replicated", profile, (unscoped,))
+    assert hidden.status == KNOWN, hidden.line()
+    caught = run_check(ResidualFromP(), "differential_injected", "replicated", profile, (SYNTHETIC_ONLY,))
+    assert caught.status == FAIL and "exponential race" in caught.message, caught.line()
+
+
+def test_method_scoped_deviations_match_only_their_method_and_load_from_toml(tmp_path):
+    text = "request 0, position 1: expected [4], got [2] (REAL: exponential race margin 0.3)"
+    assert matching(text, (SYNTHETIC_ONLY,), "synthetic") is SYNTHETIC_ONLY
+    assert matching(text, (SYNTHETIC_ONLY,), "standard") is None
+    assert matching(text, (SYNTHETIC_ONLY,)) is None          # method not known: a scoped deviation never applies
+    path = tmp_path / "deviations.toml"
+    path.write_text(TOML + 'method = "synthetic"\n')
+    (loaded,) = load_deviations(str(path))
+    assert isinstance(loaded, MethodDeviation) and loaded.method == "synthetic"
+    path.write_text(TOML + 'method = "speculative"\n')
+    with pytest.raises(ValueError, match="deviation 1: .*method must be one of"):
+        load_deviations(str(path))
