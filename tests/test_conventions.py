@@ -9,7 +9,7 @@ import torch
 
 import reference
 from reference import Noise, SpecBatch
-from reference.sample import filtered_target
+from reference.sample import filtered_target, synthetic_rates_f32
 from specverify.adapters import conventions
 from specverify.adapters.flashinfer import FlashInferChain
 from specverify.checks import FAIL, PASS, run_check
@@ -123,6 +123,58 @@ def test_num_accepted_recovered_from_tokens_equals_the_reference_count():
         batch = _batch(seed, num_requests=24, drafter=drafter, greedy_fraction=0.3)
         out = reference.sample(batch, seed=seed)
         assert torch.equal(conventions.num_accepted_from_tokens(batch, out.token_ids), out.num_accepted)
+
+
+def test_num_accepted_from_tokens_is_wrong_where_the_recovered_token_is_the_draft():
+    """Its documented limit: a kernel that re-emits the rejected draft at the rejection (vLLM on a NaN row,
+    or the synthetic rule) makes the prefix count one too many; the emitted count of a -1 padded output is
+    right there, and equal to it on the reference's outputs."""
+    batch = SpecBatch(num_draft_tokens=torch.tensor([1, 2]), draft_token_ids=torch.tensor([3, 5, 6]),
+                      target_logits=torch.zeros(5, 8), draft_probs=None, temperature=torch.tensor([1.0, 1.0]))
+    emitted = torch.tensor([[3, -1, -1], [5, 6, 2]])       # request 0 rejected draft 3 and emitted 3 again
+    assert conventions.num_accepted_from_tokens(batch, emitted).tolist() == [1, 2]
+    assert conventions.num_accepted_from_emitted(emitted).tolist() == [0, 2]
+    for seed in (6, 7):
+        batch = _batch(seed, num_requests=24, drafter="dense", greedy_fraction=0.3)
+        out = reference.sample(batch, seed=seed)
+        assert torch.equal(conventions.num_accepted_from_emitted(out.token_ids), out.num_accepted)
+
+
+def test_bonus_rows_and_bonus_tokens_from_the_logits_handed_over():
+    """The bonus rows are each request's last row, and bonus_tokens samples the logits it is given (as a
+    kernel's caller hands them over) by the same law."""
+    batch = _batch(11, num_requests=8, greedy_fraction=0.3)
+    rows = conventions.bonus_rows(batch)
+    assert torch.equal(rows, torch.cumsum(batch.num_draft_tokens + 1, 0) - 1)
+    noise = Noise.draw(batch, torch.Generator().manual_seed(12))
+    given = conventions.bonus_tokens(batch, noise, logits=batch.target_logits[rows].clone())
+    assert torch.equal(given, conventions.bonus_tokens(batch, noise))
+    flipped = conventions.bonus_tokens(batch, noise, logits=-batch.target_logits[rows])
+    assert not torch.equal(flipped, given)
+
+
+def test_unconditional_rates_divide_back_to_the_float32_conditional_rates():
+    """vLLM's synthetic_acceptance_rates form: R_j non-increasing, and R_j / R_{j-1} in float32 is the c_j
+    every backend compares against, exactly."""
+    for rate, n in [(0.6, 4), (0.0, 3), (1.0, 2), (0.95, 7)]:
+        R = conventions.unconditional_rates(rate, n)
+        assert all(0.0 <= r <= 1.0 for r in R) and all(b <= a for a, b in zip(R, R[1:]))
+        back = [r / prev if prev > 0 else 0.0 for r, prev in zip(R, [1.0, *R[:-1]])]
+        assert torch.equal(torch.tensor(back, dtype=torch.float32), synthetic_rates_f32(rate, n)), (rate, n)
+
+
+def test_patch_points_replace_for_one_call_and_name_a_missing_point():
+    import types  # noqa: PLC0415
+    owner = types.SimpleNamespace(draw=lambda: "own")
+    with conventions.patch_points(owner, {"draw": lambda: "injected"}, "the kernel module"):
+        assert owner.draw() == "injected"
+    assert owner.draw() == "own"
+    with pytest.raises(ImportError, match=r"the kernel module has no fill: the patch point"):
+        with conventions.patch_points(owner, {"fill": None}, "the kernel module"):
+            pass
+    with conventions.patch_points(torch.Tensor, {"exponential_": lambda self, *a, **k: self.fill_(2.0)}, "torch"):
+        assert torch.empty(2).exponential_().tolist() == [2.0, 2.0]
+    assert "exponential_" not in vars(torch.Tensor) and bool((torch.empty(3).exponential_() != 2.0).all())
 
 
 def test_seeds_per_request_and_per_batch():

@@ -10,22 +10,27 @@ B requests, request b with k_b drafts, T = sum k_b, K = max k_b, V the vocabular
     target_probs(batch)                -> [T + B, V] float32 p' (SPEC 3.4), one-hot at the argmax on greedy rows
     draft_probs(batch)                 -> [T, V] float32 q, one-hot at the draft when draft_probs is None
                                           and on greedy requests, a zero row at a placeholder (-1)
-    bonus_tokens(batch, noise)         -> [B] int64 bonus tokens sampled by the caller, by the reference's law
+    bonus_rows(batch)                  -> [B] the target rows of the bonus positions
+    bonus_tokens(batch, noise[, logits]) -> [B] int64 bonus tokens sampled by the caller, by the reference's law
     int32_ids(ids) / cumulative_offsets(num_draft_tokens) / from_kernel_padding(token_ids, pad)
     zeroed_counter(B, device) / counter_delta(before, after)    in-place and accumulating counters
-    num_accepted_from_tokens(batch, token_ids) -> [B] int64, for kernels that report no count
+    num_accepted_from_emitted(token_ids, pad) -> [B] int64 from the emitted count, for kernels that report none
+    num_accepted_from_tokens(batch, token_ids) -> [B] int64 from the prefix equal to the drafts (see its limits)
+    unconditional_rates(rate, n)       -> [n] per-position rates R_j (accept through j) from a synthetic rate
+    patch_points(owner, replacements, what)   named attributes replaced for one call, restored after
     request_seeds(seed, B) / batch_seed(seed)   per-request seeds, or one seed per batch
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput, greedy, philox, race
 from reference.batch import PLACEHOLDER
-from reference.sample import filtered_target
+from reference.sample import filtered_target, synthetic_rates_f32
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -112,12 +117,17 @@ def draft_probs(batch: SpecBatch) -> torch.Tensor:
     return q.masked_fill((x == PLACEHOLDER)[:, None], 0.0)
 
 
-def bonus_tokens(batch: SpecBatch, noise: Noise) -> torch.Tensor:
+def bonus_rows(batch: SpecBatch) -> torch.Tensor:
+    """[B] int64: the target_logits row of each request's bonus position (its last row)."""
+    return batch.logit_offsets()[1:] - 1
+
+
+def bonus_tokens(batch: SpecBatch, noise: Noise, logits: torch.Tensor | None = None) -> torch.Tensor:
     """[B] int64: the token a request emits when all its drafts are accepted, sampled by the caller for
     kernels that take it as an input: the first argmax for a greedy request, else the exponential race
-    over p' at its bonus row with its exponential vector, in float64 as the reference draws it."""
-    bonus_rows = batch.logit_offsets()[1:] - 1
-    logits = batch.target_logits[bonus_rows].double()
+    over p' at its bonus row with its exponential vector, in float64 as the reference draws it.
+    ``logits`` [B, V]: the bonus rows as the kernel's caller handed them over (default: the batch's)."""
+    logits = (batch.target_logits[bonus_rows(batch)] if logits is None else logits).double()
     tokens = greedy.first_argmax(logits)
     r = torch.nonzero(batch.temperature > 0).flatten()
     if r.numel():
@@ -157,12 +167,22 @@ def counter_delta(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     return after.to(torch.int64) - before.to(torch.int64)
 
 
+def num_accepted_from_emitted(token_ids: torch.Tensor, pad: int = -1) -> torch.Tensor:
+    """[B] int64 accepted drafts of a kernel that writes its emitted tokens left-aligned and pads the rest
+    with ``pad`` (vLLM's V1 output): the emitted count less one, as vLLM's own model runner counts. Right
+    whatever the tokens are, a recovered token equal to the rejected draft included."""
+    return (token_ids != pad).sum(dim=1).to(torch.int64) - 1
+
+
 def num_accepted_from_tokens(batch: SpecBatch, token_ids: torch.Tensor) -> torch.Tensor:
-    """[B] int64 accepted drafts of kernels that report no count: the length of the prefix where the
-    output equals the drafts. Sound for the rules of SPEC 3 computed exactly: a rejected draft x has
-    p'(x) < q(x), so the residual is 0 at x and x is never the recovered token (argmax != x for greedy).
-    A kernel that falls back to p where its float32 residual rounds to zero everywhere can re-emit x;
-    prefer a count the kernel reports."""
+    """[B] int64 accepted drafts of kernels that report no count and do not pad: the length of the prefix
+    where the output equals the drafts. It applies only where the token emitted at a rejection can never
+    equal the rejected draft x, which holds for the rules of SPEC 3 computed exactly (x has p'(x) < q(x),
+    so the residual is 0 at x; a greedy mismatch emits an argmax != x). It is WRONG where that fails:
+    a kernel that falls back to p when its float32 residual rounds to zero everywhere, a NaN target row
+    (SPEC 3.6: vLLM's race over NaN scores can return the rejected draft: 1 where 0 is right), or the
+    synthetic rule (a forced rejection emits a sample of p, which may be x). Prefer a count the kernel
+    reports, or ``num_accepted_from_emitted`` when it pads."""
     B, K = batch.num_requests, batch.max_draft
     padded = torch.full((B, K), -2, dtype=torch.int64, device=token_ids.device)
     for group in split_by_draft_count(batch):
@@ -170,6 +190,35 @@ def num_accepted_from_tokens(batch: SpecBatch, token_ids: torch.Tensor) -> torch
             padded[group.requests.to(token_ids.device), : group.n] = group.drafts(batch).to(token_ids.device)
     same = token_ids[:, :K].to(torch.int64) == padded
     return torch.cumprod(same.to(torch.int64), dim=1).sum(dim=1)
+
+
+def unconditional_rates(rate: float, num_speculative_steps: int) -> list[float]:
+    """Per-position unconditional rates R_j = c_0 * ... * c_j (the probability of accepting through j), in
+    float64 from the float32 conditional rates c_j every backend compares against (SPEC 3): the form
+    vLLM's ``synthetic_acceptance_rates`` takes, from which it divides back to c_j = R_j / R_{j-1}."""
+    return torch.cumprod(synthetic_rates_f32(rate, num_speculative_steps).double(), 0).tolist()
+
+
+@contextmanager
+def patch_points(owner, replacements: dict, what: str):
+    """Replace named attributes of ``owner`` (a module or class) for the duration of one call, then restore
+    them: the way to feed the harness's noise into a kernel that draws its own (vLLM's
+    ``generate_uniform_probs``). ``what`` names the owner in the error when a point no longer exists."""
+    missing = [name for name in replacements if not hasattr(owner, name)]
+    if missing:
+        raise ImportError(f"{what} has no {', '.join(missing)}: the patch point(s) changed; update the adapter")
+    saved = {name: getattr(owner, name) for name in replacements}
+    inherited = {name for name in replacements if isinstance(owner, type) and name not in vars(owner)}
+    try:
+        for name, value in replacements.items():
+            setattr(owner, name, value)
+        yield saved
+    finally:
+        for name, value in saved.items():
+            if name in inherited:
+                delattr(owner, name)     # a class's inherited method: drop the override, as it was
+            else:
+                setattr(owner, name, value)
 
 
 def request_seeds(seed, num_requests: int) -> torch.Tensor:
