@@ -1,0 +1,309 @@
+"""vLLM's V1 rejection sampler (``vllm.v1.sample.rejection_sampler.RejectionSampler``) behind specverify's
+convention; MRV2's sampler is in ``specverify.adapters.vllm_mrv2``.
+
+    PYTHONPATH=/path/to/vllm specverify check specverify.adapters.vllm:v1
+
+vLLM is imported from ``sys.path`` on the first call (a vLLM checkout, or an installed vLLM), never at
+import. Written against vLLM cf027b86af71251a8e937a56751636686b4429e4 (2026-06-13, the cyyever/vllm fork
+of vllm-project/vllm); the newest commit read, b221cf7c404ed02ad1e90a46471aa340576c67dd (2026-06-14), has
+the same sampler files. Every vLLM function the adapter calls or patches is checked against the
+parameters it has there: a vLLM whose names or signatures differ fails with an ImportError naming the
+function, its parameters, and the ones expected, never with a TypeError deep in a call.
+
+What the adapter does, as vLLM's model runner does it (``GPUModelRunner._calc_spec_decode_metadata`` and
+``InputBatch._make_sampling_metadata``):
+
+- ``SpecDecodeMetadata``: int32 drafts, cumulative draft and sampled counts, the draft rows as
+  ``target_logits_indices`` and the last row of each request as ``bonus_logits_indices``; the logits
+  tensor is the batch's ``target_logits`` [T + B, V] as it is (any dtype: vLLM casts to float32).
+- ``SamplingMetadata``: greedy requests at temperature 0.0, ``temperature=None`` when all are greedy,
+  ``all_greedy``/``all_random`` from the batch (all three kernel paths are reached), no penalties, no
+  logprobs, no filters (top-k/top-p are applied by ``apply_top_k_top_p``, outside the sampler files
+  checked here: ``target_filters`` is not declared).
+- The bonus token comes from vLLM's main Sampler, outside the rejection sampler. A stand-in with the
+  Sampler's call samples it by the reference's law (``conventions.bonus_tokens``) from the bonus logits
+  vLLM hands it: ``bonus_sampled_by_caller``. Seeded calls draw its exponentials from the request's own
+  ``torch.Generator`` first, as vLLM's Sampler does before the rejection sampler draws.
+- Injected noise goes in at the patch points named in ``PATCH_POINTS``: ``generate_uniform_probs``
+  returns the harness's uniforms (float64, as vLLM's are), and the exponential fill of
+  ``sample_recovered_tokens`` (``q.exponential_()`` on its [B, V] buffer) copies the harness's
+  exponentials. Every injected call checks that each point it needed was reached. Seeded calls give
+  every request a ``torch.Generator`` seeded with its seed: vLLM's own stream, checked statistically;
+  each request draws only from its own generator, so the stream is batch invariant.
+- ``MAX_SPEC_LEN`` (128) is ``max_draft``. Synthetic mode: the harness's rate becomes the per-position
+  unconditional rates ``synthetic_acceptance_rates`` of vLLM's ``SpeculativeConfig`` (validated by its
+  own resolver when ``vllm.config`` imports), one sampler per setting.
+- ``num_accepted``: the emitted count less one (vLLM pads with -1 and its model runner counts so).
+- A batch with no drafts at all never reaches the rejection sampler in vLLM (the main Sampler runs
+  alone); the adapter does the same. An empty batch is never sampled: ``empty_batches=False``.
+
+Known and declared: at a rejection forced by the synthetic rule, vLLM emits its recovered token (a
+sample of the residual max(p - q, 0)) where SPEC 3 emits a sample of p (docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import SimpleNamespace
+
+import torch
+
+from reference import Noise, SpecBatch, SpecOutput
+from specverify.adapters import conventions
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation
+from specverify.checks.deviations import MethodDeviation
+
+COMMIT = "cf027b86af71251a8e937a56751636686b4429e4"
+SAMPLER = "vllm.v1.sample.rejection_sampler"
+MAX_SPEC_LEN = 128          # vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN at COMMIT; checked on load
+
+# (module, attribute) -> the parameters it has at COMMIT. Checked on first use.
+SIGNATURES = {
+    (SAMPLER, "RejectionSampler.__init__"): ("self", "sampler", "spec_config", "device"),
+    (SAMPLER, "RejectionSampler.forward"): ("self", "metadata", "draft_probs", "logits", "sampling_metadata"),
+    (SAMPLER, "rejection_sample"): ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens",
+                                    "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata",
+                                    "synthetic_mode", "synthetic_conditional_rates", "use_fp64_gumbel"),
+    (SAMPLER, "generate_uniform_probs"): ("num_tokens", "num_draft_tokens", "generators", "device"),
+    (SAMPLER, "sample_recovered_tokens"): ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens",
+                                           "draft_token_ids", "draft_probs", "target_probs", "sampling_metadata",
+                                           "device", "use_fp64_gumbel"),
+}
+DATACLASS_FIELDS = {
+    ("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata"): (
+        "draft_token_ids", "num_draft_tokens", "cu_num_draft_tokens", "cu_num_sampled_tokens",
+        "target_logits_indices", "bonus_logits_indices", "logits_indices"),
+    ("vllm.v1.sample.metadata", "SamplingMetadata"): (
+        "temperature", "all_greedy", "all_random", "top_p", "top_k", "generators", "max_num_logprobs",
+        "no_penalties", "prompt_token_ids", "frequency_penalties", "presence_penalties", "repetition_penalties",
+        "output_token_ids", "allowed_token_ids_mask", "bad_words_token_ids", "logitsprocs"),
+}
+# Where injected noise enters vLLM, in one place: (owner, attribute) replaced for the call.
+PATCH_POINTS = {
+    "uniform": (SAMPLER, "generate_uniform_probs"),
+    "exponential": ("torch.Tensor", "exponential_"),     # the fill of sample_recovered_tokens' [B, V] buffer
+}
+
+SYNTHETIC_RESIDUAL = "at a synthetic forced rejection vLLM emits the residual's sample; SPEC 3 samples p"
+SYNTHETIC_LAW = r"token distribution differs from the exact one|of probability 0 emitted"
+DEVIATIONS = (
+    # the synthetic-only cases: every call is synthetic, so the case scopes them
+    Deviation("differential_injected", "synthetic", SYNTHETIC_RESIDUAL, r"REAL: exponential race"),
+    Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),
+    # replicated runs every rule: only the synthetic calls' divergences are excused
+    MethodDeviation("differential_injected", "replicated", SYNTHETIC_RESIDUAL, r"REAL: exponential race",
+                    method="synthetic"),
+)
+
+
+def load_module(name: str, what: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ImportError(f"the vLLM adapter ({what}) needs vLLM's source on sys.path (a checkout at "
+                          f"{COMMIT[:12]} or later, e.g. PYTHONPATH=/path/to/vllm): import {name} failed: {e}") from e
+
+
+def resolve(module, dotted: str):
+    obj = module
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            raise ImportError(f"vLLM changed: {module.__name__}.{dotted} does not exist (the adapter was written "
+                              f"against vLLM {COMMIT[:12]})")
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_signatures(signatures: dict, fields: dict, what: str) -> dict:
+    """Import every module named, and check each function's parameters and each dataclass's fields
+    against the commit the adapter was written for. Returns {module name: module}."""
+    modules = {}
+    for (name, dotted), params in signatures.items():
+        module = modules.setdefault(name, load_module(name, what))
+        have = tuple(inspect.signature(resolve(module, dotted)).parameters)
+        if have != params:
+            raise ImportError(f"vLLM changed: {name}.{dotted} takes ({', '.join(have)}); the adapter calls it "
+                              f"as at vLLM {COMMIT[:12]}: ({', '.join(params)})")
+    for (name, cls), want in fields.items():
+        module = modules.setdefault(name, load_module(name, what))
+        have = tuple(getattr(resolve(module, cls), "__dataclass_fields__", {}))
+        if have[: len(want)] != want:
+            raise ImportError(f"vLLM changed: the fields of {name}.{cls} are ({', '.join(have)}); the adapter "
+                              f"builds it as at vLLM {COMMIT[:12]}: ({', '.join(want)}, ...)")
+    return modules
+
+
+class BonusSampler:
+    """Stands in for vLLM's main Sampler, the one call RejectionSampler.forward makes of it: the bonus
+    token of each request, by the reference's law, from the bonus logits vLLM passes."""
+
+    logprobs_mode = "raw_logprobs"
+
+    def __init__(self, use_fp64_gumbel: bool = False) -> None:
+        self.use_fp64_gumbel = use_fp64_gumbel
+        self.batch: SpecBatch | None = None
+        self.noise: Noise | None = None
+        self.calls = 0
+
+    def __call__(self, logits, sampling_metadata, predict_bonus_token=False, logprobs_mode_override=None):
+        batch, noise = self.batch, self.noise
+        if noise is None:      # seeded: each request's exponentials from its own generator, drawn first
+            exponential = torch.empty(logits.shape, dtype=torch.float64, device=logits.device)
+            for b, generator in sampling_metadata.generators.items():
+                exponential[b].exponential_(generator=generator)
+            noise = SimpleNamespace(exponential=exponential)
+        self.calls += 1
+        tokens = conventions.bonus_tokens(batch, noise, logits=logits).to(logits.device, torch.int32)
+        return SimpleNamespace(sampled_token_ids=tokens[:, None].contiguous(), logprobs_tensors=None)
+
+
+class NoisePatch:
+    """The injected noise at PATCH_POINTS for one call; records which points were reached."""
+
+    def __init__(self, noise: Noise, original_fill) -> None:
+        self.noise, self.original_fill, self.reached = noise, original_fill, set()
+
+    def uniform(self, num_tokens, num_draft_tokens, generators, device):
+        self.reached.add("uniform")
+        return self.noise.uniform.to(device=device, dtype=torch.float64).clone()
+
+    def make_fill(self):
+        patch = self
+
+        def exponential_(tensor, lambd=1.0, *, generator=None):
+            if generator is None and tuple(tensor.shape) == tuple(patch.noise.exponential.shape):
+                patch.reached.add("exponential")
+                return tensor.copy_(patch.noise.exponential.to(tensor.device, tensor.dtype))
+            return patch.original_fill(tensor, lambd, generator=generator)
+        return exponential_
+
+
+class VllmV1(Backend):
+    """V1's RejectionSampler, called through forward() as the model runner calls it."""
+
+    name = "vllm-v1"
+    capabilities = Capabilities(
+        methods=frozenset({"standard", "synthetic"}), noise=frozenset({"injected", "seeded"}),
+        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own",
+        max_draft=MAX_SPEC_LEN, empty_batches=False, bonus_sampled_by_caller=True, deviations=DEVIATIONS,
+        notes=(f"vLLM {COMMIT[:12]}: V1 RejectionSampler.forward with SpecDecodeMetadata and SamplingMetadata",
+               "the bonus token: the adapter's stand-in for vLLM's main Sampler (the reference's law)",
+               "injected noise at generate_uniform_probs and the exponential fill of sample_recovered_tokens",
+               "cpu: vLLM's Triton kernels need TRITON_INTERPRET=1"))
+
+    def __init__(self, modules: dict | None = None, use_fp64_gumbel: bool = False) -> None:
+        self._modules = modules          # tests pass stand-in modules; None: import vLLM on first use
+        self.use_fp64_gumbel = use_fp64_gumbel
+        self._samplers: dict = {}
+
+    def modules(self) -> dict:
+        if self._modules is None:
+            self._modules = check_signatures(SIGNATURES, DATACLASS_FIELDS, "V1 RejectionSampler")
+            limit = getattr(self._modules[SAMPLER], "MAX_SPEC_LEN", None)
+            if limit != MAX_SPEC_LEN:
+                raise ImportError(f"vLLM changed: {SAMPLER}.MAX_SPEC_LEN is {limit}, the adapter declares "
+                                  f"max_draft={MAX_SPEC_LEN} as at vLLM {COMMIT[:12]}")
+        return self._modules
+
+    def sampler(self, device, rate, steps):
+        """One RejectionSampler per synthetic setting (vLLM fixes it at construction)."""
+        key = (str(device), rate, steps)
+        if key not in self._samplers:
+            spec_config = None
+            if rate is not None:
+                rates = conventions.unconditional_rates(rate, steps)
+                spec_config = SimpleNamespace(rejection_sample_method="synthetic", num_speculative_tokens=steps,
+                                              synthetic_acceptance_rates=resolve_rates(steps, rates))
+            bonus = BonusSampler(self.use_fp64_gumbel)
+            module = self.modules()[SAMPLER]
+            self._samplers[key] = (module.RejectionSampler(bonus, spec_config, device), bonus)
+        return self._samplers[key]
+
+    def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
+                num_speculative_steps) -> SpecOutput:
+        dev, B = batch.device, batch.num_requests
+        module = self.modules()[SAMPLER]
+        rate = synthetic_acceptance_rate if method == "synthetic" else None
+        rejection, bonus = self.sampler(dev, rate, num_speculative_steps if rate is not None else None)
+        seeds = conventions.request_seeds(seed, B) if noise is None else None
+        generators = {} if seeds is None else {b: torch.Generator(dev).manual_seed(int(s))
+                                               for b, s in enumerate(seeds.tolist())}
+        metadata, sampling = self.metadata(batch, generators)
+        bonus.batch, bonus.noise = batch, noise
+        if batch.num_drafts == 0:        # the model runner calls the main Sampler alone
+            tokens = bonus(batch.target_logits, sampling).sampled_token_ids.to(torch.int64)
+            return SpecOutput(tokens, torch.zeros(B, dtype=torch.int64, device=dev))
+        q = None if batch.draft_probs is None else batch.draft_probs.float().contiguous()
+        if noise is None:
+            out = rejection.forward(metadata, q, batch.target_logits.clone(), sampling)
+        else:
+            patch = NoisePatch(noise, torch.Tensor.exponential_)
+            with conventions.patch_points(module, {"generate_uniform_probs": patch.uniform}, SAMPLER), \
+                    conventions.patch_points(torch.Tensor, {"exponential_": patch.make_fill()}, "torch.Tensor"):
+                out = rejection.forward(metadata, q, batch.target_logits.clone(), sampling)
+            missing = [p for p in needed_points(batch, method) if p not in patch.reached]
+            if missing:
+                names = ", ".join(PATCH_POINTS[p][1] for p in missing)
+                raise RuntimeError(f"vLLM never reached the patch point(s) {names}: the injected noise did not "
+                                   f"reach it; {SAMPLER} changed since {COMMIT[:12]}")
+        tokens = out.sampled_token_ids.to(torch.int64)
+        return SpecOutput(tokens, conventions.num_accepted_from_emitted(tokens))
+
+    def metadata(self, batch: SpecBatch, generators: dict):
+        """SpecDecodeMetadata and SamplingMetadata as vLLM's model runner builds them."""
+        mods, dev, B = self.modules(), batch.device, batch.num_requests
+        k = batch.num_draft_tokens
+        spec = mods["vllm.v1.spec_decode.metadata"].SpecDecodeMetadata(
+            draft_token_ids=conventions.int32_ids(batch.draft_token_ids).contiguous(),
+            num_draft_tokens=k.tolist(),
+            cu_num_draft_tokens=conventions.cumulative_offsets(k, with_zero=False),
+            cu_num_sampled_tokens=conventions.cumulative_offsets(k + 1, with_zero=False),
+            target_logits_indices=conventions.int32_ids(conventions.draft_logit_rows(batch)),
+            bonus_logits_indices=conventions.int32_ids(conventions.bonus_rows(batch)),
+            logits_indices=torch.arange(batch.target_logits.shape[0], dtype=torch.int32, device=dev))
+        greedy = batch.temperature == 0
+        all_greedy, all_random = bool(greedy.all()), not bool(greedy.any())
+        temperature = None if all_greedy else torch.where(greedy, 0.0, batch.temperature).float().contiguous()
+        sampling = mods["vllm.v1.sample.metadata"].SamplingMetadata(
+            temperature=temperature, all_greedy=all_greedy, all_random=all_random, top_p=None, top_k=None,
+            generators=generators, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+            frequency_penalties=torch.zeros(B, device=dev), presence_penalties=torch.zeros(B, device=dev),
+            repetition_penalties=torch.ones(B, device=dev), output_token_ids=[[] for _ in range(B)],
+            allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logits_processors(mods))
+        return spec, sampling
+
+
+def needed_points(batch: SpecBatch, method: str) -> list:
+    """The patch points an injected call with drafts must reach: the uniforms unless every request is
+    greedy under the standard rule; the exponentials whenever a request is random."""
+    any_random = bool((batch.temperature > 0).any())
+    return [p for p, need in (("uniform", method == "synthetic" or any_random), ("exponential", any_random)) if need]
+
+
+def logits_processors(modules: dict):
+    """vLLM's empty LogitsProcessors (no min-tokens or other non-argmax-invariant processor)."""
+    module = modules.get("vllm.v1.sample.logits_processor") or load_module("vllm.v1.sample.logits_processor",
+                                                                           "SamplingMetadata.logitsprocs")
+    return module.LogitsProcessors()
+
+
+def resolve_rates(steps: int, rates: list) -> list:
+    """vLLM's own resolver of synthetic_acceptance_rates (range, length, monotonicity) where vllm.config
+    imports; else the rates as computed (conventions.unconditional_rates checks the same)."""
+    try:
+        config = importlib.import_module("vllm.config.speculative")
+    except ImportError:
+        return rates
+    return config.SpeculativeConfig._resolve_synthetic_acceptance_rates(steps, rates, None)
+
+
+def v1() -> VllmV1:
+    return VllmV1()
+
+
+def v1_fp64() -> VllmV1:
+    """The same with the float64 race of sample_recovered_tokens (vLLM's use_fp64_gumbel)."""
+    backend = VllmV1(use_fp64_gumbel=True)
+    backend.name = "vllm-v1-fp64"
+    return backend
