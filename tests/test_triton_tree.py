@@ -56,6 +56,11 @@ def _backend(**plan):
     return triton_sampler.TritonBackend(**(plan or TILED))
 
 
+def _fields(out: SpecOutput) -> tuple:
+    """(token_ids, num_accepted, accepted_nodes): the tensors themselves (dataclasses.astuple copies them)."""
+    return out.token_ids, out.num_accepted, out.accepted_nodes
+
+
 def _near_tie(batch: SpecBatch, noise: Noise, b: int) -> float:
     """The smallest relative margin of request b's decisions, replaying the reference's rule in float64:
     each sibling test |u q(x) - r(x) / m| / (r(x) / m), each residual entry's cancellation
@@ -115,8 +120,8 @@ def _assert_agrees(batch: SpecBatch, got: SpecOutput, noise: Noise | None = None
               if not (torch.equal(got.token_ids[b], want.token_ids[b]) and got.num_accepted[b] == want.num_accepted[b]
                       and torch.equal(got.accepted_nodes[b], want.accepted_nodes[b]))]
     if differ and noise is None:
-        noise = Noise.from_seeds(philox.request_seeds(seed, batch.num_requests) if isinstance(seed, int) else seed,
-                                 batch.num_draft_tokens.cpu(), batch.vocab_size)
+        noise = Noise.from_seeds(philox.request_seeds(seed, batch.num_requests), batch.num_draft_tokens.cpu(),
+                                 batch.vocab_size)
     real = [b for b in differ if _near_tie(batch, noise, b) > TOL]
     assert not real, f"requests {real}: want {want.token_ids[real].tolist()}, got {got.token_ids[real].tolist()}"
     assert len(differ) <= excusable, f"{len(differ)} near-tie divergences: {differ}"
@@ -195,6 +200,27 @@ def test_vocabulary_crossing_tile_boundaries(device, drafter):
     _assert_agrees(batch, _backend(block_v=None)(batch, method="tree", noise=noise.to(device)), noise)
 
 
+@pytest.mark.skipif(not _CUDA, reason="production vocabulary sizes are too slow for the interpreter")
+@pytest.mark.parametrize("drafter", ["dense", "none"])
+def test_production_vocabulary_default_plan(drafter):
+    """V = 151,936 under the default plan (2048-wide bf16 tiles, the GPU's splits), EAGLE-style trees, both
+    noise paths; then the advisory's case: the whole last tile at -inf, no id >= V emitted."""
+    V = 151_936
+    g = torch.Generator().manual_seed(V)
+    batch = random_tree_batch(g, B=4, V=V, shapes=("eagle", "star"), max_nodes=10, drafter=drafter,
+                              distinct=drafter == "none", greedy_fraction=0.25)
+    batch = dataclasses.replace(batch, target_logits=batch.target_logits.to(torch.bfloat16)).to("cuda")
+    noise = Noise.draw(batch, g)
+    _assert_agrees(batch, _backend(block_v=None)(batch, method="tree", noise=noise.to("cuda")), noise)
+    _assert_agrees(batch, _backend(block_v=None)(batch, method="tree", seed=9), seed=9)
+    logits = batch.target_logits.clone()
+    logits[:, (V - 1) // 2048 * 2048:] = float("-inf")
+    masked = dataclasses.replace(batch, target_logits=logits)
+    out = _backend(block_v=None)(masked, method="tree", seed=3)
+    assert int(out.token_ids.max()) < V
+    _assert_agrees(masked, out, seed=3)
+
+
 def _zero_residual_batch(device: str) -> SpecBatch:
     """p_root = [1, 0, 0, 0] exactly (one finite logit). Request 0: node 0 proposes token 1 from
     q_0 = [1, 0, 0, 0] (q_0(x) = 0: rejected for sure) and max(p - q_0, 0) is zero everywhere, so r stays
@@ -263,7 +289,7 @@ def test_every_output_element_is_written_and_empty_batches(device):
                                           batch.temperature, seeds=seeds, accepted_nodes=out.accepted_nodes,
                                           tree_parents=batch.tree_parents, block_v=16, splits=(2, 2))
         outs.append(out)
-    for a, b in zip(dataclasses.astuple(outs[0]), dataclasses.astuple(outs[1])):
+    for a, b in zip(_fields(outs[0]), _fields(outs[1])):
         assert torch.equal(a, b)
     _assert_agrees(batch, outs[0], seed=4)
 
@@ -346,11 +372,11 @@ def test_cuda_graph_replay_of_fresh_trees_equals_eager(path):
         static_noise.uniform.copy_(noise.uniform)
         static_noise.exponential.copy_(noise.exponential)
         static_seeds.copy_(seeds)
-        for t in dataclasses.astuple(out):
+        for t in _fields(out):
             t.fill_(-7)
         graph.replay()
         call = dict(noise=noise.to("cuda")) if path == "injected" else dict(seed=seeds.cuda())
         eager = backend(batch.to("cuda"), method="tree", **call)
-        for a, b in zip(dataclasses.astuple(out), dataclasses.astuple(eager)):
+        for a, b in zip(_fields(out), _fields(eager)):
             assert torch.equal(a, b)
         _assert_agrees(batch, eager, **(dict(noise=noise) if path == "injected" else dict(seed=seeds)))
