@@ -157,8 +157,10 @@ _ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distrib
     (block.BlockStopFromStart, "block acceptance point searched from the start of the block, not the end"),
     (block.BlockResidualWrongPosition, "block residual taken at the position after the stop"))]
 
-# SPEC 3.8: each caught by the differential tree case; a correct backend passes it
-_ALL += [Mutant(cls.name, cls, bug, "public", DIFF, cases=("tree",)) for cls, bug in TREE_MUTANTS]
+# SPEC 3.8: each caught by the differential tree case; the random-rule ones also by the tree statistics
+_ALL += [Mutant(cls.name, cls, bug, "public", DIFF if "greedy" in cls.name else
+                DIFF + ("sequence_distribution", "token_distribution"), cases=("tree", "tree_dense_q"))
+         for cls, bug in TREE_MUTANTS]
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
