@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -43,8 +42,10 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # bench_gpu, also when imported
 
 import reference  # noqa: E402
+from bench_gpu import _write as write_outputs  # noqa: E402
 from reference import Noise, SpecBatch, philox  # noqa: E402
 from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
 
@@ -169,7 +170,8 @@ class InputSet:
 
     def nbytes(self) -> int:
         t = self.batch.target_logits
-        return t.numel() * t.element_size() + (0 if self.batch.draft_probs is None else self.batch.draft_probs.numel() * 4)
+        q = self.batch.draft_probs
+        return t.numel() * t.element_size() + (0 if q is None else q.numel() * 4)
 
     def floor_bytes(self) -> int:
         """Every target row once, the small inputs and the outputs."""
@@ -188,39 +190,18 @@ def make_torch(s: InputSet):
     return lambda: torch_tree(s.batch, s.links, s.uniform, s.n)
 
 
-def _sync() -> None:
+def time_calls(fns: list) -> float:
+    """Median seconds per call, rotating over ``fns`` (one per input set): bench_gpu's CUDA-event timing,
+    or, in the dry run, a few wall-clock calls (the plumbing only)."""
     if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_calls(fns: list, min_calls: int = 30, budget_s: float = 0.5) -> float:
-    """Median seconds per call, rotating over ``fns`` (one per input set)."""
-    n = len(fns)
-    for i in range(max(n, 3)):
-        fns[i % n]()
-    _sync()
-    if DEVICE != "cuda":        # the dry run: a few wall-clock calls, the plumbing only
-        times = []
-        for i in range(3):
-            t0 = time.perf_counter()
-            fns[i % n]()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for f in fns:
-        f()
-    b.record()
-    b.synchronize()
-    est = a.elapsed_time(b) / 1e3 / n
-    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    for i, (start, end) in enumerate(events):
-        start.record()
-        fns[i % n]()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events) / 1e3
+        from bench_gpu import time_calls as cuda_time_calls     # noqa: PLC0415 (needs CUDA only here)
+        return cuda_time_calls(lambda fn: fn(), fns)
+    times = []
+    for i in range(3):
+        t0 = time.perf_counter()
+        fns[i % len(fns)]()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def make_sets(B: int, n: int, depth: int, V: int, dtype, dense: bool, l2_bytes: int) -> list[InputSet]:
@@ -301,7 +282,7 @@ def main(extra: dict | None = None) -> None:
     else:
         if not torch.cuda.is_available():
             sys.exit("bench_tree.py needs a CUDA GPU (or --dry-run under TRITON_INTERPRET=1)")
-        from bench_gpu import copy_bandwidth    # noqa: PLC0415 (ci/, beside this script)
+        from bench_gpu import copy_bandwidth    # noqa: PLC0415 (needs CUDA only here)
         props = torch.cuda.get_device_properties(0)
         l2 = getattr(props, "L2_cache_size", 50 << 20)
         name = f"{props.name} ({props.multi_processor_count} SMs, L2 {l2 >> 20} MB)"
@@ -316,14 +297,8 @@ def main(extra: dict | None = None) -> None:
         impls["torch"] = make_torch
     impls.update(extra or {})
     rows = run(cases, impls, bw, l2, DTYPES[args.dtype], args.drafter == "dense")
-    table = markdown(rows, list(impls), bw, meta)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta=meta, copy_bandwidth=bw, rows=rows), f, indent=1)
+    # bench_gpu's: print the table, write it to --markdown and every number to --json when asked
+    write_outputs(args, dict(meta=meta, copy_bandwidth=bw, rows=rows), markdown(rows, list(impls), bw, meta))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from reference import Noise, SpecBatch, SpecOutput, philox, tree  # noqa: E402
 from reference.sample import filtered_target  # noqa: E402
 from specverify.kernels import (triton_block, triton_chain, triton_kernels, triton_math,  # noqa: E402
                                 triton_sampler, triton_tree)
-from test_tree_reference import float64_noise, random_tree_batch  # noqa: E402
+# one_thread: the autouse fixture that runs these tests on one intra-op thread, as xdist workers do
+from test_tree_reference import float64_noise, one_thread, random_tree_batch  # noqa: E402, F401
 
 if not _CUDA and not triton_kernels.interpreted():
     # Another module imported the kernels before the interpreter was switched on: decorate them again,
@@ -41,15 +42,6 @@ DEVICE = "cuda" if _CUDA else "cpu"
 DEVICES = [pytest.param(DEVICE, id="cuda" if _CUDA else "cpu-interpreter")]
 TILED = dict(block_v=16, splits=(3, 2))
 TOL = 1e-5      # SPEC 4.1 at V <= 4096
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread, as every xdist worker runs (tests/conftest.py): the reference is many tiny ops."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _backend(**plan):
@@ -224,8 +216,8 @@ def test_production_vocabulary_default_plan(drafter):
 def _zero_residual_batch(device: str) -> SpecBatch:
     """p_root = [1, 0, 0, 0] exactly (one finite logit). Request 0: node 0 proposes token 1 from
     q_0 = [1, 0, 0, 0] (q_0(x) = 0: rejected for sure) and max(p - q_0, 0) is zero everywhere, so r stays
-    p; node 1 (token 0, q_1 = q_0) is then accepted against p (its row decides the rest). Request 1: node 0 alone: the race falls back
-    to p and emits 0."""
+    p; node 1 (token 0, q_1 = q_0) is then accepted against p (its row decides the rest). Request 1:
+    node 0 alone: the race falls back to p and emits 0."""
     inf = float("-inf")
     logits = torch.tensor([[0.0, inf, inf, inf], [0.3, 0.1, -0.2, 0.0], [0.5, 0.0, 0.0, 0.1],
                            [0.0, inf, inf, inf], [0.2, 0.1, 0.0, 0.0]])
