@@ -11,8 +11,10 @@ with W = max N_b + 1 slots per request, slot 0 the root (``specverify.adapters.t
   retrive_index, retrive_next_token, retrive_next_sibling, uniform_samples [B, W],
   uniform_samples_for_final_sampling [B], target_probs [B, W, V], draft_probs [B, W, V],
   threshold_single, threshold_acc, deterministic)``. A target-only rule: the drafter is one-hot (EAGLE's
-  top-k tokens), so a batch with dense ``draft_probs`` is refused; ``draft_probs`` is the kernel's
-  scratch (it writes the rejected siblings' target probabilities there), zeroed by the adapter per call.
+  top-k tokens), so a batch whose random requests carry ``draft_probs`` is refused (UnsupportedError, and a
+  declared deviation of the checks that hand over a dense drafter: Capabilities cannot say "one-hot only");
+  ``draft_probs`` is the kernel's scratch (it writes the rejected siblings' target probabilities there),
+  fresh zeros per call, and passed only to an entry that takes it (later releases dropped it).
   At a node the kernel draws one coin (``uniform_samples`` at the node's slot) and accepts the first
   child c, in sibling order, with coin <= p(x_1) + ... + p(x_c): inverse-CDF sampling of p over the
   siblings' tokens; where no child is accepted it samples relu(p - rejected) with the final coin by
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import os
 
 import numpy as np
@@ -48,7 +51,7 @@ import torch
 from reference import SpecBatch, SpecOutput, greedy, philox, tree
 from specverify.adapters import conventions
 from specverify.adapters.tree_layout import to_linked_lists
-from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation, UnsupportedError
 
 MODULE_VARIABLE = "SPECVERIFY_SGLANG_MODULE"
 DEFAULT_MODULE = "sgl_kernel"
@@ -56,6 +59,14 @@ DEFAULT_MODULE = "sgl_kernel"
 # final coin at counter 0 of its stream.
 STREAM_COINS, STREAM_FINAL = 0x5617, 0x5618
 THRESHOLD = 1.0     # threshold_single and threshold_acc: the lossless setting, the only one this adapter uses
+
+# The target-only rule has no dense-drafter form (its test reads p alone; draft_probs is scratch), so the
+# adapter refuses such batches, and Capabilities cannot yet say so: the checks that hand it a dense drafter
+# fail on that refusal, and only on it (docs/kernels.md).
+ONE_HOT_ONLY = ("SGLang's target-only kernel has no rule for a dense drafter (its acceptance test reads only "
+                "target_probs): the adapter refuses draft_probs with UnsupportedError, which Capabilities cannot "
+                "declare; docs/kernels.md")
+REFUSAL = r"UnsupportedError: .*dense draft_probs"
 
 
 def kernel_module(module=None):
@@ -142,8 +153,11 @@ class SGLangTree(Backend):
     capabilities = Capabilities(
         methods=frozenset({"tree"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=True, target_filters=True,
+        deviations=tuple(Deviation(check, case, ONE_HOT_ONLY, REFUSAL) for check, case in (
+            ("token_distribution", "tree_dense_q"), ("accepted_length", "tree_dense_q"),
+            ("sequence_distribution", "tree_dense_q"), ("interface_parity", "convention"))),
         notes=("probabilities in, float32: the adapter applies temperature and filters (p' in float64, rounded)",
-               "one-hot drafter only (target-only rule): a batch with draft_probs is UnsupportedError",
+               "one-hot drafter only (target-only rule): draft_probs with a random request is UnsupportedError",
                "threshold_single = threshold_acc = 1.0 (lossless); lower thresholds are never called",
                "own seeded stream: coins per slot and a final coin per request, Philox keyed by the request seed"))
 
@@ -159,7 +173,8 @@ class SGLangTree(Backend):
 
     def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
                 num_speculative_steps) -> SpecOutput:
-        if batch.draft_probs is not None:
+        if batch.draft_probs is not None and bool(((batch.temperature > 0) & (batch.num_draft_tokens > 0)).any()):
+            # (greedy requests never read q: their draft_probs are ignored, as the greedy rule does)
             raise UnsupportedError(self.name, "dense draft_probs (a target-only kernel: the drafter is one-hot)",
                                    ["draft_probs None"])
         module = kernel_module(self._module)
@@ -176,7 +191,9 @@ class SGLangTree(Backend):
             # argmax of each slot's target logits (torch.argmax: the first maximal index)
             target_predict = torch.zeros(B * W, dtype=torch.int64, device=dev)
             target_predict[launch.slot_rows] = greedy.first_argmax(batch.target_logits.double())
-            module.verify_tree_greedy(predicts, accept_index, accept_token_num, *links, target_predict.view(B, W))
+            module.verify_tree_greedy(predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num,
+                                      candidates=links[0], retrive_index=links[1], retrive_next_token=links[2],
+                                      retrive_next_sibling=links[3], target_predict=target_predict.view(B, W))
             return outputs(batch, launch, predicts, accept_index, accept_token_num)
         if seed is None:
             seed = int(torch.randint(0, 2 ** 62, (1,)))
@@ -185,11 +202,26 @@ class SGLangTree(Backend):
         V = batch.vocab_size
         target_probs = torch.zeros(B * W, V, dtype=torch.float32, device=dev)
         target_probs[launch.slot_rows] = conventions.target_probs(batch)
-        draft_probs = torch.zeros(B, W, V, dtype=torch.float32, device=dev)
-        module.tree_speculative_sampling_target_only(
-            predicts, accept_index, accept_token_num, *links, coins.to(dev).contiguous(), final.to(dev).contiguous(),
-            target_probs.view(B, W, V), draft_probs, THRESHOLD, THRESHOLD, True)
+        call = dict(predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num,
+                    candidates=links[0], retrive_index=links[1], retrive_next_token=links[2],
+                    retrive_next_sibling=links[3], uniform_samples=coins.to(dev).contiguous(),
+                    uniform_samples_for_final_sampling=final.to(dev).contiguous(),
+                    target_probs=target_probs.view(B, W, V),
+                    draft_probs=torch.zeros(B, W, V, dtype=torch.float32, device=dev),
+                    threshold_single=THRESHOLD, threshold_acc=THRESHOLD, deterministic=True)
+        entry = module.tree_speculative_sampling_target_only
+        if not _takes(entry, "draft_probs"):    # later sgl-kernel releases dropped the scratch argument
+            del call["draft_probs"]
+        entry(**call)
         return outputs(batch, launch, predicts, accept_index, accept_token_num)
+
+
+def _takes(fn, name: str) -> bool:
+    """Whether ``fn`` has a parameter ``name`` (True when its signature cannot be read)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
 
 
 def tree_target_only(module=None, devices=None) -> SGLangTree:
