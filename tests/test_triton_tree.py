@@ -25,7 +25,7 @@ if not _CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import reference  # noqa: E402
-from reference import Noise, SpecBatch, SpecOutput, philox, tree  # noqa: E402
+from reference import Noise, SpecBatch, SpecOutput, philox, select_requests, tree  # noqa: E402
 from reference.sample import filtered_target  # noqa: E402
 from specverify.kernels import (triton_block, triton_chain, triton_kernels, triton_math,  # noqa: E402
                                 triton_sampler, triton_tree)
@@ -176,6 +176,23 @@ def test_single_path_tree_equals_the_kernels_own_chain_bit_for_bit(device, draft
             assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
             steps = torch.arange(batch.max_draft, device=device)[None, :]
             assert torch.equal(got.accepted_nodes, torch.where(steps < got.num_accepted[:, None], steps, -1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_trees_are_batch_invariant(device):
+    """A request's seeded tree output depends only on its seed and its own tree: the same alone, reordered
+    or beside other requests, and under another launch plan (other splits of pass 1 and of the race)."""
+    g = torch.Generator().manual_seed(44)
+    batch = random_tree_batch(g, B=6, V=33, duplicates=True, placeholders=True).to(device)
+    seeds = torch.randint(0, 2 ** 62, (6,), generator=g)
+    full = _backend()(batch, method="tree", seed=seeds.to(device))
+    order = torch.tensor([4, 1, 5])
+    sub = _backend(block_v=16, splits=(1, 1))(select_requests(batch, order.to(device)), method="tree",
+                                              seed=seeds[order].to(device))
+    width = sub.token_ids.shape[1]
+    assert torch.equal(sub.token_ids, full.token_ids[order.to(device), :width])
+    assert bool((full.token_ids[order.to(device), width:] == -1).all())
+    assert torch.equal(sub.accepted_nodes, full.accepted_nodes[order.to(device), : width - 1])
 
 
 @pytest.mark.parametrize("device", DEVICES)
