@@ -135,7 +135,6 @@ def outputs(batch: SpecBatch, launch: Launch, predicts: torch.Tensor, accept_ind
     emitted = j[None, :] <= a[:, None]
     inside = (index >= 0) & (index < B * W)
     tokens = torch.where(emitted & inside, predicts.to(dev, torch.int64)[index.clamp(0, max(B * W - 1, 0))], -1)
-    tokens = torch.where(emitted, tokens, -1)
     token_ids = torch.full((B, K + 1), -1, dtype=torch.int64, device=dev)
     width = min(S, K + 1)
     token_ids[:, :width] = tokens[:, :width]
