@@ -39,7 +39,8 @@ def _always(needs: Needs):
 
 CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("differential_injected", "exact", check_differential_injected, DIFFERENTIAL_CASES,
-          "same tokens as the reference under shared injected noise", differential_needs("injected")),
+          "same tokens as the reference under shared injected noise (trees: also single-path trees equal to the "
+          "backend's own chains)", differential_needs("injected")),
     Check("differential_seeded", "exact", check_differential_seeded, SEEDED_CASES,
           "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
     Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
@@ -47,7 +48,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("acceptance_rate", "statistical", check_acceptance_rate, _stat_cases("acceptance_rate"),
           "acceptances per position follow alpha_j (or the synthetic c_j)", statistical_needs),
     Check("accepted_length", "statistical", check_accepted_length, _stat_cases("accepted_length"),
-          "mean accepted length of the block rule equals its exact law's, at least the standard rule's",
+          "mean accepted length of the block or tree rule equals its exact law's, at least the standard rule's "
+          "(a tree's: its first-child chain's)",
           statistical_needs),
     Check("sequence_distribution", "statistical", check_sequence_distribution, _stat_cases("sequence_distribution"),
           "the whole emitted sequence follows the exact joint law", statistical_needs),
