@@ -11,6 +11,7 @@ and the JSON written all the same).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -23,7 +24,8 @@ from specverify.checks.repro import write_reproducer
 from specverify.report import document, header, junit_xml, render, write_json
 from specverify.replay import replay_file
 from specverify.strategies import PROFILES, get_profile
-from specverify.verdict import describe, parse_requirements, verdict
+from specverify.shards import ShardError, check_shards, measured_costs, parse_shard, share
+from specverify.verdict import RecordedCapabilities, declared, describe, parse_requirements, verdict
 
 
 def _workers(text: str) -> int:
@@ -69,7 +71,12 @@ def _check(args) -> int:
         return 2
     require = parse_requirements(args.require)
     deviations = load_deviations(args.deviations, CHECKS) if args.deviations else ()
-    pairs = plan(profile, selected)
+    full_plan = plan(profile, selected)
+    pairs = full_plan
+    if args.shard:
+        k, n = parse_shard(args.shard)
+        measured = measured_costs(args.costs) if args.costs else None
+        pairs = share(full_plan, {name: c.kind for name, c in CHECKS.items()}, k, n, measured)
     timeout = args.timeout or profile.check_timeout
     call_timeout = min(args.call_timeout or profile.call_timeout, timeout)
     deadline = args.deadline or profile.deadline
@@ -122,12 +129,46 @@ def _check(args) -> int:
         write_json(args.json, document(results, loaded.name, profile, seconds, outcome, capabilities=caps,
                                        require=list(require), interrupted=interrupted, timeout=timeout,
                                        call_timeout=call_timeout, deadline=deadline, maxfail=args.maxfail,
-                                       stopped=pool.stopped, hang=pool.hang, workers=pool.workers))
+                                       stopped=pool.stopped, hang=pool.hang, workers=pool.workers,
+                                       shard=args.shard, plan=[f"{c}[{k}]" for c, k in full_plan],
+                                       declared=sorted(declared(loaded.capabilities))))
     if args.junit:
         with open(args.junit, "w") as f:
             f.write(junit_xml(results, loaded.name, seconds))
     if interrupted:
         return 130
+    return 0 if outcome.passed else 1
+
+
+def _merge(args) -> int:
+    docs = []
+    for path in args.reports:
+        with open(path) as f:
+            docs.append((path, json.load(f)))
+    try:
+        ids = check_shards(docs)
+        requires = {tuple(doc.get("require") or ()) for _, doc in docs}
+        if len(requires) > 1:
+            raise ShardError(f"the shards were run with different --require: {sorted(requires)}")
+    except ShardError as exc:
+        print(f"specverify merge: error: {exc}", file=sys.stderr)
+        return 2
+    first = docs[0][1]
+    by_id = {f"{r['check']}[{r['case']}]": CheckResult.from_json(r) for _, doc in docs for r in doc["results"]}
+    results = [by_id[i] for i in ids]
+    caps = RecordedCapabilities(frozenset(first.get("declared") or ()), first.get("capabilities") or "")
+    hang = next((doc["hang"] for _, doc in docs if doc.get("hang")), None)
+    outcome = verdict(results, caps, tuple(first.get("require") or ()), hang=hang)
+    profile = replace(get_profile(first["profile"]), device=first["device"])
+    seconds = max(doc.get("seconds", 0.0) for _, doc in docs)   # the shards run side by side
+    print(render(results, first["backend"], profile, seconds, outcome, caps.text))
+    if args.json:
+        write_json(args.json, document(results, first["backend"], profile, seconds, outcome, capabilities=caps.text,
+                                       require=list(first.get("require") or ()), merged=[p for p, _ in docs],
+                                       plan=ids, declared=sorted(caps.names), hang=hang))
+    if args.junit:
+        with open(args.junit, "w") as f:
+            f.write(junit_xml(results, first["backend"], seconds))
     return 0 if outcome.passed else 1
 
 
@@ -173,7 +214,17 @@ def main(argv=None) -> int:
                        help="TOML file of known deviations ([[deviation]] check, case, reason, match): a failure "
                             "matching one is reported as known and does not fail the run")
     check.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML, one test case per check")
+    check.add_argument("--shard", default=None, metavar="K/N",
+                       help="run shard K of N: a deterministic share of the checks, balanced by cost; put the "
+                            "shards' --json reports back together with `specverify merge`")
+    check.add_argument("--costs", default=None, metavar="REPORT",
+                       help="with --shard: balance by the seconds each check took in this earlier --json report")
     check.set_defaults(func=_check)
+    merge = sub.add_parser("merge", help="put the --json reports of the shards of one run back together")
+    merge.add_argument("reports", nargs="+", help="the shards' --json reports")
+    merge.add_argument("--json", default=None, metavar="FILE", help="also write the merged report as JSON")
+    merge.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML of the merged run")
+    merge.set_defaults(func=_merge)
     replay = sub.add_parser("replay", help="re-run a reproducer written by a failed check against a backend")
     replay.add_argument("file", help="a reproducer (.pt) from the failures directory")
     replay.add_argument("backend", help="reference, cpu, triton, or MODULE:ATTR")

@@ -24,8 +24,19 @@ def parse_requirements(text: str | None) -> tuple[str, ...]:
     return names
 
 
+@dataclass(frozen=True)
+class RecordedCapabilities:
+    """What a report records of a backend's capabilities (``declared`` names and ``describe`` text): enough
+    to judge a run again from its reports, as ``specverify merge`` does."""
+
+    names: frozenset
+    text: str
+
+
 def declared(caps) -> set[str]:
     """The requirement names a backend's capabilities declare (greedy requests belong to every method)."""
+    if isinstance(caps, RecordedCapabilities):
+        return set(caps.names)
     names = {m for m in caps.methods if m in REQUIREMENTS} | {p for p in caps.noise if p in REQUIREMENTS}
     if caps.methods:
         names.add("greedy")
@@ -33,6 +44,8 @@ def declared(caps) -> set[str]:
 
 
 def describe(caps) -> str:
+    if isinstance(caps, RecordedCapabilities):
+        return caps.text
     def shown(values):
         return ", ".join(sorted(str(v).replace("torch.", "") for v in values)) or "none"
     return (f"methods: {shown(caps.methods)}; noise: {shown(caps.noise)}; devices: {shown(caps.devices)}; "
@@ -109,4 +122,4 @@ def verdict(results: list[CheckResult], caps, require: tuple = (), hang: str | N
                    stale={r.id: r.deviation for r in results if r.status == PASS and r.deviation})
 
 
-__all__ = ["REQUIREMENTS", "Verdict", "declared", "describe", "parse_requirements", "verdict"]
+__all__ = ["REQUIREMENTS", "RecordedCapabilities", "Verdict", "declared", "describe", "parse_requirements", "verdict"]

@@ -1,0 +1,99 @@
+"""Shards of a run and their merge (specverify.shards): the shards of one run, put back together, give
+the report one run of the whole plan gives, and anything else is refused naming the report."""
+
+import json
+import re
+
+import pytest
+
+from specverify.checks import CHECKS, plan
+from specverify.cli import main
+from specverify.shards import ShardError, check_shards, parse_shard, share
+from specverify.strategies import get_profile
+
+KINDS = {name: c.kind for name, c in CHECKS.items()}
+CHECK_LIST = "acceptance_rate,empty_batch,synthetic_validation"
+
+
+def test_shards_deal_every_pair_once_and_deterministically():
+    """Every pair of the ci plan lands in exactly one of N shards, the same way on every call, and the
+    expected costs of the shards differ by at most the longest pair's."""
+    pairs = plan(get_profile("ci"))
+    for n in (1, 2, 3, 5):
+        shards = [share(pairs, KINDS, k, n) for k in range(1, n + 1)]
+        assert sorted(p for s in shards for p in s) == sorted(pairs)
+        assert shards == [share(pairs, KINDS, k, n) for k in range(1, n + 1)]
+    from specverify.shards import cost
+    costs = [sum(cost(c, k, KINDS[c]) for c, k in share(pairs, KINDS, s, 2)) for s in (1, 2)]
+    assert abs(costs[0] - costs[1]) <= max(cost(c, k, KINDS[c]) for c, k in pairs)
+
+
+def test_shard_needs_k_of_n():
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("0/2", "3/2", "1", "a/b", "1/0"):
+        with pytest.raises(ValueError, match="K/N"):
+            parse_shard(bad)
+
+
+@pytest.fixture(autouse=True)
+def _one_commit(monkeypatch):
+    """Every run of a test reports one commit (a checkout being committed to meanwhile would not)."""
+    monkeypatch.setenv("SPECVERIFY_COMMIT", "0" * 40)
+
+
+def _run(tmp_path, capsys, name: str, backend: str, *args: str):
+    path = tmp_path / f"{name}.json"
+    status = main(["check", backend, "--checks", CHECK_LIST, "-n", "1", "--json", str(path),
+                   "--failures-dir", str(tmp_path / "failures"), *args])
+    capsys.readouterr()
+    return status, str(path)
+
+
+def _summary(doc: dict) -> tuple:
+    return (doc["passed"], [(r["check"], r["case"], r["status"]) for r in doc["results"]],
+            doc["verdict"]["coverage"], doc["verdict"]["not_applicable"], doc["family_alpha"], doc["check_alpha"])
+
+
+def test_two_shards_merged_give_the_verdict_of_one_run(tmp_path, capsys):
+    """--shard 1/2 and 2/2 of the cpu backend, merged: the same checks, statuses, coverage, n/a list and
+    alphas as the whole run, and exit 0."""
+    whole_status, whole = _run(tmp_path, capsys, "whole", "cpu")
+    shards = [_run(tmp_path, capsys, f"s{k}", "cpu", "--shard", f"{k}/2")[1] for k in (1, 2)]
+    merged = tmp_path / "merged.json"
+    assert main(["merge", *shards, "--json", str(merged)]) == whole_status == 0
+    capsys.readouterr()
+    assert _summary(json.loads(merged.read_text())) == _summary(json.loads(open(whole).read()))
+
+
+def test_a_failure_in_one_shard_fails_the_merged_run(tmp_path, capsys):
+    """Draft probabilities never reaching the sampler (seed 002) fail acceptance_rate in the shards that
+    run its cases, while the other checks pass: the merged run fails, naming them."""
+    backend = "specverify.mutants.samplers:DraftProbsDropped"
+    shards = [_run(tmp_path, capsys, f"m{k}", backend, "--shard", f"{k}/2") for k in (1, 2)]
+    assert 1 in [status for status, _ in shards]
+    assert main(["merge", *(path for _, path in shards)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "failed: acceptance_rate[" in out
+
+
+def _doc(shard, backend="cpu", profile="ci", commit="abc", plan_ids=("a[x]", "b[y]"), results=("a[x]",)):
+    return {"shard": shard, "backend": backend, "profile": profile, "device": "cpu",
+            "environment": {"commit": commit}, "plan": list(plan_ids),
+            "results": [{"check": r.split("[")[0], "case": r.split("[")[1][:-1]} for r in results]}
+
+
+@pytest.mark.parametrize("docs, message", [
+    ([("a.json", _doc("1/2"))], "shard(s) 2/2 missing"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("1/2", results=("b[y]",)))], "given twice: a.json and b.json"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/2", backend="triton", results=("b[y]",)))],
+     "b.json is not of the same run as a.json: backend"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/2", commit="def", results=("b[y]",)))], "commit"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/2", profile="nightly", results=("b[y]",)))], "profile"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/3", results=("b[y]",)))], "of 2 shards"),
+    ([("a.json", _doc(None))], "a.json is not a shard report"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/2", results=("a[x]",)))], "more than one shard"),
+    ([("a.json", _doc("1/2")), ("b.json", _doc("2/2", results=()))], "missing b[y]"),
+])
+def test_merge_refuses_reports_that_are_not_the_shards_of_one_run(docs, message):
+    with pytest.raises(ShardError, match=re.escape(message)):
+        check_shards(docs)
