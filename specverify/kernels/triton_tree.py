@@ -136,8 +136,30 @@ def _tree_walk_kernel(
         par = jj - 1
     par = tl.where(is_node, par, -2)            # padding lanes are nobody's children
     testable = is_node & (x_all >= 0)
+    # Every node's test inputs at once, as the chain kernel's at_drafts gathers them: its token's logit in
+    # its parent's row, that row's stats (an exact gather: one term plus zeros), q(x) and u. The walk
+    # then makes no dependent load at a first try (nor at any try with one-hot q).
+    x_at_all = tl.where(testable, x_all, 0)
+    prow = par + 1
+    at_prow = prow[:, None] == jj[None, :]
+    p_max = tl.sum(tl.where(at_prow, row_max[None, :], 0.0), axis=1)
+    p_sum = tl.sum(tl.where(at_prow, row_sum[None, :], 0.0), axis=1)
+    p_top = tl.sum(tl.where(at_prow, row_amax[None, :], 0), axis=1)
+    logit_all = tl.load(logits_ptr + (row0 + prow) * stride_logits + x_at_all, mask=testable,
+                        other=0.0).to(tl.float32)
+    p_sum = tl.where(testable, p_sum, 1.0)
+    p_first = tl.exp(logit_all * inv_t - p_max) / p_sum             # r(x) at a node's first try
+    p_fold = tl.exp(logit_all * inv_t - p_max) * (1.0 / p_sum)      # p(x) as the fold (and the race) take it
+    if HAS_Q:
+        q_all = tl.load(q_ptr + (d_off + jj) * stride_q + x_at_all, mask=testable, other=0.0).to(tl.float32)
+    else:
+        q_all = tl.full([BLOCK_K], 1.0, tl.float32)
     if SEEDED:
         seed = tl.load(seeds_ptr + b)
+        u_all = philox_uniform(seed, jj, 0)
+    else:
+        u_all = tl.load(uniform_ptr + d_off + jj, mask=testable, other=0.5).to(tl.float32)
+    greedy_ok = x_all == p_top
 
     node = tl.full([], -1, tl.int32)            # the current node (-1: the root); its row is node + 1
     last = tl.full([], -1, tl.int32)            # the last child of node tried
@@ -152,31 +174,20 @@ def _tree_walk_kernel(
     removed = tl.zeros([], tl.float32)         # one-hot q: the mass taken out of p at node so far
     c = tl.min(tl.where(par == -1, jj, NO_INDEX), axis=0)          # the child to try: the root's first
     while c < k_b:      # each node is tried at most once: at most k_b iterations
-        x = tl.sum(tl.where(jj == c, x_all, 0), axis=0)
+        at_c = jj == c
+        x = tl.sum(tl.where(at_c, x_all, 0), axis=0)
         tries = x >= 0                          # a placeholder is skipped: never accepted, r unchanged
         x_at = tl.where(tries, x, 0)
-        row = node + 1
-        n_max = tl.sum(tl.where(jj == row, row_max, 0.0), axis=0)
-        n_sum = tl.sum(tl.where(jj == row, row_sum, 0.0), axis=0)
-        top = tl.sum(tl.where(jj == row, row_amax, 0), axis=0)
-        row_ptr = logits_ptr + (row0 + row) * stride_logits
-        logit = tl.load(row_ptr + x_at, mask=tries, other=0.0).to(tl.float32)
         # r(x): at the node's own row p(x) as the chain kernel's test computes it; after rejections the fold
-        p_x = tl.exp(logit * inv_t - n_max) / n_sum
-        r_x = _fold(tl.exp(logit * inv_t - n_max) * (1.0 / n_sum), x_at, tries, 0, n, slots, toks, masses,
+        r_x = _fold(tl.sum(tl.where(at_c, p_fold, 0.0), axis=0), x_at, tries, 0, n, slots, toks, masses,
                     q_ptr, stride_q, d_off, HAS_Q, BLOCK_K)
-        r_x = tl.where(n == 0, p_x, r_x)
+        r_x = tl.where(n == 0, tl.sum(tl.where(at_c, p_first, 0.0), axis=0), r_x)
         ratio = tl.where(n == 0, r_x, r_x / m)
-        if HAS_Q:
-            q_x = tl.load(q_ptr + (d_off + c) * stride_q + x_at, mask=tries, other=0.0).to(tl.float32)
-        else:
-            q_x = tl.full([], 1.0, tl.float32)
-        if SEEDED:
-            u = philox_uniform(seed, c, 0)
-        else:
-            u = tl.load(uniform_ptr + d_off + c, mask=tries, other=0.5).to(tl.float32)
+        q_x = tl.sum(tl.where(at_c, q_all, 0.0), axis=0)
+        u = tl.sum(tl.where(at_c, u_all, 0.0), axis=0)
+        g_ok = tl.sum(tl.where(at_c, greedy_ok.to(tl.int32), 0), axis=0) > 0
         # r(x) > 0: a float64 uniform below float32's range loads as 0 (SPEC 2)
-        accept = tries & tl.where(greedy, x == top, (q_x > 0.0) & (r_x > 0.0) & (u * q_x <= ratio))
+        accept = tries & tl.where(greedy, g_ok, (q_x > 0.0) & (r_x > 0.0) & (u * q_x <= ratio))
         rejected = tries & ~accept & ~greedy
 
         path = tl.where(accept & (jj == depth), c, path)
@@ -194,6 +205,10 @@ def _tree_walk_kernel(
         more = rejected & (tl.max(tl.where(testable & (par == node) & (jj > c), 1, 0), axis=0) > 0)
         m_new = m
         if more:
+            row = node + 1
+            row_ptr = logits_ptr + (row0 + row) * stride_logits
+            n_max = tl.sum(tl.where(jj == row, row_max, 0.0), axis=0)
+            n_sum = tl.sum(tl.where(jj == row, row_sum, 0.0), axis=0)
             if HAS_Q:
                 m_new = _mass(row_ptr, inv_t, n_max, n_sum, n, slots, toks, masses, q_ptr, stride_q, d_off, V,
                               HAS_Q, BLOCK_K, BLOCK_V)
