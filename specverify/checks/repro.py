@@ -315,7 +315,8 @@ def python_source(call: Call, outcome: Outcome | None = None) -> str:
                      f"    exponential={tensor_source(call.noise.exponential)},\n)")
         lines.append("seed = None")
     else:
-        lines += ["noise = None", f"seed = {tensor_source(call.seeds)}"]
+        seed = "None  # an int seed or none: not recorded" if call.seeds is None else tensor_source(call.seeds)
+        lines += ["noise = None", f"seed = {seed}"]
     lines.append(f"kwargs = {call.kwargs!r}")
     if outcome is not None:
         expected = outcome.expected_error or (_shown(outcome.expected) if outcome.expected is not None else "?")
