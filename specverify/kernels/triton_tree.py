@@ -76,17 +76,28 @@ def _walk_views(scratch_ptr, walk_at, B, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def _fold(r, offs, mask, first, last, slots, toks, masses, q_ptr, stride_q, d_off,
-          HAS_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+          HAS_Q: tl.constexpr, BLOCK_K: tl.constexpr, IN_MEMORY: tl.constexpr = False):
     """Steps first..last-1 of the residual fold on r (a block or a scalar at vocabulary ids offs):
-    r <- max(r - m_s q_s(offs), 0), q_s the row of the node at slots[s] (one-hot at toks[s] without q)."""
+    r <- max(r - m_s q_s(offs), 0), q_s the row of the node at slots[s] (one-hot at toks[s] without q).
+    slots, toks, masses: [BLOCK_K] blocks (the walk's registers), or IN_MEMORY pointers to them (the
+    race reads the walk's scratch: a scalar load per step instead of a reduction over the block)."""
     jj = tl.arange(0, BLOCK_K)
     for s in range(first, last):
-        m_s = tl.sum(tl.where(jj == s, masses, 0.0), axis=0)
+        if IN_MEMORY:
+            m_s = tl.load(masses + s)
+        else:
+            m_s = tl.sum(tl.where(jj == s, masses, 0.0), axis=0)
         if HAS_Q:
-            slot = tl.sum(tl.where(jj == s, slots, 0), axis=0)
+            if IN_MEMORY:
+                slot = tl.load(slots + s)
+            else:
+                slot = tl.sum(tl.where(jj == s, slots, 0), axis=0)
             q = tl.load(q_ptr + (d_off + slot) * stride_q + offs, mask=mask, other=0.0).to(tl.float32)
         else:
-            tok = tl.sum(tl.where(jj == s, toks, 0), axis=0)
+            if IN_MEMORY:
+                tok = tl.load(toks + s)
+            else:
+                tok = tl.sum(tl.where(jj == s, toks, 0), axis=0)
             q = tl.where(offs == tok, 1.0, 0.0)
         r = tl.maximum(r - m_s * q, 0.0)
     return r
@@ -273,10 +284,9 @@ def _tree_race_kernel(
         row = tl.load(head_ptr + 4 * b)
         n = tl.load(head_ptr + 4 * b + 1)
         depth = tl.load(head_ptr + 4 * b + 2)
-        jj = tl.arange(0, BLOCK_K)
-        slots = tl.load(rej_ptr + b * BLOCK_K + jj)
-        toks = tl.load(tok_ptr + b * BLOCK_K + jj)
-        masses = tl.load(mass_ptr + b * BLOCK_K + jj)
+        slots = rej_ptr + b * BLOCK_K          # the walk's steps, read by _fold from memory
+        toks = tok_ptr + b * BLOCK_K
+        masses = mass_ptr + b * BLOCK_K
         n_max = tl.load(stat_ptr + 2 * b)
         inv_sum = 1.0 / tl.load(stat_ptr + 2 * b + 1)
         if SEEDED:
@@ -294,8 +304,10 @@ def _tree_race_kernel(
             mask = offs < hi
             logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
             p = tl.exp(logit * inv_t - n_max) * inv_sum
-            r_prev = _fold(p, offs, mask, 0, before, slots, toks, masses, q_ptr, stride_q, d_off, HAS_Q, BLOCK_K)
-            r = _fold(r_prev, offs, mask, before, n, slots, toks, masses, q_ptr, stride_q, d_off, HAS_Q, BLOCK_K)
+            r_prev = _fold(p, offs, mask, 0, before, slots, toks, masses, q_ptr, stride_q, d_off, HAS_Q, BLOCK_K,
+                           True)
+            r = _fold(r_prev, offs, mask, before, n, slots, toks, masses, q_ptr, stride_q, d_off, HAS_Q, BLOCK_K,
+                      True)
             if SEEDED:
                 expo = neg_log(philox_uniform(seed, offs, 1))
             else:
