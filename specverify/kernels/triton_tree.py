@@ -1,6 +1,8 @@
 """Token trees (SPEC 3.8) in Triton: recursive rejection sampling over each request's tree of drafts, in
-three launches, graph-capturable, no host sync. ``triton_kernels`` routes ``tree=True`` calls here
-(``tree_launches``); the Backend (``triton_sampler``) declares the method.
+three launches, graph-capturable, no host sync. ``triton_kernels.triton_sample_into`` routes calls given
+``accepted_nodes`` here (``tree_recipe``, ``tree_launches``); the Backend (``triton_sampler``) declares the
+method. Decisions are float32: they may differ from the float64 reference only where SPEC 3.8's "Float32
+tree decisions" excuses it (a decision within 4.1's tolerance).
 
 Shapes and dtypes (B requests, request b with N_b nodes, T = sum N_b, K1 = K + 1 output columns with
 K >= max N_b; request b's rows start at row0 = d_off + b, d_off = sum N_b of the requests before b):
@@ -40,9 +42,9 @@ Launch plan:
                                pass over the row (a loop over V tiles) sums the new mass (one-hot q: 1 minus
                                the removed p(x), good to a few ulps while the removed mass is <= 0.9; the
                                pass beyond). It stops when no child is left. Greedy requests descend into
-                               the first child whose token is the row's argmax. Writes the
-                               path, num_accepted and (greedy) the final token; leaves the final node's
-                               fold in scratch.
+                               the first child whose token is the row's argmax. Writes the path,
+                               num_accepted and (greedy) the final token; leaves the final node's fold in
+                               scratch.
     race    grid (B, S2)       random requests: the exponential race over a split of the final node's
                                residual, and over the residual before its last step (the fallback where
                                the last step leaves nothing); splits meet in the chain kernel's 64-bit
