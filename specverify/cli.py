@@ -11,6 +11,7 @@ and the JSON written all the same).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import sys
@@ -72,6 +73,12 @@ def _check(args) -> int:
     require = parse_requirements(args.require)
     deviations = load_deviations(args.deviations, CHECKS) if args.deviations else ()
     full_plan = plan(profile, selected)
+    if args.cases:
+        patterns = [p.strip() for p in args.cases.split(",") if p.strip()]
+        full_plan = [(c, k) for c, k in full_plan if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+        if not full_plan:
+            print(f"--cases {args.cases!r} matches no case of the selected checks", file=sys.stderr)
+            return 2
     pairs = full_plan
     if args.shard:
         k, n = parse_shard(args.shard)
@@ -187,6 +194,8 @@ def main(argv=None) -> int:
                        help="ci (default; or $SPECVERIFY_PROFILE), smoke, dev, nightly")
     check.add_argument("--device", default=None, help="override the profile's device (cpu, cuda)")
     check.add_argument("--checks", default=None, help="comma-separated subset of checks")
+    check.add_argument("--cases", default=None, metavar="PATTERNS",
+                       help="comma-separated case-name patterns (fnmatch: 'tree*,filters'): only those cases")
     check.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     check.add_argument("-n", "--workers", type=_workers, default="auto",
                        help="worker processes the checks run in (default: auto, one per CPU core)")
