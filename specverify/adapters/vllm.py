@@ -236,12 +236,12 @@ class VllmV1(Backend):
             return SpecOutput(tokens, torch.zeros(B, dtype=torch.int64, device=dev))
         q = None if batch.draft_probs is None else batch.draft_probs.float().contiguous()
         if noise is None:
-            out = rejection.forward(metadata, q, batch.target_logits.clone(), sampling)
+            out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
         else:
             patch = NoisePatch(noise, torch.Tensor.exponential_)
             with conventions.patch_points(module, {"generate_uniform_probs": patch.uniform}, SAMPLER), \
                     conventions.patch_points(torch.Tensor, {"exponential_": patch.make_fill()}, "torch.Tensor"):
-                out = rejection.forward(metadata, q, batch.target_logits.clone(), sampling)
+                out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
             missing = [p for p in needed_points(batch, method) if p not in patch.reached]
             if missing:
                 names = ", ".join(PATCH_POINTS[p][1] for p in missing)
@@ -249,6 +249,9 @@ class VllmV1(Backend):
                                    f"reach it; {SAMPLER} changed since {COMMIT[:12]}")
         tokens = out.sampled_token_ids.to(torch.int64)
         return SpecOutput(tokens, conventions.num_accepted_from_emitted(tokens))
+
+    def forward(self, rejection, metadata, draft_probs, logits, sampling):
+        return rejection.forward(metadata, draft_probs, logits, sampling)
 
     def metadata(self, batch: SpecBatch, generators: dict):
         """SpecDecodeMetadata and SamplingMetadata as vLLM's model runner builds them."""
@@ -307,3 +310,4 @@ def v1_fp64() -> VllmV1:
     backend = VllmV1(use_fp64_gumbel=True)
     backend.name = "vllm-v1-fp64"
     return backend
+
