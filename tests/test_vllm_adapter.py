@@ -6,6 +6,7 @@ rows at 1, the greedy, random and synthetic walks, the residual race with 1 / Ex
 rejection emitting the recovered token) and MRV2's rejection_sample (noise keyed by seed and position).
 A change to an adapter that breaks the call, the metadata or the noise placement fails here, on the CPU."""
 
+import functools
 import sys
 import textwrap
 from dataclasses import replace
@@ -242,12 +243,17 @@ def unconditional_to_conditional_rates(rates):
     return [r / prev if prev > 0.0 else 0.0 for r, prev in zip(rates, [1.0, *rates[:-1]])]
 '''
 
+LOGITS_PROCESSORS = '''
+class LogitsProcessors:
+    def __init__(self, logitsprocs=None):
+        self.argmax_invariant, self.non_argmax_invariant = [], []
+'''
+
 STAND_IN = {
     "vllm/v1/sample/rejection_sampler.py": V1_SAMPLER,
     "vllm/v1/spec_decode/metadata.py": METADATA,
     "vllm/v1/sample/metadata.py": SAMPLING_METADATA,
-    "vllm/v1/sample/logits_processor/__init__.py": "class LogitsProcessors:\n    def __init__(self, logitsprocs=None):\n"
-                                                   "        self.argmax_invariant, self.non_argmax_invariant = [], []\n",
+    "vllm/v1/sample/logits_processor/__init__.py": LOGITS_PROCESSORS,
     "vllm/v1/spec_decode/utils.py": SPEC_UTILS,
     "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": MRV2_UTILS,
     "vllm/v1/worker/gpu/sample/gumbel.py": GUMBEL,
@@ -301,21 +307,43 @@ def test_v1_adapter_cannot_hide_dropped_draft_probs(stand_in):
     assert result.status == FAIL and "acceptance" in result.message, result.line()
 
 
-def test_v1_injected_noise_reaches_vllm_and_the_patch_points_are_restored(stand_in):
-    """Under injected noise the adapter's tokens are the reference's, bit for bit on a clear case, and
-    afterwards generate_uniform_probs and Tensor.exponential_ are vLLM's and torch's again."""
+@pytest.mark.parametrize("make", [adapter.v1, adapter.v1_fp64])
+@pytest.mark.parametrize("temperature", [[1.0, 0.0, 0.7], [0.0, 0.0, 0.0], [1.0, 0.5, 0.7]])
+def test_v1_injected_noise_reaches_vllm_and_the_patch_points_are_restored(stand_in, make, temperature):
+    """Mixed, all-greedy and all-random batches (vLLM's three paths), float32 and float64 races: under
+    injected noise the adapter's tokens are the reference's, and afterwards generate_uniform_probs and
+    Tensor.exponential_ are vLLM's and torch's again."""
     module = sys.modules["vllm.v1.sample.rejection_sampler"]
     before = module.generate_uniform_probs
     g = torch.Generator().manual_seed(3)
     batch = SpecBatch(num_draft_tokens=torch.tensor([2, 0, 3]), draft_token_ids=torch.tensor([1, 4, 2, 7, 0]),
                       target_logits=torch.randn(8, 16, generator=g),
                       draft_probs=torch.softmax(torch.randn(5, 16, generator=g), -1),
-                      temperature=torch.tensor([1.0, 0.0, 0.7]))
+                      temperature=torch.tensor(temperature))
     noise = Noise.draw(batch, g)
-    got = adapter.v1()(batch, noise=noise)
-    want = reference.sample(batch, noise=noise)
-    assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
+    for kwargs in ({}, {"method": "synthetic", "synthetic_acceptance_rate": 1.0, "num_speculative_steps": 3}):
+        got = make()(batch, noise=noise, **kwargs)
+        want = reference.sample(batch, noise=noise, **kwargs)
+        assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
     assert module.generate_uniform_probs is before and "exponential_" not in vars(torch.Tensor)
+
+
+def test_v1_names_an_injection_point_that_is_no_longer_reached(stand_in, monkeypatch):
+    """A vLLM that stops drawing its exponentials with Tensor.exponential_: the call fails, naming the point,
+    instead of comparing vLLM's own noise with the harness's."""
+    module = sys.modules["vllm.v1.sample.rejection_sampler"]
+    original = module.sample_recovered_tokens
+
+    @functools.wraps(original)      # the same signature: only the way it draws changed
+    def draws_otherwise(*args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(torch.Tensor, "exponential_", lambda self, *a, **k: self.fill_(1.0))
+            return original(*args, **kwargs)
+    monkeypatch.setattr(module, "sample_recovered_tokens", draws_otherwise)
+    batch = SpecBatch(num_draft_tokens=torch.tensor([1]), draft_token_ids=torch.tensor([2]),
+                      target_logits=torch.randn(2, 8), draft_probs=None, temperature=torch.tensor([1.0]))
+    with pytest.raises(RuntimeError, match="never reached the patch point.*exponential_"):
+        adapter.v1()(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(0)))
 
 
 def test_a_changed_vllm_signature_is_named(stand_in, monkeypatch):

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from contextlib import ExitStack
 from types import SimpleNamespace
 
 import torch
@@ -223,7 +224,6 @@ class VllmV1(Backend):
     def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
                 num_speculative_steps) -> SpecOutput:
         dev, B = batch.device, batch.num_requests
-        module = self.modules()[SAMPLER]
         rate = synthetic_acceptance_rate if method == "synthetic" else None
         rejection, bonus = self.sampler(dev, rate, num_speculative_steps if rate is not None else None)
         seeds = conventions.request_seeds(seed, B) if noise is None else None
@@ -239,8 +239,11 @@ class VllmV1(Backend):
             out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
         else:
             patch = NoisePatch(noise, torch.Tensor.exponential_)
-            with conventions.patch_points(module, {"generate_uniform_probs": patch.uniform}, SAMPLER), \
-                    conventions.patch_points(torch.Tensor, {"exponential_": patch.make_fill()}, "torch.Tensor"):
+            with ExitStack() as stack:
+                for point, value in (("uniform", patch.uniform), ("exponential", patch.make_fill())):
+                    owner, attribute = PATCH_POINTS[point]
+                    target = torch.Tensor if owner == "torch.Tensor" else self.modules()[owner]
+                    stack.enter_context(conventions.patch_points(target, {attribute: value}, owner))
                 out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
             missing = [p for p in needed_points(batch, method) if p not in patch.reached]
             if missing:
