@@ -7,6 +7,7 @@ rejection emitting the recovered token) and MRV2's rejection_sample (noise keyed
 A change to an adapter that breaks the call, the metadata or the noise placement fails here, on the CPU."""
 
 import functools
+import importlib
 import sys
 import textwrap
 from dataclasses import replace
@@ -273,6 +274,8 @@ def stand_in(tmp_path_factory):
         (directory / "__init__.py").touch()
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] == "vllm"}
     sys.path.insert(0, str(root))
+    for name in ("vllm.v1.sample.rejection_sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"):
+        importlib.import_module(name)      # whichever test a worker runs first finds them loaded
     yield root
     sys.path.remove(str(root))
     for name in [n for n in sys.modules if n.split(".")[0] == "vllm"]:
