@@ -83,6 +83,9 @@ class Capabilities:
     # The deepest token tree (SPEC 3.8) the backend takes under method "tree" (None: no limit); a node's
     # depth counts the nodes from the root to it (reference.tree.depths).
     max_tree_depth: int | None = None
+    # False: a target-only kernel, whose drafter is one-hot; a random request with draft_probs is then
+    # UnsupportedError and the checks draw no dense q for it (the dense-q cases are n/a)
+    dense_draft_probs: bool = True
     target_filters: bool = False    # applies top_k / top_p / min_p (SPEC 3.4); undeclared: UnsupportedError
     placeholders: bool = False      # takes -1 placeholder drafts (SPEC 3.5); undeclared: UnsupportedError
     # The kernel takes the bonus token from its caller (the adapter samples it): checks of the bonus
@@ -103,6 +106,9 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
         raise UnsupportedError(name, "target filters (top_k, top_p, min_p)", ["unfiltered targets"])
     if batch.has_placeholders and not getattr(caps, "placeholders", False):
         raise UnsupportedError(name, "placeholder drafts (-1)", ["drafts in [0, V)"])
+    if batch.draft_probs is not None and not getattr(caps, "dense_draft_probs", True) \
+            and bool(((batch.temperature > 0) & (batch.num_draft_tokens > 0)).any()):
+        raise UnsupportedError(name, "dense draft_probs with a random request", ["draft_probs None (one-hot drafts)"])
     if batch.num_requests == 0 and not caps.empty_batches:
         raise UnsupportedError(name, "an empty batch", ["batches of at least one request"])
     if caps.max_draft is not None and batch.num_requests and batch.max_draft > caps.max_draft:

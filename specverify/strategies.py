@@ -10,7 +10,7 @@ integer, so Hypothesis shrinks the structure (sizes, styles) and replays content
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from hypothesis import HealthCheck, Phase, settings
@@ -44,6 +44,7 @@ class Profile:
     family_alpha: float           # family-wise false-alarm budget over all statistical checks of a run
     device: str = "cpu"
     logit_dtypes: tuple = (torch.float32, torch.bfloat16, torch.float16)
+    dense_drafts: bool = True     # draw dense drafters (q rows) as well as one-hot ones
     bulk_requests: int = 384      # the "bulk" differential case: many decisions per example
     bulk_examples: int = 4
     large_vocabs: tuple = ()      # extra differential sizes (V) for the nightly GPU run
@@ -61,6 +62,15 @@ class Profile:
     shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
                                   # ask only whether a check fails; the reproducer still reduces it)
     stat_copies: int | None = None  # replicated requests per statistical case; None: sized from detect_tv
+
+    def within(self, caps) -> "Profile":
+        """This profile narrowed to what a backend declares (``Capabilities``), so that generated batches
+        stay inside it: at most its ``max_draft`` drafts, only its logit dtypes, and no dense drafter where
+        it takes one-hot drafts only."""
+        dtypes = tuple(d for d in self.logit_dtypes if d in caps.logit_dtypes) or self.logit_dtypes
+        limit = min(self.max_draft, getattr(caps, "max_draft", None) or self.max_draft)
+        return replace(self, max_draft=limit, logit_dtypes=dtypes,
+                       dense_drafts=self.dense_drafts and getattr(caps, "dense_draft_probs", True))
 
 
 PROFILES = {
@@ -175,7 +185,7 @@ def spec_examples(draw, profile: Profile, *, max_vocab: int | None = None, min_r
     counts = draw(st.lists(st.integers(0, profile.max_draft), min_size=B, max_size=B))
     temps = draw(st.lists(st.sampled_from((0.0,) + TEMPERATURES), min_size=B, max_size=B))
     styles = draw(st.lists(st.sampled_from(LOGIT_STYLES), min_size=B, max_size=B))
-    drafter = draw(st.sampled_from(DRAFTERS))
+    drafter = draw(st.sampled_from(DRAFTERS if profile.dense_drafts else ("none",)))
     dtype = draw(st.sampled_from(profile.logit_dtypes))
     seed = draw(st.integers(0, 2 ** 31 - 1))
     g = torch.Generator().manual_seed(seed)

@@ -21,6 +21,7 @@ from specverify.strategies import LOGIT_STYLES, TEMPERATURES, Example, Profile, 
 
 TREE_SHAPES = ("chain", "star", "narrow", "eagle", "random", "empty")
 TREE_DRAFTERS = ("dense", "iid", "without_replacement", "onehot_topk", "onehot", "equal")
+ONE_HOT_DRAFTERS = ("onehot_topk", "onehot")    # draft_probs None: for backends that take no dense q
 
 
 def tree_shape(g: torch.Generator, n: int, shape: str, max_depth: int | None = None) -> list[int]:
@@ -145,7 +146,7 @@ def tree_examples(draw, profile: Profile, *, filters: bool = False, placeholders
     styles = draw(st.lists(st.sampled_from(LOGIT_STYLES), min_size=B, max_size=B))
     if draw(st.booleans()):     # greedy ties: every greedy request's rows tied at their maximum
         styles = ["tied" if t == 0 else s for s, t in zip(styles, temps)]
-    drafter = draw(st.sampled_from(TREE_DRAFTERS))
+    drafter = draw(st.sampled_from(TREE_DRAFTERS if profile.dense_drafts else ONE_HOT_DRAFTERS))
     duplicates = draw(st.booleans())
     holes = placeholders and draw(st.booleans())
     dtype = draw(st.sampled_from(profile.logit_dtypes))

@@ -18,7 +18,7 @@ from specverify import UnsupportedError
 from specverify.adapters import sglang
 from specverify.adapters.tree_layout import from_linked_lists, to_linked_lists
 from specverify.checks import run_check
-from specverify.checks.result import KNOWN, PASS
+from specverify.checks.result import NOT_APPLICABLE, PASS
 from specverify.checks.runner import output_problems
 from specverify.checks.stats import chi_square_gof
 from specverify.strategies import get_profile
@@ -248,12 +248,22 @@ def test_harness_tree_statistics_on_the_stand_in(check):
 
 
 @pytest.mark.parametrize("check,case", [("token_distribution", "tree_dense_q"), ("interface_parity", "convention")])
-def test_dense_drafter_refusal_is_the_declared_deviation(check, case):
-    """A dense drafter is refused (UnsupportedError), which Capabilities cannot declare: the checks that
-    hand one over are known deviations, never passes, and only that refusal is excused."""
+def test_dense_drafters_are_not_applicable_and_never_reach_the_kernel(check, case):
+    """The target-only kernel has no dense-drafter rule: the adapter declares dense_draft_probs=False, so
+    the dense-drafter case is n/a with that reason (never a pass) and interface parity passes on one-hot
+    drafts; a dense batch handed to it anyway is UnsupportedError."""
     result = run_check(TARGET_ONLY, check, case, get_profile("ci"))
-    assert result.status == KNOWN, result.message
-    assert "dense draft_probs" in result.message
+    if case == "tree_dense_q":
+        assert result.status == NOT_APPLICABLE and "one-hot drafters only" in result.message, result.line()
+    else:
+        assert result.status == PASS, result.line()
+    g = torch.Generator().manual_seed(3)
+    parents, tokens = EAGLE
+    batch = tree_batch([parents], [tokens], 6, g)
+    dense = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits,
+                      torch.full((len(tokens), 6), 1 / 6), batch.temperature, tree_parents=batch.tree_parents)
+    with pytest.raises(UnsupportedError, match="dense draft_probs"):
+        TARGET_ONLY(dense, method="tree", seed=torch.tensor([1]))
 
 
 def test_entries_without_the_draft_probs_scratch():

@@ -11,8 +11,8 @@ with W = max N_b + 1 slots per request, slot 0 the root (``specverify.adapters.t
   retrive_index, retrive_next_token, retrive_next_sibling, uniform_samples [B, W],
   uniform_samples_for_final_sampling [B], target_probs [B, W, V], draft_probs [B, W, V],
   threshold_single, threshold_acc, deterministic)``. A target-only rule: the drafter is one-hot (EAGLE's
-  top-k tokens), so a batch whose random requests carry ``draft_probs`` is refused (UnsupportedError, and a
-  declared deviation of the checks that hand over a dense drafter: Capabilities cannot say "one-hot only");
+  top-k tokens): the adapter declares ``dense_draft_probs=False``, so a batch whose random requests carry
+  ``draft_probs`` is refused (UnsupportedError) and the dense-drafter cases are n/a;
   ``draft_probs`` is the kernel's scratch (it writes the rejected siblings' target probabilities there),
   fresh zeros per call, and passed only to an entry that takes it (later releases dropped it).
   At a node the kernel draws one coin (``uniform_samples`` at the node's slot) and accepts the first
@@ -51,7 +51,7 @@ import torch
 from reference import SpecBatch, SpecOutput, greedy, philox, tree
 from specverify.adapters import conventions
 from specverify.adapters.tree_layout import to_linked_lists
-from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation, UnsupportedError
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
 
 MODULE_VARIABLE = "SPECVERIFY_SGLANG_MODULE"
 DEFAULT_MODULE = "sgl_kernel"
@@ -59,15 +59,6 @@ DEFAULT_MODULE = "sgl_kernel"
 # final coin at counter 0 of its stream.
 STREAM_COINS, STREAM_FINAL = 0x5617, 0x5618
 THRESHOLD = 1.0     # threshold_single and threshold_acc: the lossless setting, the only one this adapter uses
-
-# The target-only rule has no dense-drafter form (its test reads p alone; draft_probs is scratch), so the
-# adapter refuses such batches, and Capabilities cannot yet say so: the checks that hand it a dense drafter
-# fail on that refusal, and only on it (docs/kernels.md).
-ONE_HOT_ONLY = ("SGLang's target-only kernel has no rule for a dense drafter (its acceptance test reads only "
-                "target_probs): the adapter refuses draft_probs with UnsupportedError, which Capabilities cannot "
-                "declare; docs/kernels.md")
-REFUSAL = r"UnsupportedError: .*dense draft_probs"
-
 
 def kernel_module(module=None):
     """The module holding SGLang's entry points: ``module`` itself, or ``$SPECVERIFY_SGLANG_MODULE``."""
@@ -152,9 +143,7 @@ class SGLangTree(Backend):
     capabilities = Capabilities(
         methods=frozenset({"tree"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=True, target_filters=True,
-        deviations=tuple(Deviation(check, case, ONE_HOT_ONLY, REFUSAL) for check, case in (
-            ("token_distribution", "tree_dense_q"), ("accepted_length", "tree_dense_q"),
-            ("sequence_distribution", "tree_dense_q"), ("interface_parity", "convention"))),
+        dense_draft_probs=False,   # the target-only rule: its test reads p alone, draft_probs is scratch
         notes=("probabilities in, float32: the adapter applies temperature and filters (p' in float64, rounded)",
                "one-hot drafter only (target-only rule): draft_probs with a random request is UnsupportedError",
                "threshold_single = threshold_acc = 1.0 (lossless); lower thresholds are never called",
@@ -172,10 +161,6 @@ class SGLangTree(Backend):
 
     def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
                 num_speculative_steps) -> SpecOutput:
-        if batch.draft_probs is not None and bool(((batch.temperature > 0) & (batch.num_draft_tokens > 0)).any()):
-            # (greedy requests never read q: their draft_probs are ignored, as the greedy rule does)
-            raise UnsupportedError(self.name, "dense draft_probs (a target-only kernel: the drafter is one-hot)",
-                                   ["draft_probs None"])
         module = kernel_module(self._module)
         launch = launch_layout(batch)
         B, W, S, dev = launch.B, launch.W, launch.S, batch.device

@@ -9,6 +9,8 @@ or mutants.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check_differential_injected,
                                          check_differential_seeded, differential_needs)
 from specverify.checks.cases import STAT_CASES
@@ -73,7 +75,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("empty_batch", "structural", check_empty_batch, ("empty",),
           "a batch of no requests, on every declared path and method", _always(EMPTY_BATCH)),
     Check("repeated_calls", "structural", check_repeated_calls, ("same_shapes",),
-          "each call sees its own draft probabilities (no stale state)", _always(SHARED_NOISE)),
+          "each call sees its own draft probabilities (no stale state)",
+          _always(replace(SHARED_NOISE, dense_draft_probs=True))),
     Check("input_integrity", "structural", check_input_integrity, ("random",),
           "the backend never writes into its inputs (batch, noise, seeds)"),
     Check("interface_parity", "structural", check_interface_parity, ("convention",),

@@ -41,9 +41,10 @@ def structural_vocabs(profile) -> tuple[int, ...]:
     return sizes if profile.device != "cpu" else (REDUCED_VOCAB,) + sizes
 
 
-def large_vocab_batch(case: str, V: int, g: torch.Generator) -> SpecBatch:
+def large_vocab_batch(case: str, V: int, g: torch.Generator, dense: bool = True) -> SpecBatch:
     """Three requests (2 drafts at temperature 1, a greedy one with none, 1 draft at temperature 0.7)
-    with dense draft probabilities near the target and drafts drawn from them."""
+    with dense draft probabilities near the target and drafts drawn from them (passed as one-hot
+    drafts when not ``dense``)."""
     k = torch.tensor([2, 0, 1])
     temperature = torch.tensor([1.0, 0.0, 0.7])
     rows = int(k.sum()) + 3
@@ -63,7 +64,7 @@ def large_vocab_batch(case: str, V: int, g: torch.Generator) -> SpecBatch:
     t = temperature[request][is_draft].clamp(min=0.1)[:, None]
     q = torch.softmax(logits[is_draft].nan_to_num(neginf=-SHIFT - 30) / t + torch.randn(int(k.sum()), V, generator=g), -1)
     drafts = torch.multinomial(q.double(), 1, generator=g).flatten()
-    return SpecBatch(k, drafts, logits, q, temperature)
+    return SpecBatch(k, drafts, logits, q if dense else None, temperature)
 
 
 def check_large_vocab_structure(ctx: Context, case: str) -> None:
@@ -71,7 +72,7 @@ def check_large_vocab_structure(ctx: Context, case: str) -> None:
     for V in structural_vocabs(ctx.profile):
         for i in range(calls):
             g = torch.Generator().manual_seed(V * 100 + i)
-            batch = large_vocab_batch(case, V, g)
+            batch = large_vocab_batch(case, V, g, ctx.profile.dense_drafts)
             example = Example(batch, Noise.draw(batch, g), torch.randint(0, 2 ** 62, (3,), generator=g),
                               f"{case} at V = {V}, call {i}")
             for path in paths(ctx):

@@ -41,7 +41,7 @@ def check_interface_parity(ctx: Context, case: str) -> None:
     g = torch.Generator().manual_seed(3)
     for device in sorted({ctx.profile.device, "cpu"}):
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            batch = layout_batch([2, 0, 1], 11, g, greedy=False)
+            batch = layout_batch([2, 0, 1], 11, g, greedy=False, dense=ctx.profile.dense_drafts)
             batch = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits.to(dtype),
                               batch.draft_probs, batch.temperature)
             for method in reference.METHODS:
@@ -72,7 +72,7 @@ def check_synthetic_validation(ctx: Context, case: str) -> None:
     """An unset or out-of-range synthetic rate is a ValueError naming synthetic_acceptance_rate; it
     never defaults to 0.0, which would silently reject every draft (seed 000)."""
     g = torch.Generator().manual_seed(5)
-    batch = layout_batch([2, 1], 9, g, greedy=False)
+    batch = layout_batch([2, 1], 9, g, greedy=False, dense=ctx.profile.dense_drafts)
     dev_batch, dev_noise = on_device(batch, Noise.draw(batch, g), ctx.profile.device)
     call = dict(noise=dev_noise) if "injected" in ctx.backend.capabilities.noise else dict(seed=1)
     for rate in (None, -0.1, 1.5, float("nan")):

@@ -65,7 +65,7 @@ def check_nonfinite_rows(ctx: Context, case: str) -> None:
     refused = 0
     rounds = max(2, ctx.profile.examples // 4)
     for i in range(rounds):
-        for drafter in ("dense", "none"):
+        for drafter in ("dense", "none") if ctx.profile.dense_drafts else ("none",):
             batch, clean, bad = nonfinite_batch(1000 * i + (drafter == "none"), min(ctx.profile.max_vocab, 64), drafter)
             g = torch.Generator().manual_seed(i)
             example = Example(batch, Noise.draw(batch, g), torch.randint(0, 2 ** 62, (10,), generator=g),

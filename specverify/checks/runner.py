@@ -66,6 +66,7 @@ class Needs:
     target_filters: bool = False
     placeholders: bool = False
     max_draft: int = 0          # the longest draft the case's batches hold, when fixed (statistical cases)
+    dense_draft_probs: bool = False  # the case's batches carry a dense q (draft_probs)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
         return f"backend does not run on {profile.device}"
     if needs.target_filters and not getattr(caps, "target_filters", False):
         return "backend does not declare target_filters (top_k, top_p, min_p)"
+    if needs.dense_draft_probs and not getattr(caps, "dense_draft_probs", True):
+        return "backend takes one-hot drafters only (dense_draft_probs=False): the case drafts from a dense q"
     if needs.placeholders and not getattr(caps, "placeholders", False):
         return "backend does not declare placeholders (-1 drafts)"
     if needs.empty_batch and not getattr(caps, "empty_batches", True):
@@ -291,8 +294,8 @@ class GuardedBackend:
         if problems:
             self.failed_call = self.last_call
             raise CheckFailure("output structure: " + "; ".join(problems[:3]))
-        self.covered.add(kwargs.get("method", "standard"))
-        self.covered.add("injected" if noise is not None else "seeded")
+        self.covered.update((kwargs.get("method", "standard"), "injected" if noise is not None else "seeded",
+                             str(batch.target_logits.dtype).replace("torch.", "")))
         if bool((batch.temperature == 0).any()):
             self.covered.add("greedy")
         return out
@@ -381,9 +384,7 @@ def execute(check: Check, backend, case: str, profile: Profile, deviations: tupl
             result.status, result.message = NOT_APPLICABLE, why
             result.seconds = time.perf_counter() - start
             return result
-        limit = getattr(backend.capabilities, "max_draft", None)
-        if limit is not None and limit < profile.max_draft:
-            profile = replace(profile, max_draft=limit)    # generated batches stay inside the declared limit
+        profile = profile.within(backend.capabilities)     # generated batches stay inside what it declares
         declared = tuple(getattr(backend.capabilities, "deviations", ())) + tuple(deviations)
         ctx = Context(GuardedBackend(backend), profile, result,
                       deviations=tuple(d for d in declared if d.covers(check.name, case)))

@@ -143,7 +143,8 @@ def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):
 
 def statistical_needs(case_name: str) -> Needs:
     case = STAT_CASE_BY_NAME[case_name]
-    return Needs(method=case.method, noise="any", max_draft=case.k, target_filters=case.filters is not None)
+    return Needs(method=case.method, noise="any", max_draft=case.k, target_filters=case.filters is not None,
+                 dense_draft_probs=case.q is not None)
 
 
 def _token_distribution(result, case: StatCase, out) -> None:

@@ -277,13 +277,15 @@ ZERO_DRAFT_LAYOUTS = {
 }
 
 
-def layout_batch(counts: list[int], V: int, g: torch.Generator, greedy: bool) -> SpecBatch:
+def layout_batch(counts: list[int], V: int, g: torch.Generator, greedy: bool, dense: bool = True) -> SpecBatch:
+    """Drafts drawn from a dense q; ``dense`` False passes them as one-hot (draft_probs None), for a
+    backend that takes one-hot drafters only (``Profile.dense_drafts``)."""
     k = torch.tensor(counts, dtype=torch.int64)
     T, B = int(k.sum()), len(counts)
     q = torch.softmax(torch.randn(T, V, generator=g), dim=-1)
     drafts = torch.multinomial(q, 1, generator=g).squeeze(1) if T else torch.zeros(0, dtype=torch.int64)
     temps = torch.zeros(B) if greedy else torch.full((B,), 0.8)
-    return SpecBatch(k, drafts, torch.randn(T + B, V, generator=g), q, temps)
+    return SpecBatch(k, drafts, torch.randn(T + B, V, generator=g), q if dense else None, temps)
 
 
 def _agree_on_batches(ctx: Context, cases, g: torch.Generator) -> None:
@@ -309,7 +311,7 @@ def check_zero_draft_layouts(ctx: Context, case: str) -> None:
         for label, counts in ZERO_DRAFT_LAYOUTS.items():
             for greedy in (False, True):
                 seeds = torch.arange(len(counts), dtype=torch.int64) * 7919 + 1
-                example = Example(layout_batch(counts, 37, g, greedy), None, seeds, label)
+                example = Example(layout_batch(counts, 37, g, greedy, ctx.profile.dense_drafts), None, seeds, label)
                 for kwargs in methods:
                     shaped = _shaped(example, kwargs, ctx).batch
                     yield f"{label} {counts}, {kwargs['method']}", shaped, seeds, kwargs
@@ -322,7 +324,7 @@ def check_empty_batch(ctx: Context, case: str) -> None:
     shape [0, >= 1] and [0]. Its own check, so the other checks' examples hold at least one request
     and a backend that cannot take B = 0 still has everything else found."""
     g = torch.Generator().manual_seed(5)
-    batch = layout_batch([], 37, g, False)
+    batch = layout_batch([], 37, g, False, ctx.profile.dense_drafts)
     example = Example(batch, Noise.draw(batch, g), torch.zeros(0, dtype=torch.int64), "empty batch")
     for kwargs in _declared_methods(ctx):
         shaped = _shaped(example, kwargs, ctx)
