@@ -34,8 +34,7 @@ def describe_call(index: int, call) -> str:
     noise = "injected noise" if call.noise is not None else "per-request seeds"
     method = kwargs.get("method", "standard")
     dtype = str(b.target_logits.dtype).replace("torch.", "")
-    tree = ", tree" if getattr(b, "tree_parents", None) is not None else ""
-    return (f"call {index} ({method}{tree}, {noise}, B = {b.num_requests}, max drafts {b.max_draft}, "
+    return (f"call {index} ({method}, {noise}, B = {b.num_requests}, max drafts {b.max_draft}, "
             f"V = {b.vocab_size}, {dtype})")
 
 

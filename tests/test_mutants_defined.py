@@ -187,6 +187,14 @@ def scenario_partial_last_tile_seeded(backend):
     return backend(batch, seed=torch.arange(B, dtype=torch.int64))
 
 
+def scenario_production_vocab_seeded(backend):
+    """V = 151,936 (above a split-V threshold of 100,000), two requests with drafts, seeded: every
+    emitted id must lie in [0, V)."""
+    from specverify.checks.large_vocab import large_vocab_batch  # noqa: PLC0415
+    batch = large_vocab_batch("mass_at_end", 151_936, torch.Generator().manual_seed(3))
+    return backend(batch, seed=torch.arange(batch.num_requests, dtype=torch.int64))
+
+
 def scenario_nonfinite_rows(backend):
     """Finite requests beside NaN, -inf and +inf rows (SPEC 3.6), injected noise. A non-finite request's
     tokens are unconstrained but for their range: its row reads [1] if its extra token is in [0, V), else [0]."""
@@ -266,7 +274,8 @@ def scenario_trees(backend):
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees,
     scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
-    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_nonfinite_rows, scenario_block,
+    scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
+    scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
@@ -297,6 +306,7 @@ WITNESS = {
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",
     "padded_tile_own_stream": "partial_last_tile_seeded",
+    "split_vocab_out_of_range_own_stream": "production_vocab_seeded",
     "nan_row_emits_id_past_v": "nonfinite_rows",
     "tokenwise_as_block": "block",
     "block_ratio_unclamped": "block",
