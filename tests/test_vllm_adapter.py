@@ -293,6 +293,27 @@ def test_v1_adapter_passes_on_a_correct_sampler(stand_in, check, case):
     assert result.status == PASS, result.line()
 
 
+def test_v1_metadata_is_the_model_runners_on_its_own_example(stand_in):
+    """GPUModelRunner._calc_spec_decode_metadata's documented example (drafts [3, 0, 2, 0, 1]), and
+    SamplingMetadata's greedy rows at 0.0 with all_greedy / all_random from the batch."""
+    k = torch.tensor([3, 0, 2, 0, 1])
+    batch = SpecBatch(num_draft_tokens=k, draft_token_ids=torch.tensor([5, 6, 7, 8, 9, 4]),
+                      target_logits=torch.randn(11, 12), draft_probs=None,
+                      temperature=torch.tensor([0.0, 0.7, 1.0, 0.0, 1.0]))
+    spec, sampling = adapter.v1().metadata(batch, {})
+    assert spec.num_draft_tokens == [3, 0, 2, 0, 1] and spec.max_spec_len == 3
+    assert spec.cu_num_draft_tokens.tolist() == [3, 3, 5, 5, 6] and spec.cu_num_draft_tokens.dtype == torch.int32
+    assert spec.cu_num_sampled_tokens.tolist() == [4, 5, 8, 9, 11]
+    assert spec.target_logits_indices.tolist() == [0, 1, 2, 5, 6, 9]
+    assert spec.bonus_logits_indices.tolist() == [3, 4, 7, 8, 10]
+    assert spec.draft_token_ids.dtype == torch.int32 and spec.draft_token_ids.tolist() == [5, 6, 7, 8, 9, 4]
+    assert sampling.temperature.tolist() == pytest.approx([0.0, 0.7, 1.0, 0.0, 1.0])
+    assert not sampling.all_greedy and not sampling.all_random and sampling.no_penalties
+    greedy = replace(batch, temperature=torch.zeros(5))
+    _, sampling = adapter.v1().metadata(greedy, {})
+    assert sampling.all_greedy and sampling.temperature is None
+
+
 def test_v1_synthetic_forced_rejection_is_the_declared_deviation(stand_in):
     """vLLM emits the recovered token at a forced synthetic rejection: reported as known, not passed."""
     result = run_check(adapter.v1(), "differential_injected", "synthetic", PROFILE)
