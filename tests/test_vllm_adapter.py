@@ -30,6 +30,7 @@ from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
 MAX_SPEC_LEN = 128
 PLACEHOLDER_TOKEN_ID = -1
 DROP_DRAFT_PROBS = False       # a re-planted bug (#40269): the random walk reads q as 1
+FLOAT32_UNIFORM = False        # a re-planted bug (#23803): uniforms drawn in float32 can be exactly 0
 
 
 class RejectionSampler(torch.nn.Module):
@@ -98,7 +99,7 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
 
 
 def generate_uniform_probs(num_tokens, num_draft_tokens, generators, device):
-    u = torch.rand((num_tokens,), dtype=torch.float64, device=device)
+    u = torch.rand((num_tokens,), dtype=torch.float32 if FLOAT32_UNIFORM else torch.float64, device=device)
     start = 0
     for b, n in enumerate(num_draft_tokens):
         if n and b in generators:
@@ -284,6 +285,7 @@ def stand_in(tmp_path_factory):
 
 
 @pytest.mark.parametrize("check,case", [("differential_injected", "standard"), ("differential_injected", "bulk"),
+                                        ("differential_injected", "boundary"),
                                         ("acceptance_rate", "mixed_greedy"), ("zero_draft_layouts", "layouts"),
                                         ("batch_invariance", "random")])
 def test_v1_adapter_passes_on_a_correct_sampler(stand_in, check, case):
@@ -320,14 +322,13 @@ def test_v1_synthetic_forced_rejection_is_the_declared_deviation(stand_in):
     assert result.status == KNOWN and result.deviation == adapter.SYNTHETIC_RESIDUAL, result.line()
 
 
-def test_v1_adapter_cannot_hide_dropped_draft_probs(stand_in):
-    """#40269 re-planted in the stand-in (q read as 1): the injected differential check fails."""
-    module = sys.modules["vllm.v1.sample.rejection_sampler"]
-    module.DROP_DRAFT_PROBS = True
-    try:
-        result = run_check(adapter.v1(), "differential_injected", "standard", replace(PROFILE, shrink=False))
-    finally:
-        module.DROP_DRAFT_PROBS = False
+@pytest.mark.parametrize("bug,case", [("DROP_DRAFT_PROBS", "standard"), ("FLOAT32_UNIFORM", "boundary")])
+def test_v1_adapter_cannot_hide_replanted_bugs(stand_in, monkeypatch, bug, case):
+    """#40269 (q read as 1) and #23803 (float32 uniforms, so u = 0 accepts a draft of probability 0)
+    re-planted in the stand-in: the injected differential check fails. The noise goes in at the draws,
+    so the dtype vLLM asks for is the one it gets."""
+    monkeypatch.setattr(sys.modules["vllm.v1.sample.rejection_sampler"], bug, True)
+    result = run_check(adapter.v1(), "differential_injected", case, replace(PROFILE, shrink=False))
     assert result.status == FAIL and "acceptance" in result.message, result.line()
 
 
@@ -335,10 +336,9 @@ def test_v1_adapter_cannot_hide_dropped_draft_probs(stand_in):
 @pytest.mark.parametrize("temperature", [[1.0, 0.0, 0.7], [0.0, 0.0, 0.0], [1.0, 0.5, 0.7]])
 def test_v1_injected_noise_reaches_vllm_and_the_patch_points_are_restored(stand_in, make, temperature):
     """Mixed, all-greedy and all-random batches (vLLM's three paths), float32 and float64 races: under
-    injected noise the adapter's tokens are the reference's, and afterwards generate_uniform_probs and
-    Tensor.exponential_ are vLLM's and torch's again."""
-    module = sys.modules["vllm.v1.sample.rejection_sampler"]
-    before = module.generate_uniform_probs
+    injected noise the adapter's tokens are the reference's, and afterwards torch.rand and
+    Tensor.exponential_ are torch's again."""
+    before = torch.rand
     g = torch.Generator().manual_seed(3)
     batch = SpecBatch(num_draft_tokens=torch.tensor([2, 0, 3]), draft_token_ids=torch.tensor([1, 4, 2, 7, 0]),
                       target_logits=torch.randn(8, 16, generator=g),
@@ -349,7 +349,7 @@ def test_v1_injected_noise_reaches_vllm_and_the_patch_points_are_restored(stand_
         got = make()(batch, noise=noise, **kwargs)
         want = reference.sample(batch, noise=noise, **kwargs)
         assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
-    assert module.generate_uniform_probs is before and "exponential_" not in vars(torch.Tensor)
+    assert torch.rand is before and "exponential_" not in vars(torch.Tensor)
 
 
 def test_v1_names_an_injection_point_that_is_no_longer_reached(stand_in, monkeypatch):

@@ -24,10 +24,12 @@ What the adapter does, as vLLM's model runner does it (``GPUModelRunner._calc_sp
   Sampler's call samples it by the reference's law (``conventions.bonus_tokens``) from the bonus logits
   vLLM hands it: ``bonus_sampled_by_caller``. Seeded calls draw its exponentials from the request's own
   ``torch.Generator`` first, as vLLM's Sampler does before the rejection sampler draws.
-- Injected noise goes in at the patch points named in ``PATCH_POINTS``: ``generate_uniform_probs``
-  returns the harness's uniforms (float64, as vLLM's are), and the exponential fill of
-  ``sample_recovered_tokens`` (``q.exponential_()`` on its [B, V] buffer) copies the harness's
-  exponentials. Every injected call checks that each point it needed was reached. Seeded calls give
+- Injected noise goes in at the draws named in ``PATCH_POINTS``, so that vLLM's own functions run
+  unchanged around them: the ``torch.rand`` of ``generate_uniform_probs`` returns the harness's
+  uniforms in the dtype vLLM asks for (float64 at this commit: a regression to float32 rounds the
+  boundary case's 2^-150 to 0 and shows), and the fill of ``sample_recovered_tokens``' [B, V] buffer
+  (``q.exponential_()``) copies the harness's exponentials. Every injected call checks that each
+  point it needed was reached. Seeded calls give
   every request a ``torch.Generator`` seeded with its seed: vLLM's own stream, checked statistically;
   each request draws only from its own generator, so the stream is batch invariant.
 - ``MAX_SPEC_LEN`` (128) is ``max_draft``. Synthetic mode: the harness's rate becomes the per-position
@@ -82,7 +84,7 @@ DATACLASS_FIELDS = {
 }
 # Where injected noise enters vLLM, in one place: (owner, attribute) replaced for the call.
 PATCH_POINTS = {
-    "uniform": (SAMPLER, "generate_uniform_probs"),
+    "uniform": ("torch", "rand"),                        # the draw of generate_uniform_probs' [T] uniforms
     "exponential": ("torch.Tensor", "exponential_"),     # the fill of sample_recovered_tokens' [B, V] buffer
 }
 
@@ -162,12 +164,20 @@ class BonusSampler:
 class NoisePatch:
     """The injected noise at PATCH_POINTS for one call; records which points were reached."""
 
-    def __init__(self, noise: Noise, original_fill) -> None:
-        self.noise, self.original_fill, self.reached = noise, original_fill, set()
+    def __init__(self, noise: Noise) -> None:
+        self.noise, self.reached = noise, set()
+        self.original_rand, self.original_fill = torch.rand, torch.Tensor.exponential_
 
-    def uniform(self, num_tokens, num_draft_tokens, generators, device):
-        self.reached.add("uniform")
-        return self.noise.uniform.to(device=device, dtype=torch.float64).clone()
+    def make_rand(self):
+        patch = self
+
+        def rand(*size, generator=None, dtype=None, device=None, **kwargs):
+            shape = tuple(size[0]) if len(size) == 1 and not isinstance(size[0], int) else tuple(size)
+            if generator is None and shape == tuple(patch.noise.uniform.shape):
+                patch.reached.add("uniform")
+                return patch.noise.uniform.to(device=device, dtype=dtype or torch.get_default_dtype()).clone()
+            return patch.original_rand(*size, generator=generator, dtype=dtype, device=device, **kwargs)
+        return rand
 
     def make_fill(self):
         patch = self
@@ -190,7 +200,7 @@ class VllmV1(Backend):
         max_draft=MAX_SPEC_LEN, empty_batches=False, bonus_sampled_by_caller=True, deviations=DEVIATIONS,
         notes=(f"vLLM {COMMIT[:12]}: V1 RejectionSampler.forward with SpecDecodeMetadata and SamplingMetadata",
                "the bonus token: the adapter's stand-in for vLLM's main Sampler (the reference's law)",
-               "injected noise at generate_uniform_probs and the exponential fill of sample_recovered_tokens",
+               "injected noise at the draws of generate_uniform_probs and sample_recovered_tokens",
                "cpu: vLLM's Triton kernels need TRITON_INTERPRET=1"))
 
     def __init__(self, modules: dict | None = None, use_fp64_gumbel: bool = False) -> None:
@@ -238,18 +248,18 @@ class VllmV1(Backend):
         if noise is None:
             out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
         else:
-            patch = NoisePatch(noise, torch.Tensor.exponential_)
+            patch = NoisePatch(noise)
             with ExitStack() as stack:
-                for point, value in (("uniform", patch.uniform), ("exponential", patch.make_fill())):
+                for point, value in (("uniform", patch.make_rand()), ("exponential", patch.make_fill())):
                     owner, attribute = PATCH_POINTS[point]
-                    target = torch.Tensor if owner == "torch.Tensor" else self.modules()[owner]
+                    target = torch.Tensor if owner == "torch.Tensor" else torch
                     stack.enter_context(conventions.patch_points(target, {attribute: value}, owner))
                 out = self.forward(rejection, metadata, q, batch.target_logits.clone(), sampling)
             missing = [p for p in needed_points(batch, method) if p not in patch.reached]
             if missing:
                 names = ", ".join(PATCH_POINTS[p][1] for p in missing)
                 raise RuntimeError(f"vLLM never reached the patch point(s) {names}: the injected noise did not "
-                                   f"reach it; {SAMPLER} changed since {COMMIT[:12]}")
+                                   f"reach it; {SAMPLER} draws otherwise since {COMMIT[:12]}")
         tokens = out.sampled_token_ids.to(torch.int64)
         return SpecOutput(tokens, conventions.num_accepted_from_emitted(tokens))
 
