@@ -202,8 +202,9 @@ def unconditional_rates(rate: float, num_speculative_steps: int) -> list[float]:
 @contextmanager
 def patch_points(owner, replacements: dict, what: str):
     """Replace named attributes of ``owner`` (a module or class) for the duration of one call, then restore
-    them: the way to feed the harness's noise into a kernel that draws its own (vLLM's
-    ``generate_uniform_probs``). ``what`` names the owner in the error when a point no longer exists."""
+    them: the way to feed the harness's noise into a kernel that draws its own (the ``torch.rand`` of
+    vLLM's ``generate_uniform_probs``). ``what`` names the owner in the error when a point no longer
+    exists."""
     missing = [name for name in replacements if not hasattr(owner, name)]
     if missing:
         raise ImportError(f"{what} has no {', '.join(missing)}: the patch point(s) changed; update the adapter")
