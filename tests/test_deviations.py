@@ -114,3 +114,16 @@ def test_method_scoped_deviations_match_only_their_method_and_load_from_toml(tmp
     path.write_text(TOML + 'method = "speculative"\n')
     with pytest.raises(ValueError, match="deviation 1: .*method must be one of"):
         load_deviations(str(path))
+
+
+def test_a_synthetic_deviation_excuses_the_synthetic_calls_of_replicated():
+    """The other half: a backend whose synthetic rule alone is wrong (SyntheticDecayIgnored) fails
+    replicated without a declaration, and is a known deviation under one scoped to method synthetic, the
+    excused divergences naming that method."""
+    from specverify.mutants.samplers import SyntheticDecayIgnored
+    profile = replace(get_profile("ci"), replicated_copies=200)
+    plain = run_check(SyntheticDecayIgnored(), "differential_injected", "replicated", profile)
+    assert plain.status == FAIL, plain.line()
+    scoped = MethodDeviation("differential_injected", "replicated", "synthetic only", r"REAL", method="synthetic")
+    known = run_check(SyntheticDecayIgnored(), "differential_injected", "replicated", profile, (scoped,))
+    assert known.status == KNOWN and "(method synthetic)" in known.message, known.line()

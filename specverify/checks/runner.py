@@ -322,8 +322,9 @@ class Context:
         """Compare ``got`` with the reference under ``noise``: a real divergence fails at once; ambiguous
         ones are counted, and ``execute`` bounds them for the whole check."""
         cmp = compare_to_reference(batch, got, noise, tol=self.tolerance, **kwargs)
-        known = [d for d in cmp.real if matching(str(d), self.deviations)]
-        self.known.extend(known)
+        method = kwargs.get("method", "standard")     # a method-scoped deviation covers its method's calls only
+        known = [d for d in cmp.real if matching(str(d), self.deviations, method)]
+        self.known.extend((d, method) for d in known)
         real = [d for d in cmp.real if d not in known]
         if real:
             last = self.backend.last_call
@@ -360,8 +361,9 @@ def _apply_deviations(ctx: Context) -> None:
     result = ctx.result
     known = matching(result.message, ctx.deviations) if result.status == FAIL else None
     if known is None and result.status != FAIL and ctx.known:
-        known = matching(str(ctx.known[0]), ctx.deviations)
-        result.message = f"{len(ctx.known)} divergence(s) as declared, e.g. {ctx.known[0]}"
+        first, method = ctx.known[0]
+        known = matching(str(first), ctx.deviations, method)
+        result.message = f"{len(ctx.known)} divergence(s) as declared, e.g. {first} (method {method})"
     if known is not None:
         result.status, result.deviation = KNOWN, known.reason
         result.message = f"known deviation ({known.reason}): {result.message}"
