@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from contextlib import ExitStack
 from types import SimpleNamespace
 
@@ -58,6 +59,8 @@ from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviati
 from specverify.checks.deviations import MethodDeviation
 
 COMMIT = "cf027b86af71251a8e937a56751636686b4429e4"
+# vLLM's samplers are Triton kernels: CPU tensors only under the Triton interpreter (set before import)
+DEVICES = frozenset({"cpu", "cuda"}) if os.environ.get("TRITON_INTERPRET") == "1" else frozenset({"cuda"})
 SAMPLER = "vllm.v1.sample.rejection_sampler"
 MAX_SPEC_LEN = 128          # vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN at COMMIT; checked on load
 
@@ -196,7 +199,7 @@ class VllmV1(Backend):
     name = "vllm-v1"
     capabilities = Capabilities(
         methods=frozenset({"standard", "synthetic"}), noise=frozenset({"injected", "seeded"}),
-        devices=frozenset({"cpu", "cuda"}), logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own",
+        devices=DEVICES, logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own",
         max_draft=MAX_SPEC_LEN, empty_batches=False, bonus_sampled_by_caller=True, deviations=DEVIATIONS,
         notes=(f"vLLM {COMMIT[:12]}: V1 RejectionSampler.forward with SpecDecodeMetadata and SamplingMetadata",
                "the bonus token: the adapter's stand-in for vLLM's main Sampler (the reference's law)",

@@ -38,7 +38,7 @@ import torch
 
 from reference import SpecBatch, SpecOutput
 from specverify.adapters import conventions
-from specverify.adapters.vllm import COMMIT, SYNTHETIC_LAW, SYNTHETIC_RESIDUAL, check_signatures
+from specverify.adapters.vllm import COMMIT, DEVICES, SYNTHETIC_LAW, SYNTHETIC_RESIDUAL, check_signatures
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation
 
 UTILS = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
@@ -59,7 +59,7 @@ class VllmMrv2(Backend):
 
     name = "vllm-mrv2"
     capabilities = Capabilities(
-        methods=frozenset({"standard", "synthetic"}), noise=frozenset({"seeded"}), devices=frozenset({"cpu", "cuda"}),
+        methods=frozenset({"standard", "synthetic"}), noise=frozenset({"seeded"}), devices=DEVICES,
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", empty_batches=False, deviations=DEVIATIONS,
         notes=(f"vLLM {COMMIT[:12]}: MRV2 rejection_sample, noise drawn in-kernel from (seed, position)",
                "target logits: float32 with vLLM's apply_temperature; draft logits: log q",
