@@ -213,10 +213,14 @@ def _bf16_sensitive_case() -> StatCase:
                     "millions of samples (nightly profile)", checks=("acceptance_rate",))
 
 
+TILE_WIDTHS = (1024, 2048, 4096, 8192)   # the vocabulary tiles of common kernels (ours, vLLM's 8,192)
+
+
 def _tile_boundary_case(name: str, V: int, **kwargs) -> StatCase:
-    """All the mass on ids either side of two 1024-wide tile boundaries and on the last three ids of V
-    (the last tile, partial when V is not a multiple of 1024)."""
-    ids = tuple(sorted({1023, 1024, 2047, 2048, V - 3, V - 2, V - 1}))
+    """All the mass on ids either side of every boundary of 1024-, 2048-, 4096- and 8192-wide tiles below V
+    and on the last three ids of V (the last tile, partial for every width that does not divide V)."""
+    edges = {e for w in TILE_WIDTHS for e in (w - 1, w) if w < V}
+    ids = tuple(sorted(edges | {V - 3, V - 2, V - 1}))
     return StatCase(name, _rows(13, 2, len(ids), 1.0), _rows(14, 1, len(ids), 1.0), 1.0,
                     f"V = {V:,} with the mass across tile boundaries and in the last tile: a padded, skipped or "
                     "double-counted tile shows in the law", embed=(V, ids), checks=("token_distribution",), **kwargs)
@@ -255,7 +259,8 @@ STAT_CASES += (
              "the mean accepted length by the block law, which exceeds the standard rule's by 0.17 here",
              method="block", checks=("token_distribution", "acceptance_rate", "accepted_length",
                                      "sequence_distribution")),
-    _tile_boundary_case("tile_boundary", 2_051, max_copies=1_000),     # two full tiles and a last tile of 3
+    # just past 8,192: a last tile of 3 ids for 1024-, 2048-, 4096- and 8192-wide tiles alike
+    _tile_boundary_case("tile_boundary", 8_195, max_copies=1_000),
     # on every profile; off the GPU only where the backend's measured speed fits large_case_budget
     _tile_boundary_case("large_vocab_tiles", 151_936, max_copies=2_000, launch_copies=250),
 )
