@@ -3,7 +3,9 @@
 A "call" reproducer is replayed as one guarded call on the path it was recorded on (injected noise,
 or per-request seeds; a seeded call on the reference's Philox stream may be replayed as injected
 noise by a backend without a seeded path). Each request's expected and actual tokens are printed,
-with the decision margin where they differ. A "check" reproducer re-runs its check on its case in
+with the decision margin where they differ. A "pair" reproducer (a failure no single call shows: the
+same call gave two outputs, under two poison fills or twice) makes that call again under each
+recorded condition and compares the outputs. A "check" reproducer re-runs its check on its case in
 a worker process, as ``specverify check`` does. Exit status: 1 while the backend still fails, 0
 when it agrees, 2 when the reproducer cannot be replayed on that backend (with the reason).
 """
@@ -20,6 +22,7 @@ from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.repro import Call, judge, load
 from specverify.checks.result import FAIL
 from specverify.checks.runner import CheckFailure, GuardedBackend
+from specverify.checks.structural import PAIR_CONDITIONS, outputs_equal
 from specverify.pool import BackendLoadError, CheckPool
 from specverify.registry import get_backend
 from specverify.strategies import get_profile
@@ -67,6 +70,8 @@ def replay_file(path: str, spec: str, device: str | None = None) -> int:
     if call is None:
         print(f"cannot replay on {spec!r}: {how}", file=sys.stderr)
         return 2
+    if repro.kind == "pair":
+        return _replay_pair(repro, backend, call, how, device)
     B = call.batch.num_requests
     print(f"replaying {B} request(s) (of {repro.full_requests} in the failing call) on {backend.name!r}, "
           f"device {device}, {how}, {call.kwargs}")
@@ -84,6 +89,26 @@ def replay_file(path: str, spec: str, device: str | None = None) -> int:
         print(f"STILL FAILS ({outcome.category}): {outcome.message}")
         return 1
     print(f"no failure: {backend.name!r} agrees with the reference on this call")
+    return 0
+
+
+def _replay_pair(repro, backend, call: Call, how: str, device: str) -> int:
+    """The recorded call, made once under each recorded condition (poison fills, or none): the outputs
+    must be equal. Exit 1 when they still differ."""
+    outs = []
+    print(f"replaying the recorded call ({call.batch.num_requests} request(s)) on {backend.name!r}, device {device}, "
+          f"{how}, once under each of {repro.conditions}")
+    guarded = GuardedBackend(backend)
+    dev_call = call.to(device)
+    for condition in repro.conditions:
+        with PAIR_CONDITIONS[condition]():
+            out = guarded(dev_call.batch, noise=dev_call.noise, seed=dev_call.seeds, **dev_call.kwargs)
+        outs.append(out)
+        print(f"  under {condition}: {out.emitted()}")
+    if not outputs_equal(outs[0], outs[1]):
+        print("STILL FAILS: the same call gave different outputs")
+        return 1
+    print(f"no failure: {backend.name!r} gave the same outputs under {repro.conditions}")
     return 0
 
 

@@ -56,6 +56,10 @@ class Call:
         return Call(self.batch.to("cpu"), None if self.noise is None else self.noise.to("cpu"),
                     None if self.seeds is None else self.seeds.cpu(), dict(self.kwargs))
 
+    def to(self, device) -> "Call":
+        return Call(self.batch.to(device), None if self.noise is None else self.noise.to(device),
+                    None if self.seeds is None else self.seeds.to(device), dict(self.kwargs))
+
     def select(self, requests: list[int]) -> "Call":
         idx = torch.tensor(requests, dtype=torch.int64)
         return Call(select_requests(self.batch, idx), None if self.noise is None else self.noise.select(self.batch, idx),
@@ -155,7 +159,7 @@ def reduce(fails, size: int, hints: list[int]) -> list[int]:
 
 @dataclass
 class Reproducer:
-    kind: str                    # "call" or "check"
+    kind: str                    # "call", "pair" (one call under two conditions) or "check"
     check: str
     case: str
     backend: str
@@ -167,6 +171,7 @@ class Reproducer:
     requests: list = field(default_factory=list)
     full_requests: int = 0
     outcome: Outcome | None = None
+    conditions: list = field(default_factory=list)   # kind "pair": PAIR_CONDITIONS names, one per run
 
     @classmethod
     def of_check(cls, result, profile) -> "Reproducer":
@@ -177,7 +182,8 @@ class Reproducer:
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "kind": self.kind, "check": self.check, "case": self.case, "backend": self.backend,
              "profile": self.profile, "device": self.device, "message": self.message, "origin": self.origin,
-             "requests": list(self.requests), "full_requests": self.full_requests}
+             "requests": list(self.requests), "full_requests": self.full_requests,
+             "conditions": list(self.conditions)}
         if self.call is not None:
             c = self.call
             d["batch"] = {f: getattr(c.batch, f) for f in BATCH_FIELDS}
@@ -199,7 +205,7 @@ class Reproducer:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a specverify reproducer (format {d.get('format')!r}, expected {FORMAT!r})")
         call = None
-        if d["kind"] == "call":
+        if d["kind"] in ("call", "pair"):
             noise = d["noise"]
             call = Call(SpecBatch(**d["batch"]), None if noise is None else Noise(noise["uniform"], noise["exponential"]),
                         d["seeds"], dict(d["kwargs"]))
@@ -210,7 +216,8 @@ class Reproducer:
             outcome = Outcome("recorded", expected=out(d["expected"]), got=out(d["got"]),
                               expected_error=d["expected_error"], got_error=d["got_error"])
         return cls(d["kind"], d["check"], d["case"], d["backend"], d["profile"], d["device"], d["message"],
-                   d["origin"], call, list(d["requests"]), int(d["full_requests"]), outcome)
+                   d["origin"], call, list(d["requests"]), int(d["full_requests"]), outcome,
+                   list(d.get("conditions", ())))
 
     def stem(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.backend}-{self.check}-{self.case}")
@@ -230,7 +237,10 @@ class Reproducer:
                  f"(profile {self.profile}, device {self.device})", f"failure: {self.message}"]
         if self.origin:
             lines.append(f"full case: {self.origin}")
-        if self.kind == "call":
+        if self.kind == "pair":
+            lines.append(f"the same call made under each of {self.conditions}: replay makes it so again and "
+                         "compares the outputs")
+        elif self.kind == "call":
             lines.append(f"reduced to {len(self.requests)} of {self.full_requests} request(s) of the failing call "
                          f"(their indices there: {self.requests[:20]}{' ...' if len(self.requests) > 20 else ''})")
         else:
@@ -241,6 +251,42 @@ class Reproducer:
         if self.call is not None:
             lines += ["", "the call, as Python:", "", python_source(self.call, self.outcome)]
         return "\n".join(lines) + "\n"
+
+
+def reproduce(result, profile, backend, tolerance: float, errors: tuple) -> Reproducer:
+    """The failure as a reproducer: the failing call (the one a guard or a comparison flagged, else the
+    latest) reduced to its smallest sub-batch that fails the same way; where no single call fails on
+    its own, the call the check made under two conditions that gave two outputs (``backend.failed_pair``:
+    kind "pair"), else a "check" reproducer. ``backend`` is the check's GuardedBackend."""
+    found = Reproducer.of_check(result, profile)
+    call = backend.failed_call or backend.last_call
+    if call is None:
+        return found
+
+    def run(c: Call):
+        return judge(backend, c, profile.device, backend.capabilities.seeded_stream, tolerance, errors)
+
+    try:
+        call = call.cpu()
+        full = run(call)
+        if full.category is None:
+            pair = getattr(backend, "failed_pair", None)
+            if pair:
+                size = call.batch.num_requests
+                found.kind, found.call, found.conditions = "pair", call, list(pair)
+                found.requests, found.full_requests = list(range(size)), size
+            return found
+        size = call.batch.num_requests
+        keep = reduce(lambda requests: run(call.select(requests)).category == full.category, size, full.requests)
+        outcome = run(call.select(keep)) if len(keep) < size else full
+        if outcome.category != full.category:
+            keep, outcome = list(range(size)), full
+        reduced = call.select(keep) if len(keep) < size else call
+    except Exception as exc:  # noqa: BLE001 - a failure to reduce never hides the failure itself
+        found.message += f" (no single-call reproducer: {type(exc).__name__}: {exc})"
+        return found
+    found.kind, found.call, found.requests, found.full_requests, found.outcome = "call", reduced, keep, size, outcome
+    return found
 
 
 def load(path) -> Reproducer:
@@ -326,5 +372,5 @@ def python_source(call: Call, outcome: Outcome | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Call", "Outcome", "Reproducer", "judge", "load", "python_source", "reduce", "shared_noise",
+__all__ = ["Call", "Outcome", "Reproducer", "judge", "load", "python_source", "reduce", "reproduce", "shared_noise",
            "tensor_source", "write_reproducer"]

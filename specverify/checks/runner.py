@@ -30,7 +30,8 @@ from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
-from specverify.checks.repro import Call, Reproducer, judge, python_source, reduce
+from specverify.checks.repro import Call, Reproducer, python_source
+from specverify.checks.repro import reproduce as repro_of
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 from specverify.checks.tree_output import path_tokens
 from specverify.registry import checked_backend
@@ -258,6 +259,7 @@ class GuardedBackend:
         self.covered: set[str] = set()
         self.last_call: Call | None = None      # the latest call, as the caller made it
         self.failed_call: Call | None = None    # the latest call a guard or a comparison found wrong
+        self.failed_pair: tuple | None = None   # conditions under which the latest call gave two outputs
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
@@ -413,34 +415,8 @@ def execute(check: Check, backend, case: str, profile: Profile, deviations: tupl
 
 
 def reproduce(ctx: Context) -> Reproducer:
-    """The failure as a reproducer: the failing call (the one a guard or a comparison flagged, else the
-    latest) reduced to its smallest sub-batch that fails the same way; a "check" reproducer when no
-    single call fails on its own."""
-    result, profile, backend = ctx.result, ctx.profile, ctx.backend
-    found = Reproducer.of_check(result, profile)
-    call = backend.failed_call or backend.last_call
-    if call is None:
-        return found
-
-    def run(c: Call):
-        return judge(backend, c, profile.device, backend.capabilities.seeded_stream, ctx.tolerance, (CheckFailure,))
-
-    try:
-        call = call.cpu()
-        full = run(call)
-        if full.category is None:
-            return found
-        size = call.batch.num_requests
-        keep = reduce(lambda requests: run(call.select(requests)).category == full.category, size, full.requests)
-        outcome = run(call.select(keep)) if len(keep) < size else full
-        if outcome.category != full.category:
-            keep, outcome = list(range(size)), full
-        reduced = call.select(keep) if len(keep) < size else call
-    except Exception as exc:  # noqa: BLE001 - a failure to reduce never hides the failure itself
-        found.message += f" (no single-call reproducer: {type(exc).__name__}: {exc})"
-        return found
-    found.kind, found.call, found.requests, found.full_requests, found.outcome = "call", reduced, keep, size, outcome
-    return found
+    """The failure as a reproducer (``repro.reproduce``), failing calls judged as every check judges them."""
+    return repro_of(ctx.result, ctx.profile, ctx.backend, ctx.tolerance, (CheckFailure,))
 
 
 __all__ = ["CORE_KINDS", "CallObserver", "Check", "CheckFailure", "Context", "GuardedBackend", "Needs", "NotApplicable",

@@ -17,7 +17,7 @@ Every call goes through the runner's guard, which also validates each output's s
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -213,9 +213,14 @@ def check_uninitialized_memory(ctx: Context, case: str) -> None:
         first = run("deterministic-fill run", deterministic_fill, example, kwargs)
         second = run("plausible-poison run", plausible_poison, example, kwargs)
         if not outputs_equal(first, second):
+            ctx.backend.failed_pair = ("deterministic_fill", "plausible_poison")
             raise CheckFailure(f"outputs depend on uninitialised memory: {first.emitted()} vs {second.emitted()}")
 
     run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
+
+
+# The conditions a "pair" reproducer names, one per run of its call (specverify replay makes them again).
+PAIR_CONDITIONS = {"plain": nullcontext, "deterministic_fill": deterministic_fill, "plausible_poison": plausible_poison}
 
 
 # ---- batch invariance and determinism -----------------------------------------------------------
@@ -264,6 +269,7 @@ def check_determinism(ctx: Context, case: str) -> None:
             a = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
             b = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
             if not outputs_equal(a, b):
+                ctx.backend.failed_pair = ("plain", "plain")
                 raise CheckFailure(f"same {'seed' if path == 'seeded' else 'noise'}, different outputs: "
                                    f"{a.emitted()} vs {b.emitted()}")
 
