@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
 from specverify.pool import BackendLoadError, CheckPool
+from specverify.registry import get_engine
 from specverify.checks.deviations import load_deviations
 from specverify.checks.repro import write_reproducer
 from specverify.report import document, header, junit_xml, render, write_json
@@ -65,6 +66,10 @@ def _check(args) -> int:
     profile = get_profile(args.profile)
     if args.device:
         profile = replace(profile, device=args.device)
+    engine = get_engine(args.backend)
+    if engine is not None:   # an engine adapter (SPEC 8): its own checks, the same report and verdict
+        from specverify.engine_cli import check_engine  # noqa: PLC0415
+        return check_engine(args, profile, engine)
     selected = args.checks.split(",") if args.checks else None
     unknown = [c for c in selected or [] if c not in CHECKS]
     if unknown:

@@ -46,6 +46,32 @@ def get_backend(spec) -> Backend:
     return checked_backend(obj, spec)
 
 
+def is_engine(obj) -> bool:
+    """An engine adapter (SPEC 8), told apart from a kernel backend by what it gives."""
+    return all(hasattr(obj, a) for a in ("generate", "target_law", "cases", "vocab_size"))
+
+
+def get_engine(spec):
+    """The engine adapter (SPEC 8) that ``spec`` names, built, or None when it names anything else (a
+    kernel backend, or a module that cannot be imported here: the worker pool then reports that as
+    usual). An engine is an object that gives ``generate``, ``target_law``, ``cases`` and
+    ``vocab_size``, or a factory marked ``specverify_engine = True``."""
+    if not isinstance(spec, str):
+        return spec if is_engine(spec) else None
+    if spec in BUILTIN_BACKENDS or ":" not in spec:
+        return None
+    module_name, attr = spec.split(":", 1)
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except Exception:  # noqa: BLE001 - not ours to report: the backend path loads it again and says why
+        return None
+    if getattr(obj, "specverify_engine", False) and not is_engine(obj):
+        obj = obj()
+    return obj if is_engine(obj) else None
+
+
 def checked_backend(obj, spec: str) -> Backend:
     """``obj`` if it follows the protocol and declares nothing the harness refuses, else ValueError."""
     missing = [a for a in ("name", "capabilities") if not hasattr(obj, a)]

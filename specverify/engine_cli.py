@@ -1,0 +1,85 @@
+"""``specverify check MODULE:ATTR`` where MODULE:ATTR names an engine adapter (SPEC 8).
+
+The engine checks run in this process, one after the other; a sequence case splits its samples over
+``-n`` forked workers (seed i for sample i, counts summed: the same counts whatever ``-n``). The report,
+the JSON, the JUnit XML and the verdict are the kernel checks' own; a failure writes a ``.txt``
+reproducer naming the check, the case and the Python that regenerates it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+import time
+
+from specverify.checks.result import FAIL, NOT_RUN, CheckResult
+from specverify.engines import ENGINE_CHECKS, engine_alpha, engine_plan, run_engine_check
+from specverify.report import document, junit_xml, render, write_json
+from specverify.verdict import RecordedCapabilities, parse_requirements, verdict
+
+ENGINE_DECLARES = frozenset({"standard", "greedy", "seeded"})
+
+
+def _write_reproducer(result: CheckResult, directory: str, spec: str, profile) -> None:
+    os.makedirs(directory, exist_ok=True)
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{result.backend}-{result.check}-{result.case}")
+    path = os.path.join(directory, safe + ".txt")
+    with open(path, "w") as f:
+        f.write(f"engine check {result.id} of {spec} failed on profile {profile.name}:\n{result.message}\n\n"
+                f"{result.counterexample or ''}")
+    result.reproducer = path
+    result.replay = f"specverify check {spec} --profile {profile.name} --checks {result.check} --cases {result.case}"
+
+
+def check_engine(args, profile, engine) -> int:
+    """The ``check`` command for an engine; the exit status as ``specverify.cli._check`` gives it."""
+    selected = args.checks.split(",") if args.checks else None
+    unknown = [c for c in selected or [] if c not in ENGINE_CHECKS]
+    if unknown:
+        print(f"unknown engine check(s) {unknown}; known: {', '.join(ENGINE_CHECKS)}", file=sys.stderr)
+        return 2
+    pairs = engine_plan(engine, selected)
+    if args.cases:
+        patterns = [p.strip() for p in args.cases.split(",") if p.strip()]
+        pairs = [(c, k) for c, k in pairs if any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
+        if not pairs:
+            print(f"--cases {args.cases!r} matches no engine case", file=sys.stderr)
+            return 2
+    require = parse_requirements(args.require)
+    text = (getattr(engine, "describe", lambda: "engine")() + "; engine checks (SPEC 8): alpha "
+            f"{engine_alpha(engine, profile):.2g} per sequence case (family {profile.family_alpha:g})")
+    caps = RecordedCapabilities(ENGINE_DECLARES, text)
+    print(f"{len(pairs)} engine checks in this process, samples split over {args.workers} worker(s); the run stops "
+          f"at {args.deadline or profile.deadline:g} s", file=sys.stderr)
+    start, deadline = time.perf_counter(), args.deadline or profile.deadline
+    results, failures = [], 0
+    for i, (check, case) in enumerate(pairs):
+        stop = None
+        if time.perf_counter() - start >= deadline:
+            stop = f"the run's deadline of {deadline:g} s passed (--deadline)"
+        elif args.maxfail and failures >= args.maxfail:
+            stop = f"stopped after {failures} failed check(s) (--maxfail)"
+        if stop:
+            result = CheckResult(check=check, case=case.name, backend=engine.name, kind=ENGINE_CHECKS[check].kind,
+                                 status=NOT_RUN, message=stop)
+        else:
+            result = run_engine_check(engine, check, case, profile, workers=args.workers)
+        if result.status == FAIL:
+            failures += 1
+            _write_reproducer(result, args.failures_dir, args.backend, profile)
+        results.append(result)
+        print(f"[{i + 1:>2}/{len(pairs)}] {result.id} {result.status} ({result.seconds:.1f}s)", file=sys.stderr,
+              flush=True)
+    seconds = time.perf_counter() - start
+    outcome = verdict(results, caps, require)
+    print(render(results, engine.name, profile, seconds, outcome, text))
+    if args.json:
+        write_json(args.json, document(results, engine.name, profile, seconds, outcome, capabilities=text,
+                                       require=list(require), engine=True, workers=args.workers,
+                                       engine_alpha=engine_alpha(engine, profile),
+                                       plan=[f"{c}[{k.name}]" for c, k in pairs], declared=sorted(ENGINE_DECLARES)))
+    if args.junit:
+        with open(args.junit, "w") as f:
+            f.write(junit_xml(results, engine.name, seconds))
+    return 0 if outcome.passed else 1
