@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import platform
 import sys
 import time
 
+import torch
+
 from specverify.checks.result import FAIL, NOT_RUN, CheckResult
 from specverify.engines import ENGINE_CHECKS, engine_alpha, engine_plan, run_engine_check
-from specverify.report import document, junit_xml, render, write_json
+from specverify.report import document, junit_xml, summary, write_json
 from specverify.verdict import RecordedCapabilities, parse_requirements, verdict
 
 ENGINE_DECLARES = frozenset({"standard", "greedy", "seeded"})
@@ -83,3 +86,14 @@ def check_engine(args, profile, engine) -> int:
         with open(args.junit, "w") as f:
             f.write(junit_xml(results, engine.name, seconds))
     return 0 if outcome.passed else 1
+
+
+def render(results, name: str, profile, seconds: float, outcome, text: str) -> str:
+    """The kernel report's layout, with the engine run's own error budget in its header."""
+    lines = [f"specverify: engine {name!r}, profile {profile.name!r}, device cpu", f"declares: {text}",
+             "power: det99 = the smallest deviation each statistical check detects with probability 0.99 at its "
+             "alpha: tv = total-variation distance of the law of the first L emitted tokens, acceptance = shift "
+             "of the first draft's acceptance probability",
+             f"torch {torch.__version__}, python {platform.python_version()}", ""]
+    lines += [r.line() for r in results] + [""] + outcome.lines() + ["", summary(results, seconds, outcome)]
+    return "\n".join(lines)

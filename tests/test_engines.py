@@ -35,12 +35,13 @@ def test_exact_law_is_the_product_of_the_target_laws(engine):
     case = _case(engine, "top_k")
     law = exact_law(engine, case.prompt, case.sampling, 2)
     assert abs(sum(law.values()) - 1) < 1e-12
-    assert len(law) == 9          # top-k 3 at each of two positions: 3 * 3 sequences of positive probability
+    k = case.sampling.top_k
+    assert len(law) == k * k      # top-k at each of two positions: k * k sequences of positive probability
     first = engine.target_law(case.prompt, case.sampling)
     for (a, b), prob in law.items():
         second = engine.target_law(case.prompt + (a,), case.sampling)
         assert prob == pytest.approx(first[a] * second[b], rel=1e-12)
-    assert np.count_nonzero(first) == 3
+    assert np.count_nonzero(first) == k
 
 
 def test_the_clean_library_passes(engine):
@@ -89,3 +90,12 @@ def test_cli_runs_the_engine_checks(tmp_path, capsys):
     assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
         "engine_sequences", "engine_acceptance", "engine_greedy"}
     assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
+
+
+def test_cli_fails_an_engine_mutant_and_leaves_a_reproducer(tmp_path, capsys):
+    from specverify.cli import main
+    code = main(["check", "specverify.mutants.engines:q_stale_engine", "--profile", "smoke", "--cases", "temperature",
+                 "--checks", "engine_sequences", "-n", "1", "--failures-dir", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert code == 1 and "FAIL  engine_sequences[temperature]" in text, text
+    assert list(tmp_path.glob("*.txt")) and "replay: specverify check" in text

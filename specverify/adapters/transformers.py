@@ -30,7 +30,7 @@ GREEDY_PROMPTS = tuple(tuple((7 * i + 3 * j + 1) % V for j in range(1 + i % 4)) 
 
 CASES = (
     EngineCase("temperature", PROMPT, Sampling(temperature=0.5), "flat", 2, doc="temperature below 1"),
-    EngineCase("top_k", PROMPT, Sampling(temperature=1.0, top_k=3), "flat", 3, doc="top-k"),
+    EngineCase("top_k", PROMPT, Sampling(temperature=1.5, top_k=4), "flat", 3, doc="top-k after temperature"),
     EngineCase("top_p", PROMPT, Sampling(temperature=1.0, top_p=0.8), "flat", 4, doc="top-p"),
     EngineCase("sharp_drafter", PROMPT, Sampling(temperature=1.0), "sharp", 2, doc="a drafter sharper than the target"),
     EngineCase("one_draft", (4, 4), Sampling(temperature=1.0), "flat", 1,

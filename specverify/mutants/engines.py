@@ -104,6 +104,7 @@ class MutantEngine:
         self.engine, self.patch = engine, patch
         self.name = f"{engine.name}+{name}"
         self.vocab_size, self.cases = engine.vocab_size, engine.cases
+        self.describe = lambda: f"{engine.describe()}; MUTANT {name}: the library patched for the run"
 
     def generate(self, case, prompt, seed):
         with self.patch():
@@ -145,3 +146,20 @@ ENGINE_MUTANTS = {m.name: m for m in (
     EngineMutant("q_before_processors", q_before_processors,
                  "transformers #47932: q before the drafter's processors", ("temperature", "top_k")),
 )}
+
+
+def _factory(mutant: EngineMutant):
+    def build() -> MutantEngine:
+        from specverify.adapters.transformers import assisted  # noqa: PLC0415 - the optional extra
+        engine = mutant.wrap(assisted())
+        engine.spec = f"{__name__}:{mutant.name}_engine"
+        return engine
+    build.specverify_engine = True
+    return build
+
+
+# ``specverify check specverify.mutants.engines:q_stale_engine`` runs the engine checks on a mutant
+greedy_drafter_engine = _factory(ENGINE_MUTANTS["greedy_drafter"])
+q_dropped_engine = _factory(ENGINE_MUTANTS["q_dropped"])
+q_stale_engine = _factory(ENGINE_MUTANTS["q_stale"])
+q_before_processors_engine = _factory(ENGINE_MUTANTS["q_before_processors"])
