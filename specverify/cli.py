@@ -30,16 +30,19 @@ from specverify.shards import ShardError, check_shards, measured_costs, parse_sh
 from specverify.verdict import RecordedCapabilities, declared, describe, parse_requirements, verdict
 
 
-def _workers(text: str) -> int:
-    if text == "auto":
-        return os.cpu_count() or 1
+def _count(text: str) -> int:
+    """A whole number >= 1 (argparse names the option in its error)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"-n/--workers takes a whole number >= 1 or 'auto', got {text!r}") from None
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"-n/--workers takes a whole number >= 1 or 'auto', got {value}")
+        raise argparse.ArgumentTypeError(f"takes a whole number >= 1, got {text!r}")
     return value
+
+
+def _workers(text: str) -> int:
+    return (os.cpu_count() or 1) if text == "auto" else _count(text)
 
 
 def _seconds(text: str) -> float:
@@ -49,16 +52,6 @@ def _seconds(text: str) -> float:
         value = float("nan")
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"takes a finite number of seconds > 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--maxfail takes a whole number >= 1, got {text!r}")
     return value
 
 
