@@ -77,7 +77,7 @@ def _seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:7], "little")
 
 
-PROBE_COPIES = 8   # copies of the first launch of a case with a cost budget: it measures the backend's speed
+PROBE_COPIES = 4   # copies of the first launch of a case with a cost budget: it measures the backend's speed
 PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case before a full launch
 
 
