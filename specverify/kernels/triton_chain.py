@@ -33,8 +33,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_math import (NO_INDEX, at_drafts, neg_log, philox_uniform, request_offset,
-                                            row_norms, scratch_views)
+from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
+                                            request_offset, row_norms, scratch_views)
 
 
 @triton.jit
@@ -199,24 +199,10 @@ def _decide_race_kernel(
             inv_expo = 1.0 / expo
             score_w = tl.where(mask & (w > 0.0), w * inv_expo, -1.0)
             score_p = tl.where(mask & (p > 0.0), p * inv_expo, -1.0)
-            better_w = score_w > best_w
-            best_w = tl.where(better_w, score_w, best_w)
-            best_w_idx = tl.where(better_w, offs, best_w_idx)
-            better_p = score_p > best_p
-            best_p = tl.where(better_p, score_p, best_p)
-            best_p_idx = tl.where(better_p, offs, best_p_idx)
-        # Pack (score, lowest index) into one int64 so that an atomic max merges splits exactly:
-        # non-negative float bits order like the floats; +1 keeps a zero score above "no candidate".
-        top_w = tl.max(best_w, axis=0)
-        top_w_idx = tl.min(tl.where(best_w == top_w, best_w_idx, NO_INDEX), axis=0)
-        key_w = ((top_w.to(tl.int32, bitcast=True).to(tl.int64) + 1) << 32) | (4294967295 - top_w_idx.to(tl.int64))
-        key_w = tl.where((top_w >= 0.0) & (top_w_idx < V), key_w, 0)
-        top_p = tl.max(best_p, axis=0)
-        top_p_idx = tl.min(tl.where(best_p == top_p, best_p_idx, NO_INDEX), axis=0)
-        key_p = ((top_p.to(tl.int32, bitcast=True).to(tl.int64) + 1) << 32) | (4294967295 - top_p_idx.to(tl.int64))
-        key_p = tl.where((top_p >= 0.0) & (top_p_idx < V), key_p, 0)
-        tl.atomic_max(slots_ptr + 2 * b, key_w, sem="relaxed")
-        tl.atomic_max(slots_ptr + 2 * b + 1, key_p, sem="relaxed")
+            best_w, best_w_idx = keep_best(best_w, best_w_idx, score_w, offs)
+            best_p, best_p_idx = keep_best(best_p, best_p_idx, score_p, offs)
+        tl.atomic_max(slots_ptr + 2 * b, race_key(best_w, best_w_idx, V), sem="relaxed")
+        tl.atomic_max(slots_ptr + 2 * b + 1, race_key(best_p, best_p_idx, V), sem="relaxed")
 
     # ---- the last program of this request writes its whole output row
     ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel")

@@ -141,3 +141,22 @@ def at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, 
         q_x = tl.full([BLOCK_K], 1.0, tl.float32)
     q_x = tl.where(hole, 0.0, q_x)
     return x, hole, p_x, q_x
+
+
+@triton.jit
+def keep_best(best, best_idx, score, offs):
+    """Each lane's running best of the exponential race: (score, id) where ``score`` [BLOCK_V] beats it."""
+    better = score > best
+    return tl.where(better, score, best), tl.where(better, offs, best_idx)
+
+
+@triton.jit
+def race_key(best, best_idx, V):
+    """A split's (score bits + 1, lowest index) packed in one int64, so that an atomic max merges splits
+    exactly (non-negative float bits order like the floats; +1 keeps a zero score above "no candidate");
+    0 = no candidate."""
+    top = tl.max(best, axis=0)
+    top_idx = tl.min(tl.where(best == top, best_idx, NO_INDEX), axis=0)
+    key = ((top.to(tl.int32, bitcast=True).to(tl.int64) + 1) << 32) | (4294967295 - top_idx.to(tl.int64))
+    return tl.where((top >= 0.0) & (top_idx < V), key, 0)
+

@@ -63,8 +63,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_kernel
-from specverify.kernels.triton_math import (NO_INDEX, neg_log, philox_uniform, request_offset, row_norms,
-                                            scratch_views)
+from specverify.kernels.triton_math import (NO_INDEX, keep_best, neg_log, philox_uniform, race_key, request_offset,
+                                            row_norms, scratch_views)
 
 
 @triton.jit
@@ -258,15 +258,6 @@ def _tree_walk_kernel(
 
 
 @triton.jit
-def _race_key(best, best_idx, V):
-    """The split's (score bits + 1, lowest index) packed in one int64 for the atomic max; 0 = no candidate."""
-    top = tl.max(best, axis=0)
-    top_idx = tl.min(tl.where(best == top, best_idx, NO_INDEX), axis=0)
-    key = ((top.to(tl.int32, bitcast=True).to(tl.int64) + 1) << 32) | (4294967295 - top_idx.to(tl.int64))
-    return tl.where((top >= 0.0) & (top_idx < V), key, 0)
-
-
-@triton.jit
 def _tree_race_kernel(
     logits_ptr, stride_logits, q_ptr, stride_q, temperature_ptr, num_draft_ptr, exp_ptr, stride_exp, seeds_ptr,
     scratch_ptr, token_ids_ptr,
@@ -318,14 +309,10 @@ def _tree_race_kernel(
             # Entries of zero weight (and padded lanes) score -1 and never win (reference.race).
             score_w = tl.where(mask & (r > 0.0), r * inv_expo, -1.0)
             score_p = tl.where(mask & (r_prev > 0.0), r_prev * inv_expo, -1.0)
-            better_w = score_w > best_w
-            best_w = tl.where(better_w, score_w, best_w)
-            best_w_idx = tl.where(better_w, offs, best_w_idx)
-            better_p = score_p > best_p
-            best_p = tl.where(better_p, score_p, best_p)
-            best_p_idx = tl.where(better_p, offs, best_p_idx)
-        tl.atomic_max(slots_ptr + 2 * b, _race_key(best_w, best_w_idx, V), sem="relaxed")
-        tl.atomic_max(slots_ptr + 2 * b + 1, _race_key(best_p, best_p_idx, V), sem="relaxed")
+            best_w, best_w_idx = keep_best(best_w, best_w_idx, score_w, offs)
+            best_p, best_p_idx = keep_best(best_p, best_p_idx, score_p, offs)
+        tl.atomic_max(slots_ptr + 2 * b, race_key(best_w, best_w_idx, V), sem="relaxed")
+        tl.atomic_max(slots_ptr + 2 * b + 1, race_key(best_p, best_p_idx, V), sem="relaxed")
         ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel")
         if ticket == S2 - 1:
             key_w = tl.atomic_add(slots_ptr + 2 * b, 0, sem="acquire")
