@@ -69,6 +69,18 @@ def test_maxfail_stops_after_the_first_failed_check(tmp_path, capsys):
     assert len(errors) == 2 and all("--maxfail 1" in e.get("message") for e in errors)
 
 
+def test_maxfail_n_counts_failures_before_it_stops(tmp_path, capsys):
+    """--maxfail 2 lets the first failure pass and stops at the second: two FAIL lines, then not run; and
+    without --maxfail every check runs (the stop comes from the option, not from the backend)."""
+    checks = "determinism,output_structure,input_integrity,zero_draft_layouts"
+    status, printed, doc, _, _ = _run(tmp_path, capsys, "Int32Outputs", "--checks", checks, "--maxfail", "2",
+                                      "-n", "1")
+    assert status == 1 and [r["status"] for r in doc["results"]] == [FAIL, FAIL, NOT_RUN, NOT_RUN], printed
+    assert doc["maxfail"] == 2 and "2 check(s) failed (--maxfail 2)" in doc["stopped"]
+    status, printed, doc, _, _ = _run(tmp_path, capsys, "Int32Outputs", "--checks", checks, "-n", "1")
+    assert [r["status"] for r in doc["results"]] == [FAIL] * 4 and doc["stopped"] is None, printed
+
+
 def test_deadline_stops_the_check_in_flight_and_reports_the_rest_not_run(tmp_path, capsys):
     """The run's deadline passes during a (hung, but not yet timed-out) call: that check is reported as
     stopped, the next as not run, and the run fails."""
