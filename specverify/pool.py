@@ -287,9 +287,14 @@ class CheckPool:
         if result is None:
             reproducer = None
             if hung is not None:
-                reproducer = self._await_reproducer(worker, check, case)
-                message = (f"hung: {hung} did not return within {self.call_timeout:g} s (--call-timeout, at "
-                           "most --timeout); the worker was killed")
+                # the worker's watch saves the call once it outlives the call timeout: worth waiting for
+                # unless the check's own timeout cut the call short long before that
+                running = worker.calls.running_for()
+                soon = self.call_timeout - running <= SAVE_GRACE
+                reproducer = self._await_reproducer(worker, check, case) if soon else None
+                limit = (f"{self.call_timeout:g} s (--call-timeout)" if running >= self.call_timeout
+                         else f"the check's {self.timeout:g} s (--timeout)")
+                message = f"hung: {hung} did not return within {limit}; the worker was killed"
                 if self.hang is None:
                     self.hang = f"{check}[{case}], {hung}"
                     if not self.keep_going:
