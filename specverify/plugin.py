@@ -244,7 +244,6 @@ class SuiteGuard:
         self.deadline = float(start) + self.seconds
         self.call_timeout = config.getoption("--specverify-call-timeout") or profile.call_timeout
         self.keep_going = config.getoption("--specverify-keep-going")
-        self.failures_dir = config.getoption("--specverify-failures-dir")
         self.profile = profile
 
     @property
@@ -268,9 +267,8 @@ class SuiteGuard:
         import signal  # noqa: PLC0415
 
         from specverify.checks import CHECKS, FAIL, CheckResult  # noqa: PLC0415
-        from specverify.checks.repro import Reproducer  # noqa: PLC0415
         from specverify.checks.runner import CallObserver, observe_calls  # noqa: PLC0415
-        from specverify.watch import describe_call  # noqa: PLC0415
+        from specverify.watch import describe_call, hung_call_reproducer  # noqa: PLC0415
         limit = self.call_timeout
 
         class Alarm(CallObserver):
@@ -297,10 +295,7 @@ class SuiteGuard:
             message = f"hung: {where} did not return within {limit:g} s (--specverify-call-timeout)"
             result = CheckResult(check=check, case=case, backend=backend, kind=CHECKS[check].kind, status=FAIL,
                                  message=message)
-            size = alarm.call.batch.num_requests
-            result.repro = Reproducer("call", check, case, backend, self.profile.name, self.profile.device,
-                                      message, call=alarm.call.cpu(), requests=list(range(size)),
-                                      full_requests=size)
+            result.repro = hung_call_reproducer(alarm.call, check, case, backend, self.profile, message)
             marker = self._marker
             if marker and not os.path.exists(marker):
                 os.makedirs(self.directory, exist_ok=True)

@@ -44,6 +44,14 @@ def reproducer_path(directory: str, backend: str, check: str, case: str) -> str:
     return f"{directory.rstrip('/')}/{stem}.pt"
 
 
+def hung_call_reproducer(call, check: str, case: str, backend: str, profile, message: str) -> Reproducer:
+    """The reproducer of a hung call: the whole call (batch, noise or seeds, keywords) on the CPU."""
+    call = call.cpu()
+    size = call.batch.num_requests
+    return Reproducer("call", check, case, backend, profile.name, profile.device, message, call=call,
+                      requests=list(range(size)), full_requests=size)
+
+
 class CallState:
     """The parent's view of one worker's calls (and the memory the worker writes them to)."""
 
@@ -110,12 +118,9 @@ class CallWatch(CallObserver):
             self.numbers[SAVED] = 1.0
 
     def _save(self, call) -> None:
-        call = call.cpu()
-        size = call.batch.num_requests
         message = (f"hung: {self.text.value.decode('utf-8', 'replace')} did not return within {self.limit:g} s; "
                    "replaying this call calls the backend exactly as the check did")
-        Reproducer("call", self.check, self.case, self.backend, self.profile.name, self.profile.device, message,
-                   call=call, requests=list(range(size)), full_requests=size).save(self.failures_dir)
+        hung_call_reproducer(call, self.check, self.case, self.backend, self.profile, message).save(self.failures_dir)
 
 
-__all__ = ["CallState", "CallWatch", "describe_call", "reproducer_path"]
+__all__ = ["CallState", "CallWatch", "describe_call", "hung_call_reproducer", "reproducer_path"]
