@@ -83,12 +83,13 @@ PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case bef
 
 def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
     """``stat_copies(profile)`` copies of the case (at most ``case.max_copies``, and for a case with a
-    launch size at most ``profile.large_case_copies``), launched
-    ``case.launch_copies`` at a time; returns (last batch, output) on the CPU. A case with a launch size
-    (the production-vocabulary one) first launches ``PROBE_COPIES`` copies and, where
-    ``profile.large_case_budget`` is set, raises NotApplicable when the time that probe projects for all
-    copies is over ``PROBE_SLACK`` budgets, or the next (full) launch projects over one. Such a case uses injected noise where declared: at V = 151,936 a seeded
-    stream spends most of the time drawing exponentials, and large_vocab_structure runs the seeded path."""
+    launch size at most ``profile.large_case_copies``), launched ``case.launch_copies`` at a time;
+    returns (last batch, output) on the CPU. A case with a launch size (the production-vocabulary one)
+    first launches ``PROBE_COPIES`` copies and, where ``profile.large_case_budget`` is set, raises
+    NotApplicable when that probe projects all copies over ``PROBE_SLACK`` budgets, or the next (full)
+    launch projects them over one. Such a case uses injected noise where declared: at V = 151,936 a
+    seeded stream spends most of the time drawing exponentials, and large_vocab_structure runs the
+    seeded path."""
     g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
     copies = stat_copies(profile) if case.max_copies is None else min(stat_copies(profile), case.max_copies)
     if case.launch_copies and profile.large_case_copies:
