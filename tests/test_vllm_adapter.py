@@ -118,17 +118,40 @@ def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens,
             e[b].exponential_(generator=g)
     inv = e.reciprocal()
     out = torch.empty_like(draft_token_ids)
+    sample_recovered_tokens_kernel[(B, max_spec_len)](out, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                                                      target_probs, inv, V, 8192, NO_DRAFT_PROBS=draft_probs is None,
+                                                      USE_FP64_GUMBEL=use_fp64_gumbel)
+    return out
+
+
+def recovered(out, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab_size,
+              BLOCK_SIZE, NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=False):
     start = 0
-    for b, n in enumerate(num_draft_tokens):
-        for t in range(start, start + n):
-            if draft_probs is None:
+    for b, end in enumerate(cu_num_draft_tokens.tolist()):
+        for t in range(start, end):
+            if NO_DRAFT_PROBS:
                 w = target_probs[t].clone()
                 w[int(draft_token_ids[t])] = 0.0
             else:
                 w = (target_probs[t] - draft_probs[t]).clamp(min=0.0)
-            out[t] = int((w * inv[b]).argmax())
-        start += n
-    return out
+            out[t] = int((w * inv_q[b]).argmax())
+        start = end
+
+
+class Kernel:                    # launched as a Triton kernel is: kernel[grid](*args, **kwargs)
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return self.fn
+
+
+def not_launched(*args, **kwargs):
+    raise AssertionError("the stand-in walks in PyTorch: only the recovered-token kernel is launched")
+
+
+sample_recovered_tokens_kernel = Kernel(recovered)
+rejection_greedy_sample_kernel = rejection_random_sample_kernel = expand_kernel = Kernel(not_launched)
 '''
 
 METADATA = '''
@@ -251,7 +274,38 @@ class LogitsProcessors:
         self.argmax_invariant, self.non_argmax_invariant = [], []
 '''
 
+CPU_WRAPPERS = '''
+from vllm.v1.sample.rejection_sampler import not_launched, recovered
+
+CALLS = []
+
+
+class _FuncWrapper:
+    def __init__(self, func):
+        self.func = func
+
+    def __getitem__(self, *args, **kwargs):
+        return self.func
+
+
+def sample_recovered_impl(output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q,
+                          vocab_size, BLOCK_SIZE=None, NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=False):
+    CALLS.append("sample_recovered_tokens")      # stands in for the C++ op
+    recovered(output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q,
+              vocab_size, BLOCK_SIZE, NO_DRAFT_PROBS)
+
+
+def lagging_impl(output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q,
+                 vocab_size, BLOCK_SIZE=None, NO_DRAFT_PROBS=False):
+    raise AssertionError("never reached: the call does not bind")
+
+
+sample_recovered_tokens_kernel = _FuncWrapper(sample_recovered_impl)
+rejection_greedy_sample_kernel = rejection_random_sample_kernel = expand_kernel = _FuncWrapper(not_launched)
+'''
+
 STAND_IN = {
+    "vllm/utils/cpu_triton_utils.py": CPU_WRAPPERS,
     "vllm/v1/sample/rejection_sampler.py": V1_SAMPLER,
     "vllm/v1/spec_decode/metadata.py": METADATA,
     "vllm/v1/sample/metadata.py": SAMPLING_METADATA,
@@ -403,3 +457,44 @@ def test_mrv2_adapter_passes_on_a_correct_sampler(stand_in, check, case):
 def test_mrv2_differential_checks_are_not_applicable():
     result = run_check(VllmMrv2(), "differential_injected", "standard", PROFILE)
     assert result.status == "n/a" and "injected" in result.message, result.line()
+
+
+@pytest.fixture()
+def cpu_worker(stand_in, monkeypatch):
+    """The CPU wrappers' C++ ops taken as built (the stand-in wrappers compute in PyTorch)."""
+    monkeypatch.setattr(adapter, "cpu_ops_built", lambda: True)
+    wrappers = importlib.import_module("vllm.utils.cpu_triton_utils")
+    wrappers.CALLS.clear()
+    return wrappers
+
+
+def test_v1_cpu_runs_vllms_cpu_wrappers_and_restores_the_kernels(cpu_worker):
+    """The CPU entry swaps in the CPU worker's wrappers, as CPUModelRunner does, for the call only: the
+    recovered tokens come from the wrapper, the answer is the reference's, and the sampler module's
+    kernels are its own again afterwards."""
+    module = sys.modules["vllm.v1.sample.rejection_sampler"]
+    before = {name: getattr(module, name) for name in adapter.CPU_KERNELS}
+    result = run_check(adapter.v1_cpu(), "differential_injected", "standard", PROFILE)
+    assert result.status == PASS, result.line()
+    assert "sample_recovered_tokens" in cpu_worker.CALLS
+    assert {name: getattr(module, name) for name in adapter.CPU_KERNELS} == before
+
+
+def test_v1_cpu_catches_a_wrapper_lagging_the_samplers_arguments(cpu_worker, monkeypatch):
+    """Seed 003 (#41932) and the same class at cf027b86af71: a CPU wrapper that lacks a keyword the
+    sampler passes (USE_FP64_GUMBEL) fails the check with a TypeError naming the wrapper."""
+    monkeypatch.setattr(cpu_worker, "sample_recovered_tokens_kernel", cpu_worker._FuncWrapper(cpu_worker.lagging_impl))
+    result = run_check(adapter.v1_cpu(), "differential_injected", "standard", PROFILE)
+    assert result.status == FAIL, result.line()
+    assert "cpu_triton_utils.sample_recovered_tokens_kernel" in result.message
+    assert "USE_FP64_GUMBEL" in result.message
+
+
+def test_v1_cpu_without_a_cpu_build_says_what_it_needs(stand_in, monkeypatch):
+    """No C++ ops and no interpreter: the entry cannot compute, and says so instead of failing obscurely."""
+    monkeypatch.setattr(adapter, "cpu_ops_built", lambda: False)
+    monkeypatch.setattr(adapter, "INTERPRETED", False)
+    batch = SpecBatch(num_draft_tokens=torch.tensor([1]), draft_token_ids=torch.tensor([2]),
+                      target_logits=torch.zeros(2, 8), draft_probs=None, temperature=torch.ones(1))
+    with pytest.raises(RuntimeError, match="not built for the CPU.*TRITON_INTERPRET=1"):
+        adapter.v1_cpu()(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(0)))

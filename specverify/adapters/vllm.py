@@ -39,12 +39,17 @@ What the adapter does, as vLLM's model runner does it (``GPUModelRunner._calc_sp
 - A batch with no drafts at all never reaches the rejection sampler in vLLM (the main Sampler runs
   alone); the adapter does the same. An empty batch is never sampled: ``empty_batches=False``.
 
+``v1_cpu`` runs the same sampler as vLLM's CPU worker does: ``CPUModelRunner`` swaps the sampler's
+Triton kernels for the wrappers of its C++ ops (``CPU_KERNELS``), and the entry swaps the same ones for
+each call, binding every launch to the wrapper's signature first (``CpuKernel``).
+
 Known and declared: at a rejection forced by the synthetic rule, vLLM emits its recovered token (a
 sample of the residual max(p - q, 0)) where SPEC 3 emits a sample of p (docs/kernels.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
@@ -60,7 +65,8 @@ from specverify.checks.deviations import MethodDeviation
 
 COMMIT = "cf027b86af71251a8e937a56751636686b4429e4"
 # vLLM's samplers are Triton kernels: CPU tensors only under the Triton interpreter (set before import)
-DEVICES = frozenset({"cpu", "cuda"}) if os.environ.get("TRITON_INTERPRET") == "1" else frozenset({"cuda"})
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICES = frozenset({"cpu", "cuda"}) if INTERPRETED else frozenset({"cuda"})
 SAMPLER = "vllm.v1.sample.rejection_sampler"
 MAX_SPEC_LEN = 128          # vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN at COMMIT; checked on load
 
@@ -317,6 +323,70 @@ def resolve_rates(steps: int, rates: list) -> list:
     return config.SpeculativeConfig._resolve_synthetic_acceptance_rates(steps, rates, None)
 
 
+# CPUModelRunner._postprocess_triton swaps these kernels of the sampler module for the C++ wrappers of
+# CPU_WRAPPERS (at COMMIT); the CPU entry swaps the same ones around each call.
+CPU_WRAPPERS = "vllm.utils.cpu_triton_utils"
+CPU_KERNELS = ("rejection_greedy_sample_kernel", "rejection_random_sample_kernel", "expand_kernel",
+               "sample_recovered_tokens_kernel")
+
+
+class CpuKernel:
+    """One of the CPU worker's kernel wrappers, launched as the sampler launches the Triton kernel it
+    replaces (``kernel[grid](*args, **kwargs)``). Each call is first bound to the wrapper's signature, so
+    a wrapper lagging the sampler's arguments raises TypeError naming it (seed 003's class). The wrapper's
+    C++ op then runs; where vLLM is not built for the CPU, vLLM's Triton kernel runs instead, under the
+    interpreter: the signatures are still checked, the C++ ops are not."""
+
+    def __init__(self, name: str, wrapper, kernel, built: bool) -> None:
+        self.name, self.wrapper, self.kernel, self.built = name, wrapper, kernel, built
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            func = self.wrapper[grid]
+            try:
+                inspect.signature(func).bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"vLLM's CPU wrapper {CPU_WRAPPERS}.{self.name} does not take the arguments "
+                                f"{SAMPLER} launches its kernel with: {e}") from None
+            return (func if self.built else self.kernel[grid])(*args, **kwargs)
+        return launch
+
+
+def cpu_ops_built() -> bool:
+    """Whether vLLM's C++ ops that the CPU wrappers call are registered (a CPU build of vLLM)."""
+    try:
+        return all(hasattr(torch.ops._C, f"{name}_impl") for name in CPU_KERNELS)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class VllmV1Cpu(VllmV1):
+    """V1's RejectionSampler as vLLM's CPU worker runs it: the sampler's Triton kernels replaced by the
+    wrappers of vLLM's C++ ops, as ``CPUModelRunner`` replaces them (``CpuKernel``). Without a CPU build
+    of vLLM it needs ``TRITON_INTERPRET=1``. Synthetic mode is not declared (the C++ kernels assert it
+    off)."""
+
+    name = "vllm-v1-cpu"
+    capabilities = dataclasses.replace(
+        VllmV1.capabilities, methods=frozenset({"standard"}), devices=frozenset({"cpu"}), deviations=(),
+        notes=(f"vLLM {COMMIT[:12]}: V1 RejectionSampler.forward with the kernels CPUModelRunner swaps in "
+               f"({CPU_WRAPPERS}), each call bound to the wrapper's signature",
+               "the wrappers' C++ ops where vLLM is built for the CPU, else vLLM's Triton kernels interpreted",
+               "the bonus token: the adapter's stand-in for vLLM's main Sampler (the reference's law)"))
+
+    def forward(self, rejection, metadata, draft_probs, logits, sampling):
+        built = cpu_ops_built()
+        if not built and not INTERPRETED:
+            raise RuntimeError(f"{self.name}: vLLM is not built for the CPU (torch.ops._C lacks its sampler "
+                               f"ops); set TRITON_INTERPRET=1 to check the CPU wrappers' signatures with vLLM's "
+                               f"Triton kernels")
+        wrappers, module = load_module(CPU_WRAPPERS, "V1 on vLLM's CPU worker"), self.modules()[SAMPLER]
+        swapped = {name: CpuKernel(name, resolve(wrappers, name), resolve(module, name), built)
+                   for name in CPU_KERNELS}
+        with conventions.patch_points(module, swapped, SAMPLER):
+            return rejection.forward(metadata, draft_probs, logits, sampling)
+
+
 def v1() -> VllmV1:
     return VllmV1()
 
@@ -326,4 +396,9 @@ def v1_fp64() -> VllmV1:
     backend = VllmV1(use_fp64_gumbel=True)
     backend.name = "vllm-v1-fp64"
     return backend
+
+
+def v1_cpu() -> VllmV1Cpu:
+    """V1 on vLLM's CPU worker (a CPU build of vLLM)."""
+    return VllmV1Cpu()
 
