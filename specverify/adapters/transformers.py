@@ -154,3 +154,10 @@ def assisted() -> TransformersEngine:
 
 
 assisted.specverify_engine = True   # the registry builds it as an engine, not a kernel backend
+
+
+def speculative_sampling():
+    """The kernel entry (SPEC 1-7): ``specverify check specverify.adapters.transformers:speculative_sampling``,
+    transformers' ``_speculative_sampling`` behind the kernel convention (``transformers_kernel``)."""
+    from specverify.adapters.transformers_kernel import SpeculativeSampling  # noqa: PLC0415
+    return SpeculativeSampling()
