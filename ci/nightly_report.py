@@ -79,7 +79,6 @@ def suite_section(doc: dict) -> list[str]:
 
 def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     """Fresh launches of the Triton backend; returns (markdown lines, png names)."""
-    import torch
     from dataclasses import replace
 
     from specverify.checks.cases import STAT_CASE_BY_NAME
@@ -92,10 +91,9 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     lines, pngs = [], []
     # token distribution at position 0, and acceptance by position, for the dense drafter
     dense = STAT_CASE_BY_NAME["dense_q"]
-    _, out = sample_case(backend, dense, profile, "plots", 0)
-    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
+    tally, _, _ = sample_case(backend, dense, profile, "plots", 0)
     V = dense.vocab_size
-    emp = torch.bincount(ids[:, 0], minlength=V).double() / ids.shape[0]
+    emp = tally.tokens()[0].double() / tally.samples
     expected = dense.position_distributions[0]
     tv = 0.5 * float((emp - expected).abs().sum())
     lines += [f"Token at position 0, case `dense_q` ({copies:,} requests, seeded Philox noise): observed TV "
@@ -108,10 +106,9 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     for case_name in ("dense_q", "synthetic_rate"):
         case = STAT_CASE_BY_NAME[case_name]
         if case_name != "dense_q":
-            _, out = sample_case(backend, case, profile, "plots", 0)
-            n = out.num_accepted.cpu()
+            tally, _, _ = sample_case(backend, case, profile, "plots", 0)
         theory = case.acceptance_by_position
-        observed = [float((n > j).sum()) / max(1, int((n >= j).sum())) for j in range(case.k)]
+        observed = [tally.reached(j + 1) / max(1, tally.reached(j)) for j in range(case.k)]
         acc_rows.append((case_name, [float(t) for t in theory], observed))
         lines.append(f"Acceptance by position, `{case_name}` ({case.method}): " + "; ".join(
             f"j={j}: {o:.4f} vs {float(t):.4f}" for j, (o, t) in enumerate(zip(observed, theory))))

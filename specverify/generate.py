@@ -82,19 +82,26 @@ def replicated_batch(generator: torch.Generator, p: torch.Tensor, q: torch.Tenso
     """``copies`` requests with target rows p [k+1, V] and drafter q [k, V] (or None with fixed ``drafts``).
 
     With q given, each copy's drafts are drawn x_j ~ q_j independently, so the token emitted at
-    position j is distributed as p_j (the theorem the statistical checks lean on).
+    position j is distributed as p_j (the theorem the statistical checks lean on). A generator on a
+    device draws there and the batch is built there.
     """
     k = p.shape[0] - 1
     if q is None and drafts is None:
         raise ValueError("replicated_batch needs q or fixed drafts")
-    if q is not None:
+    on = generator.device if generator is not None and generator.device.type != "cpu" else torch.device("cpu")
+    if q is not None and on.type != "cpu":
+        # drawn where the generator lives (the statistical checks' device sampling): [k, copies] at once
+        x = torch.multinomial(q.double().to(on), copies, replacement=True, generator=generator).T.reshape(-1) \
+            if k else torch.zeros(0, dtype=torch.int64, device=on)
+        probs = q.float().to(on).repeat(copies, 1)
+    elif q is not None:
         x = torch.multinomial(q.double().repeat(copies, 1), 1, generator=generator).squeeze(1) if k else \
             torch.zeros(0, dtype=torch.int64)
         probs = q.float().repeat(copies, 1)
     else:
         x = torch.tensor(list(drafts) * copies, dtype=torch.int64)
         probs = None
-    logits = logits_for(p, temperature if temperature > 0 else 1.0).to(logit_dtype).repeat(copies, 1)
+    logits = logits_for(p, temperature if temperature > 0 else 1.0).to(logit_dtype).to(on).repeat(copies, 1)
     return SpecBatch(torch.full((copies,), k, dtype=torch.int64, device=device), x.to(device), logits.to(device),
                      None if probs is None else probs.to(device),
                      torch.full((copies,), float(temperature), dtype=torch.float32, device=device))

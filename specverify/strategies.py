@@ -33,6 +33,8 @@ class Profile:
     0.99 at its per-position alpha. ``specverify.checks.statistical.stat_copies`` turns it into the
     number of replicated requests per statistical case (the checks own the cases and the tests, and this
     module may not import them). ``stat_copies`` set here overrides that, for a run of a fixed size.
+    ``detect_tv_later`` sets a target for every later position too: each case's copies are then planned
+    per position (specverify.checks.sampling), the way the nightly spends the device's speed.
     """
 
     name: str
@@ -62,6 +64,9 @@ class Profile:
     shrink: bool = True           # False: a failing example is reported as found, not shrunk (runs that
                                   # ask only whether a check fails; the reproducer still reduces it)
     stat_copies: int | None = None  # replicated requests per statistical case; None: sized from detect_tv
+    # TV distance every later position detects (power 0.99): each case's copies are planned so that every
+    # position reaches its target, and the cases' caps are lifted; None: position 0 plans the copies
+    detect_tv_later: float | None = None
 
     def within(self, caps) -> "Profile":
         """This profile narrowed to what a backend declares (``Capabilities``), so that generated batches
@@ -87,7 +92,8 @@ PROFILES = {
     # goes up to V = 262,144 with at most 8 requests: inputs are generated in float64 on the CPU, so
     # B * V is capped.
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
-                       detect_tv=0.002, family_alpha=1e-3, device="cuda", check_timeout=1800.0,
+                       detect_tv=0.001, detect_tv_later=0.002, family_alpha=1e-3, device="cuda",
+                       check_timeout=1800.0,
                        call_timeout=300.0, deadline=3600.0, large_case_budget=None, large_case_copies=None,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,

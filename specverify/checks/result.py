@@ -19,7 +19,8 @@ class CheckResult:
     position j detected with probability 0.99 at alpha, ``detectable`` the worst (largest) of them,
     ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
     distribution; "acceptance": shift of the acceptance probability; "rate": shift of the mean joint
-    acceptance rate). ``covered`` lists what the check's calls exercised (method, noise path, greedy).
+    acceptance rate). ``sampling`` holds a statistical check's plan (copies; per position its reach,
+    det99 target and expected samples) and speed (samples/s, the backend's share of the time). ``covered`` lists what the check's calls exercised (method, noise path, greedy).
     A failure carries ``counterexample`` (Python that rebuilds the failing call, when one call shows
     it) and, once a face has written it, ``reproducer``: the path of its reproducer file, and
     ``replay``: the command that replays it.
@@ -44,6 +45,7 @@ class CheckResult:
     deviation: str | None = None       # the reason of a declared deviation of this check and case
     seconds: float = 0.0
     covered: list = field(default_factory=list)
+    sampling: dict | None = None       # statistical: the copies' plan per position and the sampling speed
 
     def fail(self, message: str, counterexample: str | None = None) -> None:
         self.status, self.message, self.counterexample = FAIL, message, counterexample
@@ -87,6 +89,10 @@ class CheckResult:
                 f"  {self.seconds:6.2f}s")
         if self.message:
             text += f"\n      {self.message}"
+        if self.sampling and self.sampling.get("samples_per_second"):
+            rate, share = self.sampling["samples_per_second"], self.sampling.get("backend_share") or 0.0
+            text += (f"\n      sampled {self.sampling['copies']:,} copies in {self.sampling['launches']} launch(es): "
+                     f"{rate:,.0f} samples/s, {share:.0%} of the time in the backend")
         if self.counterexample and self.status == FAIL:
             text += "\n      counterexample:\n" + "\n".join(f"        {line}" for line in self.counterexample.splitlines())
         if self.reproducer and self.status == FAIL:

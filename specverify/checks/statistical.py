@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import time
 
 import torch
 
-from reference import Noise, SpecOutput, exact
+from reference import SpecOutput, exact
 from reference.sample import synthetic_rates_f32
-from specverify.checks import stats
+from specverify.checks import sampling, stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
-from specverify.checks.common import on_device
 from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Profile
 
@@ -58,88 +56,43 @@ def stat_copies(profile: Profile) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _copies_to_detect(tv: float, alpha: float) -> int:
-    need = max(stats.min_num_samples_for_chi2_tv_test(tv, _position0_dof(case), alpha / (case.depth + 1))
+    need = max(stats.min_num_samples_for_chi2_tv_test(tv, sampling.position_dof(case, 0), alpha / (case.depth + 1))
                for case in STAT_CASES if "token_distribution" in case.checks)
-    return _round_up_to_one_significant_digit(need)
-
-
-def _position0_dof(case: StatCase) -> int:
-    """Degrees of freedom of the chi-square at position 0 with no bin merged: its support size less one."""
-    return int((case.position_distributions[0] > 0).sum()) - 1
-
-
-def _round_up_to_one_significant_digit(n: int) -> int:
-    unit = 10 ** (len(str(n)) - 1)
-    return -(-n // unit) * unit
+    return sampling.round_up_to_one_significant_digit(need)
 
 
 def _seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:7], "little")
 
 
-PROBE_COPIES = 4   # copies of the first launch of a case with a cost budget: it measures the backend's speed
-PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case before a full launch
+def case_plan(case: StatCase, profile: Profile) -> sampling.Plan:
+    """The copies of ``case`` under ``profile`` (see specverify.checks.sampling.plan)."""
+    return sampling.plan(case, profile, check_alpha(profile), stat_copies(profile))
 
 
 def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
-    """``stat_copies(profile)`` copies of the case (at most ``case.max_copies``, and for a case with a
-    launch size at most ``profile.large_case_copies``), launched ``case.launch_copies`` at a time;
-    returns (last batch, output) on the CPU. A case with a launch size (the production-vocabulary one)
-    first launches ``PROBE_COPIES`` copies and, where ``profile.large_case_budget`` is set, raises
-    NotApplicable when that probe projects all copies over ``PROBE_SLACK`` budgets, or the next (full)
-    launch projects them over one. Such a case uses injected noise where declared: at V = 151,936 a
-    seeded stream spends most of the time drawing exponentials, and large_vocab_structure runs the
-    seeded path."""
-    g = torch.Generator().manual_seed(_seed(case.name, check, profile.name, run_seed))
-    copies = stat_copies(profile) if case.max_copies is None else min(stat_copies(profile), case.max_copies)
-    if case.launch_copies and profile.large_case_copies:
-        copies = min(copies, profile.large_case_copies)
-    declared = backend.capabilities.noise
-    seeded = "seeded" in declared and not (case.launch_copies and "injected" in declared)
-
-    def launch(n: int):
-        batch = case.batch(n, g)
-        if seeded:
-            seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g, dtype=torch.int64)
-            dev_batch, _ = on_device(batch, None, profile.device)
-            return batch, backend(dev_batch, seed=seeds, **case.call_kwargs())
-        dev_batch, dev_noise = on_device(batch, Noise.draw(batch, g), profile.device)
-        return batch, backend(dev_batch, noise=dev_noise, **case.call_kwargs())
-
-    if not case.launch_copies:
-        return launch(copies)
-    outs, done, budget = [], 0, profile.large_case_budget
-    while done < copies:
-        n = min(PROBE_COPIES if not outs else case.launch_copies, copies - done)
-        start = time.perf_counter()
-        batch, out = launch(n)
-        outs.append(out)
-        done += n
-        if budget is None or done >= copies or len(outs) > 2:
-            continue
-        # The probe's fixed costs make its projection pessimistic: far over the budget is n/a at once;
-        # otherwise the first full launch decides.
-        seconds = time.perf_counter() - start
-        projected = seconds / n * copies
-        if projected > (PROBE_SLACK if len(outs) == 1 else 1) * budget:
-            raise NotApplicable(
-                f"measured {seconds:.2f} s for {n} copies at V = {case.vocab_size:,}: {copies:,} copies would "
-                f"take about {projected:.0f} s, over the profile's budget of {budget:g} s for a "
-                "production-vocabulary case (the nightly profile runs it)")
-    width = max(o.token_ids.shape[1] for o in outs)
-    return batch, SpecOutput(torch.cat([o.padded(width).token_ids.cpu() for o in outs]),
-                             torch.cat([o.num_accepted.cpu() for o in outs]))
+    """The case sampled by its plan: (Tally, Timing, Plan). Raises NotApplicable where a
+    production-vocabulary case's measured speed projects it over ``profile.large_case_budget``."""
+    chosen = case_plan(case, profile)
+    try:
+        tally, timing = sampling.draw(backend, case, profile, _seed(case.name, check, profile.name, run_seed),
+                                      chosen, sequences=check == "sequence_distribution")
+    except sampling.OverBudget as e:
+        raise NotApplicable(str(e)) from None
+    return tally, timing, chosen
 
 
 def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):
-    """The frame every statistical check shares: its alpha, then one guarded launch of the case."""
+    """The frame every statistical check shares: its alpha, then the case sampled by its plan, which the
+    result records with the sampling speed."""
     case = STAT_CASE_BY_NAME[case_name]
     ctx.result.alpha = check_alpha(ctx.profile)
     limit = getattr(ctx.backend.capabilities, "max_tree_depth", None)
     if case.parents is not None and limit is not None and case.depth > limit:
         raise NotApplicable(f"the case's tree is {case.depth} deep; the backend declares at most {limit}")
-    _, out = sample_case(ctx.backend, case, ctx.profile, check, run_seed)
-    return case, out
+    tally, timing, chosen = sample_case(ctx.backend, case, ctx.profile, check, run_seed)
+    ctx.result.sampling = {**chosen.to_json(), **timing.to_json()}
+    return case, tally
 
 
 def statistical_needs(case_name: str) -> Needs:
@@ -148,19 +101,23 @@ def statistical_needs(case_name: str) -> Needs:
                  dense_draft_probs=case.q is not None)
 
 
-def _token_distribution(result, case: StatCase, out) -> None:
-    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
-    V, alpha = case.vocab_size, result.alpha
+def _tally(case: StatCase, data) -> sampling.Tally:
+    """The evaluators take a Tally (the checks) or a whole output (the calibration's exact draws)."""
+    return data if isinstance(data, sampling.Tally) else sampling.Tally.of(case, data)
+
+
+def _token_distribution(result, case: StatCase, data) -> None:
+    tally = _tally(case, data)
+    counts_by_position = tally.tokens()
+    alpha = result.alpha
     p_values, worst, detectable = [], None, []
     for j in range(case.depth + 1):
-        tokens = ids[n >= j, j]
-        if tokens.numel() == 0:
-            continue
-        outside = (tokens < 0) | (tokens >= V)
-        if bool(outside.any()):
-            result.fail(f"position {j}: emitted ids outside [0, {V}): {tokens[outside][:5].tolist()}")
+        if j in tally.outside:
+            result.fail(f"position {j}: emitted ids outside [0, {case.vocab_size}): {tally.outside[j]}")
             return
-        counts = torch.bincount(tokens, minlength=V)
+        counts = counts_by_position[j]
+        if int(counts.sum()) == 0:
+            continue
         expected = case.position_distributions[j]
         # only the tokens that can or did occur: the same test, without V-sized dicts at large V
         seen = torch.nonzero((expected > 0) | (counts > 0)).flatten().tolist()
@@ -183,12 +140,12 @@ def _token_distribution(result, case: StatCase, out) -> None:
         result.fail("token distribution differs from the exact one: " + result.message)
 
 
-def _acceptance_rate(result, case: StatCase, out) -> None:
-    n = out.num_accepted.cpu()
+def _acceptance_rate(result, case: StatCase, data) -> None:
+    tally = _tally(case, data)
     expected = case.acceptance_by_position
     p_values, lines, detectable = [], [], []
     for j in range(case.depth):
-        trials, accepted = int((n >= j).sum()), int((n > j).sum())
+        trials, accepted = tally.reached(j), tally.reached(j + 1)
         if trials == 0:
             continue
         p_values.append(stats.binomial_test(accepted, trials, float(expected[j])))
@@ -204,13 +161,14 @@ def _acceptance_rate(result, case: StatCase, out) -> None:
         result.fail("acceptance rate differs from theory: " + result.message)
 
 
-def _synthetic_rate(result, case: StatCase, out) -> None:
-    n = out.num_accepted.cpu().double()
+def _synthetic_rate(result, case: StatCase, data) -> None:
+    tally = _tally(case, data)
     dist = exact.synthetic_num_accepted(synthetic_rates_f32(case.rate, case.steps).double(), case.k)
     m = torch.arange(case.k + 1, dtype=torch.float64)
     mean = float((dist * m).sum())
     var = float((dist * (m - mean) ** 2).sum())
-    N, observed = n.numel(), float(n.mean())
+    N = tally.samples
+    observed = tally.accepted_sum() / N
     result.samples = N
     result.statistic, result.p_value = stats.mean_z_test(observed, mean, var, N)
     _state_power(result, [stats.min_mean_shift_detectable_by_z_test(N, var, result.alpha) / case.steps], "rate")
@@ -220,7 +178,7 @@ def _synthetic_rate(result, case: StatCase, out) -> None:
         result.fail("synthetic rate differs: " + result.message)
 
 
-def _accepted_length(result, case: StatCase, out) -> None:
+def _accepted_length(result, case: StatCase, data) -> None:
     """Mean num_accepted against the exact law (block or tree); the law's own mean must be at least its
     baseline's (``case.baseline``: the standard rule on the same rows, Sun et al. 2024, Theorem 2; a
     tree's first-child chain, SPEC 3.8), computed exactly: a bound, not a tolerance."""
@@ -230,8 +188,9 @@ def _accepted_length(result, case: StatCase, out) -> None:
     mean, var = float((w * m).sum()), float((w * (m - (w * m).sum()) ** 2).sum())
     baseline, standard = case.baseline
     standard_mean = sum(p * (len(s) - 1) for s, p in standard.items())
-    n = out.num_accepted.cpu().double()
-    N, observed = n.numel(), float(n.mean())
+    tally = _tally(case, data)
+    N = tally.samples
+    observed = tally.accepted_sum() / N
     result.samples = N
     result.statistic, result.p_value = stats.mean_z_test(observed, mean, var, N)
     _state_power(result, [stats.min_mean_shift_detectable_by_z_test(N, var, result.alpha)], "accepted")
@@ -242,22 +201,10 @@ def _accepted_length(result, case: StatCase, out) -> None:
         result.fail(f"mean accepted length differs from the {case.method} law: " + result.message)
 
 
-def _sequence_distribution(result, case: StatCase, out) -> None:
+def _sequence_distribution(result, case: StatCase, data) -> None:
     """Emitted sequences (accepted prefix and extra token) against the exact joint law: one chi-square
     over every possible sequence, small cells merged."""
-    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
-    # each row's emitted tokens, -1 after them (whatever the backend left there): one unique per sequence
-    emitted = torch.where(torch.arange(ids.shape[1])[None, :] <= n[:, None], ids, -1)
-    base = case.vocab_size + 1
-    if base ** ids.shape[1] < 2 ** 62 and bool(((emitted >= -1) & (emitted < case.vocab_size)).all()):
-        # one integer per sequence (its ids + 1 as digits in base V + 1): a 1-D unique, far cheaper than
-        # a unique over rows
-        digits = base ** torch.arange(ids.shape[1])
-        keys, times = torch.unique(((emitted + 1) * digits).sum(1), return_counts=True)
-        unique = keys[:, None] // digits % base - 1
-    else:
-        unique, times = torch.unique(emitted, dim=0, return_counts=True)
-    counts = {tuple(t for t in row if t != -1): int(c) for row, c in zip(unique.tolist(), times.tolist())}
+    counts = _tally(case, data).sequences
     gof = stats.chi_square_gof(case.sequences, counts)
     result.samples, result.statistic, result.p_value = gof.samples, gof.statistic, gof.p_value
     if gof.impossible:

@@ -1,0 +1,265 @@
+"""Sampling for the statistical checks (SPEC 5) at the backend's speed.
+
+A statistical case is one request replicated many times. ``plan`` decides how many copies each
+position needs; ``draw`` launches them in chunks whose inputs are built on the backend's device and
+counts the outputs there (``Tally``): only the counts reach the host, so memory stays flat however
+many samples are drawn, and the harness's share of the time stays small.
+
+    plan(case, profile, alpha) -> Plan      copies, and per position: reach, det99 target, samples
+    Tally(depth, V, device, sequences)      running counts: the token at each position j among the
+                                            requests that reached j, the num_accepted histogram,
+                                            and (where a check needs it) the emitted sequences
+    draw(backend, case, profile, seed, plan) -> (Tally, Timing)
+
+The plan: position j is reached with probability ``reach_j = P(num_accepted >= j)`` (from the case's
+exact law), and its chi-square needs ``stats.min_num_samples_for_chi2_tv_test(target_j, dof_j,
+alpha / (depth + 1))`` samples, so the case needs the largest ``need_j / reach_j`` copies. Position 0's
+target is ``profile.detect_tv``; later positions' is ``profile.detect_tv_later`` where the profile sets
+it (the nightly), else they get what position 0's copies give them, and the cases' own caps apply.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from reference import Noise, SpecOutput
+from specverify.checks import stats
+from specverify.strategies import Profile
+
+LAUNCH_BYTES = 4 << 30     # a device launch's inputs at most this large (logits, q, injected noise)
+PROBE_COPIES = 4   # copies of the first launch of a case with a cost budget: it measures the backend's speed
+PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case before a full launch
+
+
+class OverBudget(Exception):
+    """A production-vocabulary case projected over the profile's budget: the message says by how much."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many copies a case is sampled with, and what each position gets from them."""
+
+    copies: int
+    reach: tuple            # [depth + 1] P(the request reaches position j)
+    target: tuple           # [depth + 1] det99 TV target per position, None where none is planned
+    fixed: bool = False     # the profile fixed the count (``stat_copies``) or a cap cut it
+
+    def samples(self) -> list[int]:
+        """Expected samples per position: copies times reach."""
+        return [int(self.copies * r) for r in self.reach]
+
+    def to_json(self) -> dict:
+        return {"copies": self.copies, "fixed": self.fixed, "reach": [round(r, 6) for r in self.reach],
+                "target_tv": list(self.target), "expected_samples": self.samples()}
+
+
+def round_up_to_one_significant_digit(n: int) -> int:
+    unit = 10 ** (len(str(n)) - 1)
+    return -(-n // unit) * unit
+
+
+def reach(case) -> list[float]:
+    """[depth + 1] P(num_accepted >= j) under the case's exact law."""
+    by_length = Counter()
+    for tokens, w in case.sequences.items():
+        by_length[len(tokens) - 1] += w
+    return [sum(w for n, w in by_length.items() if n >= j) for j in range(case.depth + 1)]
+
+
+def position_dof(case, j: int) -> int:
+    """Degrees of freedom of the chi-square at position j with no bin merged: its support less one."""
+    return max(1, int((case.position_distributions[j] > 0).sum()) - 1)
+
+
+def plan(case, profile: Profile, alpha: float, position0_copies: int | None = None) -> Plan:
+    """The copies of ``case`` under ``profile``. ``position0_copies``: the count that gives position 0 its
+    target in every case (``statistical.stat_copies``), used where later positions are not planned."""
+    reached = reach(case)
+    if profile.stat_copies is not None:
+        return Plan(profile.stat_copies, tuple(reached), (None,) * len(reached), fixed=True)
+    if profile.detect_tv_later is None:
+        copies, fixed = position0_copies, False
+        caps = [c for c in (case.max_copies, case.launch_copies and profile.large_case_copies) if c]
+        if caps and min(caps) < copies:
+            copies, fixed = min(caps), True
+        return Plan(copies, tuple(reached), (profile.detect_tv,) + (None,) * (len(reached) - 1), fixed)
+    targets = (profile.detect_tv,) + (profile.detect_tv_later,) * case.depth
+    need = 1
+    for j, (r, tv) in enumerate(zip(reached, targets)):
+        if r > 0:
+            samples = stats.min_num_samples_for_chi2_tv_test(tv, position_dof(case, j), alpha / (case.depth + 1))
+            need = max(need, math.ceil(samples / r))
+    return Plan(round_up_to_one_significant_digit(need), tuple(reached), targets)
+
+
+class Tally:
+    """Running counts of a replicated case's outputs, on the device the outputs come from.
+
+    tokens [depth + 1, V]: the token emitted at j among requests with num_accepted >= j; lengths
+    [depth + 3]: histogram of num_accepted clamped to [-1, depth + 1] (the ends hold invalid counts);
+    outside: per position, the first ids outside [0, V) seen; sequences: emitted sequence -> count."""
+
+    def __init__(self, depth: int, vocab_size: int, device="cpu", sequences: bool = False) -> None:
+        self.width, self.vocab_size = depth + 1, vocab_size
+        self._tokens = torch.zeros(self.width * vocab_size, dtype=torch.int64, device=device)
+        self._lengths = torch.zeros(self.width + 2, dtype=torch.int64, device=device)
+        self._accepted_sum = torch.zeros((), dtype=torch.int64, device=device)
+        self.samples = 0
+        self.outside: dict = {}
+        self.sequences = Counter() if sequences else None
+
+    @classmethod
+    def of(cls, case, out: SpecOutput) -> "Tally":
+        """The tally of one output (every check's evaluation takes a tally; calibration passes outputs)."""
+        tally = cls(case.depth, case.vocab_size, out.token_ids.device, sequences=True)
+        tally.add(out)
+        return tally
+
+    def add(self, out: SpecOutput) -> None:
+        ids, n = out.padded(max(self.width, out.token_ids.shape[1])).token_ids, out.num_accepted
+        V, j = self.vocab_size, torch.arange(self.width, device=ids.device)
+        head = ids[:, : self.width]
+        reached = j[None, :] <= n[:, None]
+        valid = (head >= 0) & (head < V)
+        bad = reached & ~valid
+        if bool(bad.any()):
+            for pos in torch.nonzero(bad.any(0)).flatten().tolist():
+                seen = self.outside.setdefault(pos, [])
+                seen += head[bad[:, pos], pos][: 5 - len(seen)].tolist()
+        keep = reached & valid
+        self._tokens += torch.bincount((j[None, :] * V + head)[keep], minlength=self.width * V)
+        self._lengths += torch.bincount(n.clamp(-1, self.width) + 1, minlength=self.width + 2)
+        self._accepted_sum += n.sum()
+        self.samples += n.numel()
+        if self.sequences is not None:
+            self.sequences.update(_sequence_counts(ids, n, V))
+
+    def tokens(self) -> torch.Tensor:
+        """[depth + 1, V] int64 on the CPU."""
+        return self._tokens.view(self.width, self.vocab_size).cpu()
+
+    def reached(self, j: int) -> int:
+        """Requests with num_accepted >= j."""
+        return int(self._lengths[j + 1:].sum())
+
+    def accepted_sum(self) -> int:
+        return int(self._accepted_sum)
+
+
+def _sequence_counts(ids: torch.Tensor, n: torch.Tensor, V: int) -> dict:
+    """{emitted tokens: count} of a chunk: each row's tokens up to num_accepted, as one key per sequence."""
+    emitted = torch.where(torch.arange(ids.shape[1], device=ids.device)[None, :] <= n[:, None], ids, -1)
+    base = V + 1
+    if base ** ids.shape[1] < 2 ** 62 and bool(((emitted >= -1) & (emitted < V)).all()):
+        # one integer per sequence (its ids + 1 as digits in base V + 1): a 1-D unique, far cheaper than
+        # a unique over rows
+        digits = base ** torch.arange(ids.shape[1], device=ids.device)
+        keys, times = torch.unique(((emitted + 1) * digits).sum(1), return_counts=True)
+        unique = keys[:, None] // digits % base - 1
+    else:
+        unique, times = torch.unique(emitted, dim=0, return_counts=True)
+    return {tuple(t for t in row if t != -1): int(c) for row, c in zip(unique.tolist(), times.tolist())}
+
+
+@dataclass
+class Timing:
+    """Where a case's sampling time went: in the backend's calls, and in all (inputs, counting)."""
+
+    copies: int = 0
+    launches: int = 0
+    backend_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        rate = self.copies / self.total_seconds if self.total_seconds > 0 else None
+        share = self.backend_seconds / self.total_seconds if self.total_seconds > 0 else None
+        return {"copies": self.copies, "launches": self.launches, "samples_per_second": rate,
+                "backend_share": share, "backend_seconds": round(self.backend_seconds, 4),
+                "seconds": round(self.total_seconds, 4)}
+
+
+def _open_uniform(shape, generator: torch.Generator, device) -> torch.Tensor:
+    """float64 uniforms on the 2^-53 grid shifted by half a step: in (0, 1), never 0 or 1."""
+    bits = torch.randint(0, 2 ** 53, shape, generator=generator, device=device, dtype=torch.int64)
+    return (bits.double() + 0.5) * 2.0 ** -53
+
+
+def _device_noise(batch, generator: torch.Generator) -> Noise:
+    u = _open_uniform((batch.num_drafts,), generator, batch.device)
+    return Noise(u, -torch.log(_open_uniform((batch.num_requests, batch.vocab_size), generator, batch.device)))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def launch_size(case, copies: int, device) -> int:
+    """Copies per launch: the case's own launch size on the CPU (all at once without one); on a device,
+    as many as fit ``LAUNCH_BYTES`` of inputs."""
+    if torch.device(device).type == "cpu":
+        return min(copies, case.launch_copies or copies)
+    rows = case.k + 1
+    per_copy = case.vocab_size * (4 * rows + 4 * case.k + 8)
+    return max(1, min(copies, LAUNCH_BYTES // per_copy))
+
+
+def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bool = False):
+    """Sample ``chosen.copies`` copies of ``case`` from ``backend``; returns (Tally, Timing). Inputs are
+    built on the profile's device (drafts, noise and seeds drawn there; trees are built on the CPU); the
+    backend's seeded path is used where declared, except for a production-vocabulary case on the CPU,
+    where drawing the seeded stream costs more than the case (injected noise, where declared)."""
+    device = torch.device(profile.device)
+    on_cpu = device.type == "cpu"
+    g = torch.Generator(device="cpu" if on_cpu or case.parents is not None else device).manual_seed(seed)
+    declared = backend.capabilities.noise
+    seeded = "seeded" in declared and not (on_cpu and case.launch_copies and "injected" in declared)
+    tally, timing = Tally(case.depth, case.vocab_size, device, sequences), Timing()
+    start = time.perf_counter()
+
+    def launch(n: int) -> None:
+        batch = case.batch(n, g, device if g.device.type != "cpu" else "cpu").to(device)
+        if seeded:
+            kwargs = dict(seed=torch.randint(0, 2 ** 62, (n,), generator=g, dtype=torch.int64,
+                                             device=g.device).to(device))
+        else:
+            noise = Noise.draw(batch, g) if g.device.type == "cpu" else _device_noise(batch, g)
+            kwargs = dict(noise=noise.to(device))
+        _sync(device)
+        called = time.perf_counter()
+        out = backend(batch, **kwargs, **case.call_kwargs())
+        _sync(device)
+        timing.backend_seconds += time.perf_counter() - called
+        tally.add(SpecOutput(out.token_ids.to(device), out.num_accepted.to(device)))
+        timing.copies += n
+        timing.launches += 1
+
+    full, budget = launch_size(case, chosen.copies, device), profile.large_case_budget
+    probing = bool(case.launch_copies and budget is not None)
+    while timing.copies < chosen.copies:
+        n = min(PROBE_COPIES if probing and timing.launches == 0 else full, chosen.copies - timing.copies)
+        began = time.perf_counter()
+        launch(n)
+        if not probing or timing.launches > 2 or timing.copies >= chosen.copies:
+            continue
+        # The probe's fixed costs make its projection pessimistic: far over the budget ends the case at
+        # once; otherwise the first full launch decides.
+        seconds = time.perf_counter() - began
+        projected = seconds / n * chosen.copies
+        if projected > (PROBE_SLACK if timing.launches == 1 else 1) * budget:
+            raise OverBudget(
+                f"measured {seconds:.2f} s for {n} copies at V = {case.vocab_size:,}: {chosen.copies:,} copies "
+                f"would take about {projected:.0f} s, over the profile's budget of {budget:g} s for a "
+                "production-vocabulary case (the nightly profile runs it)")
+    _sync(device)
+    timing.total_seconds = time.perf_counter() - start
+    return tally, timing
+
+
+__all__ = ["LAUNCH_BYTES", "OverBudget", "Plan", "Tally", "Timing", "draw", "launch_size", "plan", "position_dof", "reach",
+           "round_up_to_one_significant_digit"]
