@@ -38,9 +38,11 @@ PROB_SUM_TOLERANCE = 1e-3
 PLACEHOLDER = -1   # a draft slot with no draft: never accepted, it ends its request's chain (SPEC 3.5)
 
 
-def _require(condition: bool, message: str) -> None:
+def _require(condition: bool, message) -> None:
+    """ValueError(message) unless ``condition``; a callable message is built only then (a message that
+    lists a [B] tensor would otherwise cost a host copy on every valid batch)."""
     if not condition:
-        raise ValueError(message)
+        raise ValueError(message() if callable(message) else message)
 
 
 def _require_tensor(name: str, value, ndim: int, dtypes: tuple) -> None:
@@ -148,7 +150,7 @@ class SpecBatch:
         V = self.target_logits.shape[1]
         _require(V >= 1, f"target_logits must have at least one vocabulary column, got shape {tuple(self.target_logits.shape)}")
         _require(bool((self.num_draft_tokens >= 0).all()),
-                 f"num_draft_tokens must be >= 0, got {self.num_draft_tokens.tolist()}")
+                 lambda: f"num_draft_tokens must be >= 0, got {self.num_draft_tokens.tolist()}")
         total = int(self.num_draft_tokens.sum()) if B else 0
         _require(total == T, f"draft_token_ids has {T} entries but num_draft_tokens sums to {total}")
         _require(self.target_logits.shape[0] == T + B,
@@ -177,7 +179,7 @@ class SpecBatch:
                      "target_logits contains NaN (build the batch with allow_nonfinite=True to check SPEC 3.6)")
             _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
         _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
-        _require(bool((self.temperature >= 0).all()), f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
+        _require(bool((self.temperature >= 0).all()), lambda: f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
         _require(bool(torch.isfinite(self.temperature).all()), "temperature must be finite")
         if B and not lo > float("-inf"):
             # A random request needs some finite logit in each row, or softmax is undefined.
@@ -239,17 +241,17 @@ class SpecBatch:
         if self.top_k is not None:
             _require_tensor("top_k", self.top_k, 1, (torch.int64,))
             _require(self.top_k.shape[0] == B, f"top_k must have shape [B] = [{B}], got {tuple(self.top_k.shape)}")
-            _require(bool((self.top_k >= 0).all()), f"top_k must be >= 0 (0 = off), got {self.top_k.tolist()}")
+            _require(bool((self.top_k >= 0).all()), lambda: f"top_k must be >= 0 (0 = off), got {self.top_k.tolist()}")
         if self.top_p is not None:
             _require_tensor("top_p", self.top_p, 1, (torch.float32, torch.float64))
             _require(self.top_p.shape[0] == B, f"top_p must have shape [B] = [{B}], got {tuple(self.top_p.shape)}")
             _require(bool(((self.top_p > 0) & (self.top_p <= 1)).all()),
-                     f"top_p must lie in (0, 1] (1 = off), got {self.top_p.tolist()}")
+                     lambda: f"top_p must lie in (0, 1] (1 = off), got {self.top_p.tolist()}")
         if self.min_p is not None:
             _require_tensor("min_p", self.min_p, 1, (torch.float32, torch.float64))
             _require(self.min_p.shape[0] == B, f"min_p must have shape [B] = [{B}], got {tuple(self.min_p.shape)}")
             _require(bool(((self.min_p >= 0) & (self.min_p < 1)).all()),
-                     f"min_p must lie in [0, 1) (0 = off), got {self.min_p.tolist()}")
+                     lambda: f"min_p must lie in [0, 1) (0 = off), got {self.min_p.tolist()}")
 
 
 FIELDS = ("num_draft_tokens", "draft_token_ids", "target_logits", "draft_probs", "temperature", "top_k", "top_p",

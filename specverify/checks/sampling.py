@@ -32,6 +32,8 @@ from specverify.checks import stats
 from specverify.strategies import Profile
 
 LAUNCH_BYTES = 4 << 30     # a device launch's inputs at most this large (logits, q, injected noise)
+LAUNCH_COPIES = 1 << 16    # and at most this many copies: a kernel that finds its request offsets by
+                           # summing the draft counts before it (ours does) costs O(B^2) in one launch
 PROBE_COPIES = 4   # copies of the first launch of a case with a cost budget: it measures the backend's speed
 PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case before a full launch
 
@@ -206,7 +208,7 @@ def launch_size(case, copies: int, device) -> int:
         return min(copies, case.launch_copies or copies)
     rows = case.k + 1
     per_copy = case.vocab_size * (4 * rows + 4 * case.k + 8)
-    return max(1, min(copies, LAUNCH_BYTES // per_copy))
+    return max(1, min(copies, LAUNCH_COPIES, LAUNCH_BYTES // per_copy))
 
 
 def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bool = False):
@@ -223,7 +225,8 @@ def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bo
     start = time.perf_counter()
 
     def launch(n: int) -> None:
-        batch = case.batch(n, g, device if g.device.type != "cpu" else "cpu").to(device)
+        batch = case.batch(n, g, device if g.device.type != "cpu" else "cpu")
+        batch = batch if batch.device == device else batch.to(device)
         if seeded:
             kwargs = dict(seed=torch.randint(0, 2 ** 62, (n,), generator=g, dtype=torch.int64,
                                              device=g.device).to(device))
