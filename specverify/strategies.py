@@ -57,7 +57,8 @@ class Profile:
     call_timeout: float = 120.0   # seconds one backend call may take before the backend is declared hung
     deadline: float = 900.0       # seconds the whole CLI run may take; then the rest is reported not run
     # seconds a production-vocabulary statistical case may take, projected from a measured first launch
-    # (over it the case is n/a with the measurement); None: always run it
+    # (over it the case is n/a with the measurement; with detect_tv_later, it draws what the budget buys
+    # and says so); None: always run it
     large_case_budget: float | None = 30.0
     large_case_copies: int | None = 1_000   # at most this many copies of such a case; None: the case's own cap
     notes: tuple = field(default_factory=tuple)
@@ -94,7 +95,7 @@ PROFILES = {
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        detect_tv=0.001, detect_tv_later=0.002, family_alpha=1e-3, device="cuda",
                        check_timeout=1800.0,
-                       call_timeout=300.0, deadline=3600.0, large_case_budget=None, large_case_copies=None,
+                       call_timeout=300.0, deadline=3600.0, large_case_budget=120.0, large_case_copies=None,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),

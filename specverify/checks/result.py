@@ -93,6 +93,8 @@ class CheckResult:
             rate, share = self.sampling["samples_per_second"], self.sampling.get("backend_share") or 0.0
             text += (f"\n      sampled {self.sampling['copies']:,} copies in {self.sampling['launches']} launch(es): "
                      f"{rate:,.0f} samples/s, {share:.0%} of the time in the backend")
+            if self.sampling.get("budget_cut"):
+                text += f"; budget: {self.sampling['budget_cut']}"
         if self.counterexample and self.status == FAIL:
             text += "\n      counterexample:\n" + "\n".join(f"        {line}" for line in self.counterexample.splitlines())
         if self.reproducer and self.status == FAIL:

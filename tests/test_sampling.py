@@ -1,0 +1,134 @@
+"""The statistical checks' sampling (specverify.checks.sampling): the per-position plan, the device-side
+tally, the chunked launches and the budget cut. These are the harness's own machinery: a plan that
+under-samples a late position, or a tally that drops or double-counts a chunk, would make every
+statistical verdict weaker than it says."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from reference import SpecOutput
+from specverify.kernels.cpu import CpuBackend
+from specverify.checks import run_check, sampling, stats
+from specverify.checks.result import CheckResult
+from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES
+from specverify.checks.statistical import EVALUATORS, case_plan, check_alpha, stat_copies
+from specverify.strategies import get_profile
+
+PLANNED = replace(get_profile("ci"), detect_tv=0.05, detect_tv_later=0.08)
+
+
+@pytest.mark.parametrize("case", [c for c in STAT_CASES if "token_distribution" in c.checks], ids=lambda c: c.name)
+def test_plan_gives_every_position_its_target_power(case):
+    """With detect_tv_later set, each position's expected samples (copies times the exact reach
+    probability) detect its target TV with power 0.99 at the check's per-position alpha: late positions,
+    which few requests reach, are what the plan is for."""
+    alpha = check_alpha(PLANNED) / (case.depth + 1)
+    chosen = case_plan(case, PLANNED)
+    assert chosen.target == (0.05,) + (0.08,) * case.depth
+    for j, samples in enumerate(chosen.samples()):
+        if chosen.reach[j] > 0:
+            detectable = stats.min_tv_detectable_by_chi2_test(samples, sampling.position_dof(case, j), alpha)
+            assert detectable <= chosen.target[j], (j, samples, detectable)
+
+
+def test_plan_without_later_targets_keeps_the_profiles_copies_and_caps():
+    """The CPU profiles keep their sizes: position 0's common count, and the cases' own caps (the
+    production-vocabulary case's included), so that their run times do not move."""
+    ci = get_profile("ci")
+    assert case_plan(STAT_CASE_BY_NAME["dense_q"], ci).copies == stat_copies(ci)
+    capped = case_plan(STAT_CASE_BY_NAME["large_vocab_tiles"], ci)
+    assert capped.copies == ci.large_case_copies and capped.fixed
+
+
+def test_reach_is_the_exact_probability_of_reaching_each_position():
+    """reach_0 = 1 and reach_{j+1} = reach_j * P(accept at j | reached j), from the exact law."""
+    case = STAT_CASE_BY_NAME["dense_q"]
+    r = sampling.reach(case)
+    assert r[0] == pytest.approx(1.0)
+    for j in range(case.depth):
+        assert r[j + 1] == pytest.approx(r[j] * float(case.acceptance_by_position[j]), rel=1e-9)
+
+
+def _exact_outputs(case, chunks, size, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [case.draw_exact(size, g) for _ in range(chunks)]
+
+
+@pytest.mark.parametrize("name", ["dense_q", "block", "tree_onehot_topk"])
+def test_tally_of_chunks_equals_the_tally_of_their_concatenation(name):
+    """Counting launch by launch gives the counts of one big launch: token counts per position, the
+    num_accepted histogram, the accepted sum and the sequences; so every check's statistic is the same."""
+    case = STAT_CASE_BY_NAME[name]
+    outs = _exact_outputs(case, 3, 500)
+    chunked = sampling.Tally(case.depth, case.vocab_size, sequences=True)
+    for out in outs:
+        chunked.add(out)
+    whole = sampling.Tally.of(case, SpecOutput(torch.cat([o.token_ids for o in outs]),
+                                               torch.cat([o.num_accepted for o in outs])))
+    assert torch.equal(chunked.tokens(), whole.tokens())
+    assert [chunked.reached(j) for j in range(case.depth + 2)] == [whole.reached(j) for j in range(case.depth + 2)]
+    assert chunked.accepted_sum() == whole.accepted_sum() and chunked.samples == whole.samples == 1500
+    assert chunked.sequences == whole.sequences
+
+
+def test_tally_names_ids_outside_the_vocabulary_by_position():
+    """An id outside [0, V) at a reached position is recorded there (and fails token_distribution);
+    one past num_accepted is not the check's business (output_structure's)."""
+    case = STAT_CASE_BY_NAME["dense_q"]
+    V = case.vocab_size
+    out = SpecOutput(torch.tensor([[1, V, -1, -1], [2, 3, V + 5, -1]]), torch.tensor([1, 1]))
+    tally = sampling.Tally.of(case, out)
+    assert tally.outside == {1: [V]}
+    result = CheckResult("token_distribution", "dense_q", "x", "statistical", "pass", alpha=1e-3)
+    EVALUATORS["token_distribution"](result, case, tally)
+    assert result.status == "fail" and f"position 1: emitted ids outside [0, {V})" in result.message
+
+
+def test_counts_outside_the_num_accepted_range_are_kept_apart():
+    """num_accepted below 0 or past the depth lands in the histogram's end bins: it never counts as a
+    request that reached position 0 (below) and counts as reaching every position (above)."""
+    case = STAT_CASE_BY_NAME["dense_q"]
+    out = SpecOutput(torch.tensor([[1, -1, -1, -1], [1, 2, 3, 4], [0, -1, -1, -1]]), torch.tensor([-1, 9, 0]))
+    tally = sampling.Tally.of(case, out)
+    assert tally.reached(0) == 2 and tally.reached(case.depth) == 1 and tally.accepted_sum() == 8
+
+
+def test_statistical_result_records_its_plan_and_speed():
+    """The JSON of a statistical check carries the plan (reach, targets, expected samples per position)
+    and the speed (copies, launches, samples/s, the backend's share): the nightly's figures come from it."""
+    result = run_check(CpuBackend(), "acceptance_rate", "dense_q", replace(get_profile("ci"), stat_copies=2_000))
+    s = result.to_json()["sampling"]
+    assert s["copies"] == 2_000 and s["launches"] == 1 and s["samples_per_second"] > 0
+    assert 0 < s["backend_share"] <= 1 and len(s["reach"]) == 4 and s["budget_cut"] is None
+    assert "samples/s" in result.line()
+
+
+def test_a_planned_profile_draws_what_the_budget_buys_and_says_so(monkeypatch):
+    """On a profile with later-position targets, a production-vocabulary case (one with a launch size)
+    projected over its budget is cut to what the budget buys at the measured speed, never n/a and never
+    silently: the result names the cut and says where the power falls short of the plan. The case is
+    dense_q given a launch size, and every clock reading is 10 s after the last."""
+    clock = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(sampling, "_clock", lambda: next(clock))
+    slow = replace(STAT_CASE_BY_NAME["dense_q"], name="large_vocab_tiles", launch_copies=50)
+    monkeypatch.setitem(STAT_CASE_BY_NAME, "large_vocab_tiles", slow)
+    profile = replace(get_profile("ci"), detect_tv=0.05, detect_tv_later=0.08, large_case_budget=100.0)
+    result = run_check(CpuBackend(), "token_distribution", "large_vocab_tiles", profile)
+    cut, copies = result.sampling["budget_cut"], result.sampling["copies"]
+    assert cut and copies < result.sampling["planned_copies"], result.line()
+    assert copies == 166 and "the profile's budget is 100 s" in cut     # 100 s buys 50 copies per 30 s
+    assert "power short of the plan" in result.message
+
+
+def test_over_budget_is_not_applicable_on_an_unplanned_profile(monkeypatch):
+    """The CPU profiles keep the old rule: a probe projecting far over the budget makes the case n/a,
+    with the measurement in the reason."""
+    clock = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(sampling, "_clock", lambda: next(clock))
+    slow = replace(STAT_CASE_BY_NAME["dense_q"], name="large_vocab_tiles", launch_copies=50)
+    monkeypatch.setitem(STAT_CASE_BY_NAME, "large_vocab_tiles", slow)
+    result = run_check(CpuBackend(), "token_distribution", "large_vocab_tiles",
+                       replace(get_profile("ci"), large_case_budget=100.0))
+    assert result.status == "n/a" and "over the profile's budget of 100 s" in result.message
