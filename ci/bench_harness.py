@@ -11,6 +11,10 @@ Rows, each run as a subprocess from the checkout (its packages first on PYTHONPA
     d  specverify check MUTANT --checks differential_injected      a failing check, over the same check
        against specverify check cpu --checks differential_injected passing (the ratio is the figure)
 
+    --samples BACKEND [--profile P] [--device D]   per statistical check: copies, launches, samples/s,
+    --samples-from REPORT.json                     the backend's share of the time, det99 (from the
+                                                   report's ``sampling`` records; a device run's too)
+
 Rows a and b take many minutes on two cores; --only picks rows. The targets are for two idle cores:
 the load average is printed before and after, and a run on a busy machine says so beside its table.
 CPU time (user + system of the command and its children) is printed too: it moves less with load.
@@ -138,6 +142,33 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STATISTICAL = "token_distribution,acceptance_rate,synthetic_rate,accepted_length,sequence_distribution"
+
+
+def samples_table(report: dict) -> str:
+    """Markdown: each statistical check's sampling speed and power, from a check run's JSON report."""
+    lines = [f"backend `{report['backend']}`, profile `{report['profile']}`, device {report['device']}", "",
+             "| check | copies | launches | samples/s | backend share | det99 (worst position) | budget cut | s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in report["results"]:
+        s = r.get("sampling")
+        if not s:
+            continue
+        det = r.get("detectable")
+        det = f"{float(det):.4f} {r.get('detectable_measure') or ''}" if det not in (None, "inf") else "-"
+        lines.append(f"| {r['check']}[{r['case']}] | {s['copies']:,} | {s['launches']:,} | "
+                     f"{s['samples_per_second'] or 0:,.0f} | {s['backend_share'] or 0:.0%} | {det} | "
+                     f"{'yes' if s.get('budget_cut') else ''} | {r['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def samples(backend: str, profile: str, device: str, timeout: float) -> str:
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-harness-samples-{os.getpid()}.json"
+    cli = specverify_command() + ["check", backend, "--profile", profile, "--checks", STATISTICAL, "--json", str(out)]
+    run(cli + (["--device", device] if device else []), REPO, timeout)
+    return samples_table(json.loads(out.read_text()))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=REPO, help="repository to measure (default: this one)")
@@ -146,7 +177,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results, with output tails")
     parser.add_argument("--pytest-args", default="",
                         help='extra arguments for row a, given as --pytest-args="--durations=40"')
+    parser.add_argument("--samples", metavar="BACKEND", help="tabulate the statistical checks' sampling speed")
+    parser.add_argument("--samples-from", type=Path, metavar="REPORT", help="the same table from a JSON report")
+    parser.add_argument("--profile", default="ci", help="profile of --samples (default ci)")
+    parser.add_argument("--device", default=None, help="device of --samples (default: the profile's)")
     args = parser.parse_args(argv)
+    if args.samples_from or args.samples:
+        print(samples_table(json.loads(args.samples_from.read_text())) if args.samples_from
+              else samples(args.samples, args.profile, args.device, args.timeout))
+        return 0
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
     unknown = [k for k in keys if k not in ROWS]
     if unknown:
