@@ -117,9 +117,9 @@ class Tally:
         self.sequences = Counter() if sequences else None
 
     @classmethod
-    def of(cls, case, out: SpecOutput) -> "Tally":
+    def of(cls, case, out: SpecOutput, sequences: bool = True) -> "Tally":
         """The tally of one output (every check's evaluation takes a tally; calibration passes outputs)."""
-        tally = cls(case.depth, case.vocab_size, out.token_ids.device, sequences=True)
+        tally = cls(case.depth, case.vocab_size, out.token_ids.device, sequences)
         tally.add(out)
         return tally
 

@@ -101,9 +101,9 @@ def statistical_needs(case_name: str) -> Needs:
                  dense_draft_probs=case.q is not None)
 
 
-def _tally(case: StatCase, data) -> sampling.Tally:
+def _tally(case: StatCase, data, sequences: bool = False) -> sampling.Tally:
     """The evaluators take a Tally (the checks) or a whole output (the calibration's exact draws)."""
-    return data if isinstance(data, sampling.Tally) else sampling.Tally.of(case, data)
+    return data if isinstance(data, sampling.Tally) else sampling.Tally.of(case, data, sequences)
 
 
 def _token_distribution(result, case: StatCase, data) -> None:
@@ -204,7 +204,7 @@ def _accepted_length(result, case: StatCase, data) -> None:
 def _sequence_distribution(result, case: StatCase, data) -> None:
     """Emitted sequences (accepted prefix and extra token) against the exact joint law: one chi-square
     over every possible sequence, small cells merged."""
-    counts = _tally(case, data).sequences
+    counts = _tally(case, data, sequences=True).sequences
     gof = stats.chi_square_gof(case.sequences, counts)
     result.samples, result.statistic, result.p_value = gof.samples, gof.statistic, gof.p_value
     if gof.impossible:
