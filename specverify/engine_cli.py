@@ -3,12 +3,14 @@
 The engine checks run in this process, one after the other; a sequence case splits its samples over
 ``-n`` forked workers (seed i for sample i, counts summed: the same counts whatever ``-n``). The report,
 the JSON, the JUnit XML and the verdict are the kernel checks' own; a failure writes a ``.txt``
-reproducer naming the check, the case and the Python that regenerates it.
+reproducer naming the check, the case and the Python that regenerates it, and a ``.json`` one that
+``specverify replay`` re-runs (``replay_engine``): STILL FAILS or PASSES.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import platform
 import sys
@@ -16,23 +18,74 @@ import time
 
 import torch
 
-from specverify.checks.result import FAIL, NOT_RUN, CheckResult
+from specverify.checks.result import FAIL, KNOWN, NOT_RUN, PASS, CheckResult
 from specverify.engines import ENGINE_CHECKS, engine_alpha, engine_plan, run_engine_check
+from specverify.registry import get_engine
 from specverify.report import document, junit_xml, summary, write_json
+from specverify.strategies import get_profile
 from specverify.verdict import RecordedCapabilities, parse_requirements, verdict
 
 ENGINE_DECLARES = frozenset({"standard", "greedy", "seeded"})
+ENGINE_REPRODUCER = "specverify engine reproducer"
 
 
 def _write_reproducer(result: CheckResult, directory: str, spec: str, profile) -> None:
+    """A failed engine check leaves ``NAME.txt`` (the failure and the Python that regenerates it) and
+    ``NAME.json``, which ``specverify replay NAME.json ENGINE`` re-runs: the check, its case and the profile
+    fix the seeds and the sample count, so a replay on the same engine draws the same samples."""
     os.makedirs(directory, exist_ok=True)
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{result.backend}-{result.check}-{result.case}")
-    path = os.path.join(directory, safe + ".txt")
-    with open(path, "w") as f:
+    path = os.path.join(directory, safe)
+    with open(path + ".txt", "w") as f:
         f.write(f"engine check {result.id} of {spec} failed on profile {profile.name}:\n{result.message}\n\n"
                 f"{result.counterexample or ''}")
-    result.reproducer = path
-    result.replay = f"specverify check {spec} --profile {profile.name} --checks {result.check} --cases {result.case}"
+    with open(path + ".json", "w") as f:
+        json.dump({"kind": ENGINE_REPRODUCER, "engine": spec, "backend": result.backend, "check": result.check,
+                   "case": result.case, "profile": profile.name, "samples": result.samples,
+                   "message": result.message}, f, indent=1)
+    result.reproducer = path + ".json"
+    result.replay = f"specverify replay {path}.json {spec}"
+
+
+def is_engine_reproducer(path: str) -> bool:
+    """Whether ``path`` is an engine reproducer (``_write_reproducer``'s JSON)."""
+    try:
+        with open(path) as f:
+            return json.load(f).get("kind") == ENGINE_REPRODUCER
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def replay_engine(path: str, spec: str, workers: int | None = None) -> int:
+    """Re-run the failed engine check of the reproducer at ``path`` on the engine ``spec`` names, on the
+    recorded case and profile: exit 1 while it still fails (a declared deviation included), 0 when it
+    passes, 2 when it cannot be replayed there (with the reason)."""
+    with open(path) as f:
+        repro = json.load(f)
+    print(f"reproducer: {repro['check']}[{repro['case']}], recorded on engine {repro['backend']!r} "
+          f"(profile {repro['profile']})\nrecorded failure: {repro['message']}")
+    engine = get_engine(spec)
+    if engine is None:
+        print(f"cannot replay on {spec!r}: not an engine adapter (SPEC 8)", file=sys.stderr)
+        return 2
+    case = next((c for c in engine.cases if c.name == repro["case"]), None)
+    if case is None or repro["check"] not in ENGINE_CHECKS:
+        print(f"cannot replay on {spec!r}: it has no case {repro['case']!r} or no check {repro['check']!r}",
+              file=sys.stderr)
+        return 2
+    workers = workers or os.cpu_count() or 1
+    print(f"re-running {repro['check']}[{case.name}] on {engine.name!r}, profile {repro['profile']}, samples "
+          f"split over {workers} worker(s): the same seeds as the failing run")
+    result = run_engine_check(engine, repro["check"], case, get_profile(repro["profile"]), workers=workers)
+    print(result.line())
+    if result.status in (FAIL, KNOWN):
+        print("STILL FAILS" + (f", as a declared deviation ({result.deviation})" if result.status == KNOWN else ""))
+        return 1
+    if result.status != PASS:
+        print(f"cannot replay: {result.status}", file=sys.stderr)
+        return 2
+    print(f"PASSES: {engine.name!r} no longer fails {result.id}")
+    return 0
 
 
 def check_engine(args, profile, engine) -> int:

@@ -6,7 +6,8 @@ noise by a backend without a seeded path). Each request's expected and actual to
 with the decision margin where they differ. A "pair" reproducer (a failure no single call shows: the
 same call gave two outputs, under two poison fills or twice) makes that call again under each
 recorded condition and compares the outputs. A "check" reproducer re-runs its check on its case in
-a worker process, as ``specverify check`` does. Exit status: 1 while the backend still fails, 0
+a worker process, as ``specverify check`` does. An engine reproducer (SPEC 8, JSON) re-runs its engine
+check on its case and profile (``engine_cli.replay_engine``). Exit status: 1 while the backend still fails, 0
 when it agrees, 2 when the reproducer cannot be replayed on that backend (with the reason).
 """
 
@@ -54,6 +55,9 @@ def _path_for(call: Call, caps, device: str) -> tuple[Call | None, str]:
 
 
 def replay_file(path: str, spec: str, device: str | None = None) -> int:
+    from specverify.engine_cli import is_engine_reproducer, replay_engine  # noqa: PLC0415 - engines: SPEC 8
+    if is_engine_reproducer(path):
+        return replay_engine(path, spec)
     try:
         repro = load(path)
     except (OSError, RuntimeError) as exc:

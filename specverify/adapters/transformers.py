@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specverify.backends import Deviation
 from specverify.engines import EngineCase, Sampling
 
 V = 8
@@ -22,23 +23,46 @@ SPEC = "specverify.adapters.transformers:assisted"
 
 # Models: (seed, layers, scale of the output head). The target's laws are spread over a few tokens;
 # "flat" is a drafter flatter than the target, "sharp" one sharper (both disagree with it, so a wrong q
-# moves the emitted law).
-MODELS = {"target": (0, 2, 12.0), "flat": (1, 1, 10.0), "sharp": (2, 1, 40.0)}
+# moves the emitted law). One layer each: a forward pass is mostly transformers' own overhead, and a
+# second target layer cost 10% of the run for nothing the check needs.
+MODELS = {"target": (0, 1, 12.0), "flat": (1, 1, 10.0), "sharp": (2, 1, 40.0)}
 
-PROMPT = (1, 5, 2)
+# Draft schedules: "constant" (k drafts a step), "heuristic" (transformers': k, then +2 after a step that
+# accepts every draft, -1 otherwise), "confidence" (transformers' default: up to k, stopping after a draft
+# the drafter gives less than CONFIDENCE, its assistant_confidence_threshold). The first two turn that
+# threshold off, so that they draft k.
+CONFIDENCE = 0.4
+
+# transformers 5.24.0: the candidate generator hands the assistant's generate the target's processors as
+# ``logits_processor``, and generate appends the warpers its generation config asks for after merging the
+# custom ones (``_get_logits_processor``): temperature, top-k, top-p and min-p reach the drafter twice. It
+# drafts from, and hands over, that law: lossless, but the drafter is not the one asked for (at T = 0.25 the
+# first draft is accepted 1.7% of the time instead of 30%). docs/kernels.md, "transformers engine".
+TWICE = "transformers 5.24.0 applies the target's warpers to the assistant twice: docs/kernels.md"
+DEVIATIONS = (Deviation("engine_draft_law", "*", TWICE, r"its processors applied twice"),)
+PROMPT_LOOKUP = "prompt_lookup"    # transformers' prompt-lookup candidate generator: no drafter model
 GREEDY_PROMPTS = tuple(tuple((7 * i + 3 * j + 1) % V for j in range(1 + i % 4)) for i in range(24))
 
+# The sampled cases are chosen for power at few samples: the law of their first two tokens is held by few
+# sequences (the chi-square's degrees of freedom set the samples a det99 of 0.05 costs: about 4,500 at 3,
+# 10,000 at 63), and the drafters disagree with the target (the first draft accepted 30% to 70% of the time),
+# so that a 5% shift of the q handed over moves the first token's law by 5% (``engines.q_shift_seen``). Every
+# case has a temperature other than 1 (its q is then wrong before the processors); a case of temperature
+# alone needs at least 6,000 samples (its law spreads over more sequences) and no mutant needs it.
 CASES = (
-    EngineCase("temperature", PROMPT, Sampling(temperature=0.5), "flat", 2, doc="temperature below 1"),
-    EngineCase("top_k", PROMPT, Sampling(temperature=1.5, top_k=4), "flat", 3, doc="top-k after temperature"),
-    EngineCase("top_p", PROMPT, Sampling(temperature=1.0, top_p=0.8), "flat", 4, doc="top-p"),
-    EngineCase("sharp_drafter", PROMPT, Sampling(temperature=1.0), "sharp", 2, doc="a drafter sharper than the target"),
-    EngineCase("one_draft", (4, 4), Sampling(temperature=1.0), "flat", 1,
-               doc="one draft per step: a rejection leaves the second token to the next step"),
-    EngineCase("heuristic", PROMPT, Sampling(temperature=0.8, min_p=0.05), "flat", 3, "heuristic",
-               doc="the heuristic draft schedule, min-p"),
-    EngineCase("greedy", PROMPT, Sampling(temperature=0.0), "sharp", 3, length=4, prompts=GREEDY_PROMPTS,
+    EngineCase("top_k", (2, 7, 4), Sampling(temperature=1.5, top_k=2), "flat", 2,
+               doc="top-k after temperature, a flat drafter, two drafts a step: every engine mutant moves it"),
+    EngineCase("sharp_drafter", (1, 5, 2), Sampling(temperature=1.5, top_k=3), "sharp", 4, "heuristic",
+               doc="a drafter sharper than the target, four drafts, then the heuristic's three after a rejection"),
+    EngineCase("top_p_min_p", (2, 7, 4), Sampling(temperature=0.7, top_p=0.8, min_p=0.3), "flat", 3, "confidence",
+               doc="top-p and min-p below temperature 1, drafts stopped by the drafter's confidence "
+                   "(transformers' default schedule): one to three a step"),
+    EngineCase("prompt_lookup", (1, 5, 2, 3, 1, 5), Sampling(temperature=1.0, top_k=2), PROMPT_LOOKUP, 3,
+               doc="prompt-lookup candidates: no q, the target's samples are compared with them"),
+    EngineCase("greedy", (1, 5, 2), Sampling(temperature=0.0), "sharp", 3, length=4, prompts=GREEDY_PROMPTS,
                doc="greedy: speculative == plain"),
+    EngineCase("greedy_prompt_lookup", (1, 5, 2), Sampling(temperature=0.0), PROMPT_LOOKUP, 3, length=4,
+               prompts=GREEDY_PROMPTS, doc="greedy prompt lookup: speculative == plain"),
 )
 
 
@@ -75,26 +99,41 @@ class TransformersEngine:
         self.cases = CASES
         self.models = {name: _model(*args) for name, args in MODELS.items()}
         self.target = self.models["target"]
-        self._first = None
+        self._first = self._first_q = None
+        self.deviations = DEVIATIONS
+
+        class StopAt(transformers.StoppingCriteria):
+            """Stops a generation once it holds ``length`` tokens (``StoppingCriteria``, as a user writes one)."""
+
+            def __init__(self, length: int) -> None:
+                self.length = length
+
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.length, dtype=torch.bool)
+        self._stop_at = lambda length: transformers.StoppingCriteriaList([StopAt(length)])
 
     def describe(self) -> str:
         return (f"engine: transformers assisted generation, tiny random Llama target and drafters (V = {V}); "
                 f"{len(self.cases)} cases")
 
     def _drafter(self, case: EngineCase):
-        drafter = self.models[case.drafter]
-        drafter.generation_config.num_assistant_tokens = case.draft_tokens   # reset: the heuristic keeps state
-        drafter.generation_config.num_assistant_tokens_schedule = case.schedule
+        """The case's drafter, its schedule set (every call: the heuristic writes its draft count back)."""
+        drafter, config = self.models[case.drafter], self.models[case.drafter].generation_config
+        config.num_assistant_tokens = case.draft_tokens
+        config.num_assistant_tokens_schedule = "heuristic" if case.schedule == "heuristic" else "constant"
+        config.assistant_confidence_threshold = CONFIDENCE if case.schedule == "confidence" else 0.0
         return drafter
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, case: EngineCase, prompt: tuple, seed: int) -> list:
         import transformers.generation.utils as utils  # noqa: PLC0415
         ids = torch.tensor([list(prompt)], dtype=torch.long)
-        verify, self._first = utils._speculative_sampling, None   # whatever is installed (a mutant's patch)
+        verify, self._first, self._first_q = utils._speculative_sampling, None, None   # a mutant's patch too
 
-        def traced(*args, **kw):
-            tokens, n_matches = verify(*args, **kw)
+        def traced(candidate_input_ids, candidate_logits, *args, **kw):
+            if self._first_q is None:      # as handed over, before a mutant's patch changes it
+                self._first_q = candidate_logits[0, 0].double().softmax(-1).numpy()
+            tokens, n_matches = verify(candidate_input_ids, candidate_logits, *args, **kw)
             if self._first is None:
                 self._first = int(n_matches)
             return tokens, n_matches
@@ -108,16 +147,33 @@ class TransformersEngine:
         """Drafts the verifier accepted at the first step of the last ``generate`` call."""
         return self._first
 
+    def first_q(self):
+        """[V] the q the verifier was handed for the first draft of the last ``generate`` call."""
+        return self._first_q
+
+    def diagnose_q(self, case: EngineCase, prefix: tuple, q) -> str | None:
+        """What a q that is not the drafter's law is, where this adapter knows (``engine_draft_law``)."""
+        twice = self._law(self.models[case.drafter], prefix, case.sampling, times=2)
+        if np.abs(np.asarray(q) - twice).max() <= 1e-5:
+            return "it is the drafter's law with its processors applied twice (" + TWICE + ")"
+        return None
+
     def _generate(self, case: EngineCase, ids, seed: int) -> list:
-        torch.manual_seed(seed)
-        # one past L: the loop's last token is never drafted, so generating only L would leave the drafter out
-        # of the last steps; the law of the first L tokens does not depend on what follows them
-        new = case.length + 1
-        out = self.target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=self._drafter(case),
-                                   max_new_tokens=new, min_new_tokens=new, **_sampling_kwargs(case.sampling))
+        # torch.manual_seed's generator, without the lazy seeding of absent CUDA, XPU and MTIA devices
+        torch.random.default_generator.manual_seed(seed)
+        # The loop drafts at most max_length - length - 1 tokens, so a budget of only L new tokens would cap the
+        # drafts (at L - 1 in the first step, none in the last); L + max(k, 2) - 1 leaves every step before the
+        # L-th token its k drafts, and the loop stops after the step that reaches L: the first L tokens do not
+        # depend on what follows them.
+        budget = case.length + max(case.draft_tokens, 2) - 1
+        drafter = ({"prompt_lookup_num_tokens": case.draft_tokens} if case.drafter == PROMPT_LOOKUP
+                   else {"assistant_model": self._drafter(case)})
+        out = self.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                                   stopping_criteria=self._stop_at(ids.shape[1] + case.length),
+                                   **drafter, **_sampling_kwargs(case.sampling))
         return out[0, ids.shape[1]:ids.shape[1] + case.length].tolist()
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate_plain(self, case: EngineCase, prompt: tuple, seed: int) -> list:
         ids = torch.tensor([list(prompt)], dtype=torch.long)
         torch.manual_seed(seed)
@@ -129,18 +185,25 @@ class TransformersEngine:
         return self._law(self.target, prefix, sampling)
 
     def draft_law(self, case: EngineCase, prefix: tuple):
-        """The drafter's law for ``prefix`` after the same processors: the q its first draft is drawn from."""
+        """The drafter's law for ``prefix`` after the same processors: the q its first draft is drawn from;
+        None for prompt lookup, whose candidates are copied from the prompt, not drawn."""
+        if case.drafter == PROMPT_LOOKUP:
+            return None
         return self._law(self.models[case.drafter], prefix, case.sampling)
 
-    @torch.no_grad()
-    def _law(self, model, prefix: tuple, sampling: Sampling):
+    @torch.inference_mode()
+    def _law(self, model, prefix: tuple, sampling: Sampling, times: int = 1):
+        """[V] float64: ``model``'s next-token law for ``prefix`` after the processors generate builds for
+        ``sampling`` (applied ``times`` times: ``diagnose_q``)."""
         from transformers import GenerationConfig  # noqa: PLC0415
         ids = torch.tensor([list(prefix)], dtype=torch.long)
-        logits = model(ids, attention_mask=torch.ones_like(ids)).logits[:, -1, :].float()
+        scores = model(ids, attention_mask=torch.ones_like(ids)).logits[:, -1, :].float()
         config = GenerationConfig(**_sampling_kwargs(sampling))
         processors = model._get_logits_processor(generation_config=config, input_ids_seq_length=ids.shape[1],
-                                                       device="cpu", model_kwargs={})
-        scores = processors(ids, logits)[0].double()
+                                                 device="cpu", model_kwargs={})
+        for _ in range(times):
+            scores = processors(ids, scores)
+        scores = scores[0].double()
         if sampling.greedy:
             law = np.zeros(V)
             law[int(scores.argmax())] = 1.0

@@ -104,6 +104,7 @@ class MutantEngine:
         self.engine, self.patch = engine, patch
         self.name = f"{engine.name}+{name}"
         self.vocab_size, self.cases = engine.vocab_size, engine.cases
+        self.deviations = engine.deviations     # the library's own, declared: a mutant's failure must differ
         self.describe = lambda: f"{engine.describe()}; MUTANT {name}: the library patched for the run"
 
     def generate(self, case, prompt, seed):
@@ -112,6 +113,12 @@ class MutantEngine:
 
     def first_accepted(self):
         return self.engine.first_accepted()
+
+    def first_q(self):
+        return self.engine.first_q()
+
+    def diagnose_q(self, case, prefix, q):
+        return self.engine.diagnose_q(case, prefix, q)
 
     def draft_law(self, case, prefix):
         return self.engine.draft_law(case, prefix)
@@ -139,12 +146,12 @@ class EngineMutant:
 # every position, whatever q the drafts came from; only the acceptance drops, to sum p q from sum min(p, q).
 ENGINE_MUTANTS = {m.name: m for m in (
     EngineMutant("greedy_drafter", greedy_drafter, "transformers #32867: greedy drafter, sampling target",
-                 ("temperature", "one_draft")),
-    EngineMutant("q_dropped", q_dropped, "vLLM #40269: draft probabilities taken as 1", ("temperature", "top_p"),
+                 ("top_k", "top_p_min_p")),
+    EngineMutant("q_dropped", q_dropped, "vLLM #40269: draft probabilities taken as 1", ("top_k", "top_p_min_p"),
                  "engine_acceptance"),
-    EngineMutant("q_stale", q_stale, "vLLM #37639: q from the previous step", ("temperature", "sharp_drafter")),
+    EngineMutant("q_stale", q_stale, "vLLM #37639: q from the previous step", ("top_k", "top_p_min_p")),
     EngineMutant("q_before_processors", q_before_processors,
-                 "transformers #47932: q before the drafter's processors", ("temperature", "top_k")),
+                 "transformers #47932: q before the drafter's processors", ("top_k", "top_p_min_p")),
 )}
 
 
