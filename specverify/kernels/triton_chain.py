@@ -20,6 +20,8 @@ onwards, T = sum k_b, K1 = K + 1 output columns; the scratch layout is ``triton_
         exp_ptr         [B, V]      float32 Exp(1), row stride stride_exp (both unread when SEEDED)
         seeds_ptr       [B]         int64 Philox keys (read when SEEDED)
         rates_ptr       [n >= K]    float32 synthetic conditional rates (read when SYNTHETIC)
+        cut_ptr         [6, B K1]   float32 target-filter records of ``triton_filter`` (read when FILTERED):
+                                    p' replaces p, its kept mass the row sum
         scratch_ptr     [words]     int64: reads pass 1's partials (and part_mass when BLOCK), merges the race
         token_ids_ptr   [B, K1]     int64 (out), num_accepted_ptr [B] int64 (out)
     Integers: V, K1, S1 (pass 1's splits per row), n_part = B K1 S1, ints_at and stats_at (scratch offsets
@@ -33,6 +35,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
+from specverify.kernels.triton_filter import kept
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -99,10 +102,10 @@ def _row_stats_kernel(
 @triton.jit
 def _decide_race_kernel(
     logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, temperature_ptr, num_draft_ptr,
-    uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr,
+    uniform_ptr, exp_ptr, stride_exp, seeds_ptr, rates_ptr, cut_ptr,
     scratch_ptr, token_ids_ptr, num_accepted_ptr,
     V, K1, S1, n_part, ints_at, stats_at, S2, chunk,
-    HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_Q: tl.constexpr, SEEDED: tl.constexpr, SYNTHETIC: tl.constexpr, BLOCK: tl.constexpr, FILTERED: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
@@ -123,10 +126,21 @@ def _decide_race_kernel(
     is_draft = jj < k_b
     row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
                                            b, k_b, K1, S1, BLOCK_K, BLOCK_S)
+    if FILTERED:
+        n_rows = tl.num_programs(0) * K1
+        row_sum = tl.load(cut_ptr + 3 * n_rows + b * K1 + jj, mask=jj <= k_b, other=1.0)
 
     # ---- the acceptance test at every draft position, vectorised
     x, hole, p_x, q_x = at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, row0, k_b,
                                   inv_t, row_max, row_sum, HAS_Q, BLOCK_K)
+    if FILTERED:
+        x_at = tl.where(hole, 0, x)
+        rec = cut_ptr + b * K1 + jj
+        x_logit = tl.load(logits_ptr + (row0 + jj) * stride_logits + x_at, mask=is_draft, other=0.0).to(tl.float32)
+        keep_x, e_x = kept(x_logit, x_at, tl.load(rec, mask=is_draft, other=0.0),
+                           tl.load(rec + n_rows, mask=is_draft, other=0.0).to(tl.int32),
+                           tl.load(rec + 2 * n_rows, mask=is_draft, other=0.0), inv_t, row_max)
+        p_x = tl.where(keep_x, p_x, 0.0)
     if SEEDED:
         u = philox_uniform(seed, jj, 0)
     else:
@@ -180,11 +194,18 @@ def _decide_race_kernel(
         best_w_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
         best_p = tl.full([BLOCK_V], -1.0, tl.float32)
         best_p_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
+        if FILTERED:
+            rec_n = cut_ptr + b * K1 + n_acc
+            cut_val, cut_idx, floor = tl.load(rec_n), tl.load(rec_n + n_rows).to(tl.int32), tl.load(rec_n + 2 * n_rows)
         for start in range(lo, hi, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
             mask = offs < hi
             logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
-            p = tl.exp(logit * inv_t - n_max) * inv_sum
+            if FILTERED:
+                keep, e = kept(logit, offs, cut_val, cut_idx, floor, inv_t, n_max)
+                p = tl.where(keep, e * inv_sum, 0.0)
+            else:
+                p = tl.exp(logit * inv_t - n_max) * inv_sum
             wp = w_n * p          # w_n = 1 but for the block rule
             if SEEDED:
                 expo = neg_log(philox_uniform(seed, offs, 1))
@@ -222,6 +243,12 @@ def _decide_race_kernel(
         tl.store(num_accepted_ptr + b, n_acc.to(tl.int64))
 
 
+def with_cut(pass2: tuple, record) -> tuple:
+    """Pass 2's launch step reading the target-filter records ``record`` (``triton_filter.cut_launch``)."""
+    kernel, grid, args, meta, key, stream = pass2
+    return kernel, grid, args[:12] + (record,) + args[13:], dict(meta, FILTERED=True), key and key + ("cut",), stream
+
+
 def chain_launches(rows: tuple, noise: tuple, outs: tuple, buf, grids: tuple, ints: tuple, metas: tuple, key,
                    stream) -> tuple[tuple, tuple]:
     """Pass 1 and pass 2 as launch steps (kernel, grid, args, meta, fast-launch key, stream) for
@@ -232,6 +259,7 @@ def chain_launches(rows: tuple, noise: tuple, outs: tuple, buf, grids: tuple, in
     logits, stride, temperature, num_draft = rows[0], rows[1], rows[5], rows[6]
     pass1 = (_row_stats_kernel, grids[0], (logits, stride, temperature, num_draft, buf) + ints[0], metas[0],
              key and key + (1,), stream)
-    pass2 = (_decide_race_kernel, grids[1], rows + noise + (buf,) + outs + ints[1], metas[1], key and key + (2,),
-             stream)
+    # the filter-record slot (12th argument) holds a stand-in, never read, until ``with_cut`` fills it
+    pass2 = (_decide_race_kernel, grids[1], rows + noise + (temperature, buf) + outs + ints[1], metas[1],
+             key and key + (2,), stream)
     return pass1, pass2

@@ -127,7 +127,7 @@ def launch_recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | 
     meta1 = dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
     shared = dict(BLOCK_K=max(2, triton.next_power_of_2(K1)), BLOCK_S=max(2, triton.next_power_of_2(s1)),
                   BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
-    meta2 = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic, BLOCK=block, **shared)
+    meta2 = dict(HAS_Q=has_q, SEEDED=seeded, SYNTHETIC=synthetic, BLOCK=block, FILTERED=False, **shared)
     # the block rule's residual masses S_1..S_{K-1}: none to sum for blocks of one draft
     grid_mass = (B, K1 - 2, s1) if block and K1 > 2 else None
     meta_mass = dict(HAS_Q=has_q, **shared)

@@ -7,7 +7,8 @@
         batch.target_logits [T + B, V] float32 / bfloat16 / float16, batch.draft_probs [T, V] float32 or None,
         batch.temperature [B] float32; noise.uniform [T] float32, noise.exponential [B, V] float32, or
         seed (int or [B] int64 tensor) for the in-kernel Philox stream (reference.philox's);
-        batch.top_k / top_p / min_p [B] or None: applied here, before the kernels (``filtered_logits``)
+        batch.top_k / top_p / min_p [B] or None: SPEC 3.4 in float32 (``triton_filter``): pass 1, the cut
+            launch, then pass 2 reading the cut; the block and tree rules run on ``filtered_logits``
         -> token_ids [B, max k_b + 1] int64, num_accepted [B] int64, on the batch's device
     sample_into(out, batch, method=, noise=, seed_tensor=, rates=)   the graph-capturable entry: writes out
         in place; seed_tensor [B] int64 request seeds, rates [n >= K] float32 synthetic conditional rates;
@@ -24,9 +25,12 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from reference import philox as ref_philox
-from reference.sample import filtered_target, synthetic_rates_f32
+from reference.sample import synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
-from specverify.kernels.triton_kernels import interpreted, triton_sample_into
+from specverify.kernels.triton_chain import with_cut
+from specverify.kernels.triton_filter import cut_launch, mask_launch
+from specverify.kernels.triton_kernels import interpreted, launches, triton_sample_into
+from specverify.kernels.triton_launch import launch
 
 
 @functools.lru_cache(maxsize=64)
@@ -35,23 +39,40 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
     return synthetic_rates_f32(rate, num_speculative_steps)
 
 
+def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, **noise) -> tuple:
+    """Pass 1 and the cut launch for ``batch``'s filters: (the pass-2 step reading the cut, the pass-1 step,
+    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it."""
+    steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits,
+                     batch.draft_probs, batch.temperature, **noise)
+    if not steps:
+        return None
+    launch(*steps[0])
+    step, record = cut_launch(steps[0], batch.top_k, batch.top_p, batch.min_p)
+    launch(*step)
+    return with_cut(steps[-1], record), steps[0], record
+
+
+def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
+    """The standard or synthetic rule on a filtered batch (SPEC 3.4): pass 1, the cut launch, pass 2 reading
+    the cut. kwargs as triton_sample_into takes them (noise or seeds, rates, block_v, splits)."""
+    cut = _cut(batch, token_ids, num_accepted, **kwargs)
+    if cut is not None:
+        launch(*cut[0])
+
+
 def filtered_logits(batch: SpecBatch) -> torch.Tensor:
-    """[T + B, V] target logits with -inf outside each random request's filtered support (SPEC 3.4).
-    Renormalising p over the kept tokens is softmax over the kept logits, so the kernels, unchanged,
-    compute p' from these rows. The kept set is decided in float64, as the reference decides it, so
-    a float32 rounding cannot move a token across a cut; greedy requests keep their rows."""
-    k = batch.num_draft_tokens
-    request = torch.repeat_interleave(torch.arange(batch.num_requests, device=k.device), k + 1)
-    filtered = torch.zeros_like(batch.temperature, dtype=torch.bool)
-    for f, off in ((batch.top_k, 0), (batch.top_p, 1), (batch.min_p, 0)):
-        if f is not None:
-            filtered |= f != off
-    rows = torch.nonzero((filtered & (batch.temperature > 0))[request]).flatten()   # the rows p' changes
-    logits = batch.target_logits.clone()
-    if rows.numel():
-        kept = filtered_target(batch, request[rows], logits[rows], batch.temperature[request[rows], None].double()) > 0
-        logits[rows] = logits[rows].masked_fill(~kept, float("-inf"))
-    return logits
+    """[T + B, V] target logits with -inf outside each random request's filtered support (SPEC 3.4), decided
+    in float32 on the device by ``triton_filter``: softmax over the kept logits is p', so the block and tree
+    kernels, unchanged, compute p' from these rows. Greedy requests keep their rows."""
+    B, dev = batch.num_requests, batch.device
+    token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=dev)
+    cut = _cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=dev),
+               seeds=torch.zeros(B, dtype=torch.int64, device=dev))
+    if cut is None:
+        return batch.target_logits.clone()
+    step, out = mask_launch(cut[1], cut[2])
+    launch(*step)
+    return out
 
 
 def _interpreted() -> bool:
@@ -76,7 +97,8 @@ class TritonBackend(Backend):
                "draft_probs read only at the draft token and along the rejected row",
                "tree: one program per request walks the tree; one pass over the row per rejected sibling "
                "that another sibling follows (the residual's mass), then a split race",
-               "target filters: a float64 kept set, then the kernels on -inf-masked logits (not in sample_into)",
+               "target filters: float32 cuts by a search over values, no sort (not in sample_into); block and "
+               "tree rules on -inf-masked logits",
                "cpu only under TRITON_INTERPRET=1"),
     )
 
@@ -101,7 +123,12 @@ class TritonBackend(Backend):
             if seed is None:
                 seed = int(torch.randint(0, 2**62, (1,)))
             kwargs.update(seeds=ref_philox.request_seeds(seed, B).to(dev))
-        logits = filtered_logits(batch) if batch.has_filters else batch.target_logits
+        filtered = any(f is not None for f in (batch.top_k, batch.top_p, batch.min_p))
+        if filtered and method in ("standard", "synthetic"):
+            filtered_sample_into(token_ids, num_accepted, batch, rates=rates, block_v=self.block_v,
+                                 splits=self.splits, **kwargs)
+            return SpecOutput(token_ids, num_accepted, None)
+        logits = filtered_logits(batch) if filtered else batch.target_logits
         triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                            logits, batch.draft_probs, batch.temperature, rates=rates, block=method == "block",
                            block_v=self.block_v, splits=self.splits, **tree, **kwargs)

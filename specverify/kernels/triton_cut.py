@@ -1,0 +1,405 @@
+"""Device functions of the target-filter cut (SPEC 3.4) that ``triton_filter``'s kernel calls: the per-token
+test pass 2 applies (``kept``), the sample bracket, the one read of the row, the exact search over the
+gathered tokens, and the slow path. All are ``@triton.jit`` functions on one row (B requests, request b's
+row j at ``row_ptr``, V entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T):
+
+    order_key(v) / key_value(key)    float32 <-> int32 keys ordered as the floats (-0.0 is +0.0)
+    kept(l, idx, cut_val, cut_idx, floor, inv_t, m) -> (keep, e = exp(l / T - m))
+    bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
+    sweep(...)        one read of [lo_v, hi_v): the eight sums of ``triton_filter.NPART``, tokens in [lo, hi)
+                      stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
+    compact(...)      the gathered tokens of every split, moved to follow each other
+    resolve(...)      the cut from the gathered tokens, or ok = False
+    slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
+
+Masses are fixed point: ``MASS_ONE`` per unit of e, so sums are exact integers whatever the order.
+Candidate searches are NC-way: NC keys split the interval, one tally counts (and weighs) what lies at or
+above each, and the interval shrinks to the piece where the target is crossed.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
+KMIN = tl.constexpr(-2147483648)            # at or below every order key
+KMAX = tl.constexpr(2147483648)             # above every order key
+NONE = tl.constexpr(-9223372036854775808)   # an empty slot of the gathered tokens
+DROP = tl.constexpr(104.0)                  # exp(-104) is below float32's smallest number: no mass deeper
+
+
+@triton.jit
+def order_key(v):
+    """float32 -> int32 with the order of the floats (-0.0 and +0.0 share a key, as they tie)."""
+    bits = tl.where(v == 0.0, 0.0, v).to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+@triton.jit
+def key_value(key):
+    """The float32 of an int32 order key."""
+    return tl.where(key >= 0, key, key ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def kept(logit, idx, cut_val, cut_idx, floor, inv_t, m):
+    """(keep, e): the record's per-token test and e = exp(l / T - m), the very expression pass 2 uses."""
+    e = tl.exp(logit * inv_t - m)
+    keep = ((logit > cut_val) | ((logit == cut_val) & (idx <= cut_idx))) & (e >= floor)
+    return keep, e
+
+
+@triton.jit
+def weight(e):
+    return (e * MASS_ONE).to(tl.int64)
+
+
+@triton.jit
+def pick(values, at, pos):
+    return tl.sum(tl.where(pos == at, values, 0), axis=0)
+
+
+@triton.jit
+def _sample_tally(row_ptr, V, cand, inv_t, m, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
+                  BLOCK_R: tl.constexpr):
+    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand."""
+    cnt = tl.zeros([BLOCK_R, NG], tl.float32)
+    s1 = tl.zeros([BLOCK_R, NG], tl.float32)
+    s2 = tl.zeros([BLOCK_R, NG], tl.float32)
+    for start in range(0, NS, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
+        x = tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+        e = tl.exp(x - m)
+        ge = x[:, None] >= cand[None, :]
+        cnt += ge.to(tl.float32)
+        s1 += tl.where(ge, e[:, None], 0.0)
+        s2 += tl.where(ge, (e * e)[:, None], 0.0)
+    return tl.sum(cnt, axis=0), tl.sum(s1, axis=0), tl.sum(s2, axis=0)
+
+
+@triton.jit
+def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS: tl.constexpr):
+    """Per candidate drop: (lo test, hi test) of the bracket; the lo test holds at deep drops, the hi test
+    at shallow ones. s1_all, s2_all: the sample's whole sums of e and e^2."""
+    below = s1_all - s1
+    spread = 4.0 * rho * tl.sqrt(tl.maximum((s2_all - s2) - below * below / NS, 0.0)) + 2.0 * rho * tl.exp(-drop)
+    ok_lo = tl.where(by_mass, rho * below + spread <= tail, cnt >= r_lo)
+    ok_hi = tl.where(by_mass, rho * below - spread > tail, cnt <= r_hi)
+    return ok_lo, ok_hi
+
+
+@triton.jit
+def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
+            CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
+    above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
+    mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two NG-way grids of
+    drops from the max: the second splits the cells the first found, half its points for each end."""
+    lo = tl.full([], KMAX, tl.int64)
+    hi = tl.full([], KMAX, tl.int64)
+    if V <= CAP:
+        lo = tl.full([], KMIN, tl.int64)
+    elif k_on | p_on:
+        g = tl.arange(0, NG)
+        half: tl.constexpr = NG // 2
+        rho = V.to(tl.float32) / NS
+        lam = k.to(tl.float32) / rho
+        r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
+        r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
+        tail = (1.0 - top_p.to(tl.float32)) * z
+        drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
+        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop, inv_t, m, NS, CH, NG, BLOCK_R)
+        s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
+        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, p_on, NS)
+        j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
+        j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
+        few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
+        lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
+        hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
+        h = (g % half + 1).to(tl.float32) / half
+        drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
+        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop2, inv_t, m, NS, CH, NG, BLOCK_R)
+        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, p_on, NS)
+        d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
+        d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
+        temperature = 1.0 / inv_t
+        lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
+        hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(p_on & few),
+                      order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
+    return lo, hi
+
+
+@triton.jit
+def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, BLOCK_V: tl.constexpr):
+    """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, (count, mass) in [lo, hi), the
+    whole mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``)."""
+    zi = tl.zeros([BLOCK_V], tl.int32)
+    zl = tl.zeros([BLOCK_V], tl.int64)
+    c_hi, c_in, c_mp = zi, zi, zi
+    w_hi, w_hi_mp, w_in, w_all, w_mp = zl, zl, zl, zl, zl
+    n_buf = tl.zeros([], tl.int32)
+    for start in range(lo_v, hi_v, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        mask = offs < hi_v
+        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        key = order_key(logit)
+        e = tl.exp(logit * inv_t - m)
+        w = weight(e)
+        mp = mask & (e >= floor)
+        ge = mask & (key >= hi)
+        inside = mask & (key >= lo) & ~ge
+        c_hi += ge.to(tl.int32)
+        w_hi += tl.where(ge, w, 0)
+        w_hi_mp += tl.where(ge & mp, w, 0)
+        c_in += inside.to(tl.int32)
+        w_in += tl.where(inside, w, 0)
+        w_all += w
+        c_mp += mp.to(tl.int32)
+        w_mp += tl.where(mp, w, 0)
+        n = tl.sum(inside.to(tl.int32), axis=0)
+        if n > 0:
+            at = n_buf + tl.cumsum(inside.to(tl.int32), 0) - 1
+            packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+            tl.store(buf_ptr + at, packed, mask=inside & (at < region))
+            n_buf += n
+    return (tl.sum(c_hi, 0).to(tl.int64), tl.sum(w_hi, 0), tl.sum(w_hi_mp, 0), tl.sum(c_in, 0).to(tl.int64),
+            tl.sum(w_in, 0), tl.sum(w_all, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0))
+
+
+@triton.jit
+def compact(buf_ptr, counts_ptr, stride_counts, n_regions, region, BLOCK_R: tl.constexpr):
+    """Move region r's counts_ptr[r stride_counts] gathered tokens (of at most ``region`` slots each) down so
+    that they follow each other from buf_ptr; returns how many there are, or -1 when a region overflowed."""
+    n = tl.zeros([], tl.int64)
+    over = tl.zeros([], tl.int32)
+    for r in range(n_regions):
+        got = tl.load(counts_ptr + r * stride_counts)
+        over = tl.maximum(over, (got > region).to(tl.int32))
+        if r > 0:               # a move down never overwrites a slot still to be read
+            for start in range(0, tl.minimum(got, region), BLOCK_R):
+                i = start + tl.arange(0, BLOCK_R)
+                live = i < got
+                tl.store(buf_ptr + n + i, tl.load(buf_ptr + r * region + i, mask=live), mask=live)
+        n += tl.minimum(got, region)
+    return tl.where(over > 0, -1, n)
+
+
+@triton.jit
+def _unpack(buf_ptr, i, live, inv_t, m):
+    """(valid, key, index, e) of gathered slots i."""
+    packed = tl.load(buf_ptr + i, mask=live, other=NONE)
+    valid = packed != NONE
+    key = (packed >> 32).to(tl.int32)
+    e = tl.where(valid, tl.exp(key_value(key) * inv_t - m), 0.0)
+    return valid, key, (4294967295 - (packed & 4294967295)).to(tl.int32), e
+
+
+@triton.jit
+def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(count, mass) of the n gathered tokens with keys at or above each candidate; BY_INDEX: of those whose
+    key is key_eq, with indices at or above each candidate."""
+    cnt = tl.zeros([BLOCK_R, NC], tl.int32)
+    mass = tl.zeros([BLOCK_R, NC], tl.int64)
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        valid, key, idx, e = _unpack(buf_ptr, i, i < n, inv_t, m)
+        if BY_INDEX:
+            ge = (valid & (key == key_eq))[:, None] & (idx.to(tl.int64)[:, None] >= cand[None, :])
+        else:
+            ge = valid[:, None] & (key.to(tl.int64)[:, None] >= cand[None, :])
+        cnt += ge.to(tl.int32)
+        mass += tl.where(ge, weight(e)[:, None], 0)
+    return tl.sum(cnt, axis=0).to(tl.int64), tl.sum(mass, axis=0)
+
+
+@triton.jit
+def _find(buf_ptr, n, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
+          BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
+    ``_tally`` counts it, given F at a, which reaches target, and at b, which does not: (c, the count and
+    mass at c, the count and mass at c + 1)."""
+    jv = tl.arange(0, NC) + 1
+    for _ in range(32):     # at least 2 candidates a step: 32 steps cover 2**32 keys
+        if b - a > 1:
+            cand = a + ((b - a) * jv) // (NC + 1)
+            cnt, mass = _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX, NC, BLOCK_R)
+            if BY_MASS:
+                n_ge = tl.sum((base + mass >= target).to(tl.int32), axis=0)
+            else:
+                n_ge = tl.sum((base + cnt >= target).to(tl.int32), axis=0)
+            up, down = n_ge > 0, n_ge < NC
+            a, ca, wa = tl.where(up, pick(cand, n_ge, jv), a), tl.where(up, pick(cnt, n_ge, jv), ca), \
+                tl.where(up, pick(mass, n_ge, jv), wa)
+            b, cb, wb = tl.where(down, pick(cand, n_ge + 1, jv), b), tl.where(down, pick(cnt, n_ge + 1, jv), cb), \
+                tl.where(down, pick(mass, n_ge + 1, jv), wb)
+    return a, ca, wa, cb, wb
+
+
+@triton.jit
+def resolve(buf_ptr, n, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
+            NC: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
+    w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
+    cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own."""
+    c_in, w_in = _tally(buf_ptr, n, tl.zeros([NC], tl.int64) + lo, 0, inv_t, m, False, NC, BLOCK_R)
+    n_in, w_all_in = pick(c_in, 0, tl.arange(0, NC)), pick(w_in, 0, tl.arange(0, NC))
+    ok = n_in > 0
+    c_k = c_hi + n_in
+    cut_key = lo
+    cut_idx = tl.zeros([], tl.int32) + V
+    zero = tl.zeros([], tl.int64)
+    if k_on:
+        ok = ok & (c_hi < k) & (c_k >= k)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, lo, hi, n_in, w_all_in, zero, zero, k - c_hi,
+                                                      zero, 0, inv_t, m, False, False, NC, BLOCK_R)
+        c_k, w_k = c_hi + c_at, w_hi + w_at
+        w_all_in = w_at
+    if p_on:
+        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, cut_key, hi, c_k - c_hi, w_all_in, zero, zero,
+                                                      target - w_hi, zero, 0, inv_t, m, False, True, NC, BLOCK_R)
+        # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
+        ties = c_at - c_above
+        w_c = tl.maximum(weight(tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)), 1)
+        n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
+        if n_kept < ties:
+            idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, zero, zero + V, ties, zero, zero, zero,
+                                                      ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
+                                                      True, False, NC, BLOCK_R)
+            cut_idx = idx.to(tl.int32)
+    z = w_hi_mp
+    cut_val = key_value(cut_key.to(tl.int32))
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        valid, key, idx, e = _unpack(buf_ptr, i, i < n, inv_t, m)
+        keep, e = kept(tl.where(valid, key_value(key), float("-inf")), idx, cut_val, cut_idx, floor, inv_t, m)
+        z += tl.sum(tl.where(valid & keep, weight(e), 0), axis=0)
+    return ok, cut_key, cut_idx, z, w_k, c_k
+
+
+@triton.jit
+def _at_keys(row_ptr, V, inv_t, m, cand, NC: tl.constexpr, BLOCK: tl.constexpr):
+    """Count and mass of the row at or above each of the NC candidate keys (one read)."""
+    cnt = tl.zeros([NC], tl.int64)
+    mass = tl.zeros([NC], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < V
+        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        ge = mask[:, None] & (order_key(logit)[:, None] >= cand[None, :])
+        cnt += tl.sum(ge.to(tl.int64), axis=0)
+        mass += tl.sum(tl.where(ge, weight(tl.exp(logit * inv_t - m))[:, None], 0), axis=0)
+    return cnt, mass
+
+
+@triton.jit
+def _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, CAP: tl.constexpr,
+            NC: tl.constexpr, BLOCK: tl.constexpr):
+    """Shrink [a, b), F(a) >= target > F(b) with F the count (or mass) at or above a key, until it holds at
+    most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways."""
+    jv = tl.arange(0, NC) + 1
+    for _ in range(16):
+        if (b - a > 1) & (ca - cb > CAP):
+            cand = a + ((b - a) * jv) // (NC + 1)
+            cc, cw = _at_keys(row_ptr, V, inv_t, m, cand, NC, BLOCK)
+            if BY_MASS:
+                n_ge = tl.sum((cw >= target).to(tl.int32), axis=0)
+            else:
+                n_ge = tl.sum((cc >= target).to(tl.int32), axis=0)
+            # the last candidate still at or above target, and the first below it
+            a, ca, wa = (tl.where(n_ge > 0, pick(cand, n_ge, jv), a), tl.where(n_ge > 0, pick(cc, n_ge, jv), ca),
+                         tl.where(n_ge > 0, pick(cw, n_ge, jv), wa))
+            b, cb, wb = (tl.where(n_ge < NC, pick(cand, n_ge + 1, jv), b),
+                         tl.where(n_ge < NC, pick(cc, n_ge + 1, jv), cb),
+                         tl.where(n_ge < NC, pick(cw, n_ge + 1, jv), wb))
+    return a, b, ca, wa, cb, wb
+
+
+@triton.jit
+def _gather(row_ptr, V, a, b, buf_ptr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    """Gather the tokens with keys in [a, b) in index order (at most CAP); returns how many there are."""
+    n_buf = tl.zeros([], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        key = order_key(tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32))
+        inside = (offs < V) & (key >= a) & (key < b)
+        at = n_buf + tl.cumsum(inside.to(tl.int64), 0) - 1
+        tl.store(buf_ptr + at, (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64)),
+                 mask=inside & (at < CAP))
+        n_buf += tl.sum(inside.to(tl.int64), axis=0)
+    return n_buf
+
+
+@triton.jit
+def _nth_index(row_ptr, V, key_c, n, BLOCK: tl.constexpr):
+    """The index of the n-th token (n >= 1, in index order) whose order key is key_c."""
+    seen = tl.zeros([], tl.int64)
+    found = tl.zeros([], tl.int32)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        eq = (offs < V) & (order_key(tl.load(row_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)) == key_c)
+        hit = eq & (seen + tl.cumsum(eq.to(tl.int64), 0) == n)
+        found += tl.sum(tl.where(hit, offs, 0), axis=0)
+        seen += tl.sum(eq.to(tl.int64), axis=0)
+    return found
+
+
+@triton.jit
+def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr):
+    """Z' by the per-token test itself (one read): the slow path's kept mass."""
+    acc = tl.zeros([BLOCK], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        logit = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        keep, e = kept(logit, offs, cut_val, cut_idx, floor, inv_t, m)
+        acc += tl.where(keep, weight(e), 0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def slow_cut(row_ptr, V, buf_ptr, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, c_lo,
+              w_lo, w_all, CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr):
+    """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
+    target), then top-p's, each narrowed from the sweep's counts at lo and hi, then gathered and sorted;
+    a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
+    index of its last kept token)."""
+    cut_key = tl.full([], KMIN, tl.int64)
+    cut_idx = tl.zeros([], tl.int32) + V
+    w_k = w_all
+    c_k = tl.zeros([], tl.int64) + V
+    if k_on:
+        up, mid = c_hi >= k, c_lo >= k
+        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
+            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
+        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
+            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK)
+        if ca - cb > CAP:       # one key: its whole tie group is kept
+            cut_key, w_k, c_k = a, wa, ca
+        else:
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), a, b,
+                                                         cb, wb, wb, w_all, k, True, top_p, False, floor, V, inv_t,
+                                                         m, NC, BLOCK)
+    if p_on:
+        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        up, mid = w_hi >= target, w_lo >= target
+        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
+            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
+        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
+            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
+        if k_on:                # top-p keeps a prefix of what top-k kept
+            a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK)
+        if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
+            w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
+            n_tie = tl.minimum(tl.maximum((target - wb + w_c - 1) // tl.maximum(w_c, 1), 1), ca - cb)
+            cut_key = a
+            cut_idx = tl.where(n_tie < ca - cb, _nth_index(row_ptr, V, a.to(tl.int32), n_tie, BLOCK), V)
+        else:
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), a, b,
+                                                         cb, wb, wb, w_k, k, False, top_p, True, floor, V, inv_t,
+                                                         m, NC, BLOCK)
+    return cut_key, cut_idx
