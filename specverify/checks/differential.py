@@ -11,6 +11,8 @@ measures that decision's relative margin in the reference's own numbers:
     greedy argmax          (top1 - top2) / |top1| of the logits (exact ties are defined: lowest index)
     exponential race       (top1 - top2) / top1 of w / E (exact ties are defined: lowest index)
     synthetic acceptance   never ambiguous: u and c_j are the same float32 numbers everywhere
+    filter cut             a divergence the reference gives too once one row's kept set moves across tokens
+                           near a top-k, top-p or min-p cut (``filter_cuts``): the largest relative distance
 
 A divergence whose margin is below the backend's tolerance is "ambiguous" (counted and bounded);
 anything else is "real" and fails. The tolerance grows as sqrt(V / 4096) above 4096 columns, since
@@ -28,6 +30,7 @@ import reference
 from reference import Noise, SpecBatch, SpecOutput, block, leviathan, tree
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
+from specverify.checks.filter_cuts import explained_by_cut
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
 
@@ -268,8 +271,22 @@ def compare_to_reference(batch: SpecBatch, got: SpecOutput, noise: Noise, *, met
     else:
         divergences = [classify(batch, noise, b, e, g, method, rates, tol)
                        for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
+    if divergences and batch.has_filters:
+        paths = _paths(got) if method == "tree" else [None] * batch.num_requests
+        divergences = [d if d.ambiguous else _cut_excuse(batch, noise, d, paths[d.request], kwargs, tol)
+                       for d in divergences]
     decisions = int(batch.num_draft_tokens.sum()) + batch.num_requests
     return Comparison(decisions, divergences)
+
+
+def _cut_excuse(batch: SpecBatch, noise: Noise, d: Divergence, path, call: dict, tol: float) -> Divergence:
+    """``d`` excused as a filter-cut ambiguity (SPEC 4.1) when the reference, given an admissible kept set at
+    one row of the request, emits the backend's tokens; ``d`` itself otherwise."""
+    found = explained_by_cut(batch, noise, d.request, d.got, path, call, tol)
+    if found is None:
+        return d
+    margin, row = found
+    return Divergence(d.request, d.position, d.expected, d.got, f"filter cut at row {row}", margin, True)
 
 
 def _paths(out: SpecOutput) -> list:
