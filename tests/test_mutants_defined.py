@@ -235,6 +235,24 @@ def scenario_filtered(backend):
     return backend(batch, noise=Noise.draw(batch, g))
 
 
+def scenario_filter_cuts(backend):
+    """The cut itself at temperature 0.5, with a real q: top-k 3 where the two largest logits tie (a count
+    that doubles ties stops above the third), top-p 0.5 where the second sorted token crosses (one more
+    token is kept one token late), min-p 0.3 whose floor at temperature 1 keeps one more logit."""
+    g = torch.Generator().manual_seed(29)
+    B, V = 96, 8
+    k = torch.tensor([0, 1, 2] * (B // 3))
+    T = int(k.sum())
+    logits = torch.tensor([0.0, 0.5, 1.0, 1.0, 2.0, 2.5, 3.0, 3.0]).repeat(T + B, 1)
+    q = torch.softmax(torch.randn(T, V, generator=g), dim=-1)
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(1)
+    top_k = torch.tensor([3, 0, 0, 0] * (B // 4))
+    top_p = torch.tensor([1.0, 0.5, 1.0, 1.0] * (B // 4))
+    min_p = torch.tensor([0.0, 0.0, 0.3, 0.0] * (B // 4))
+    batch = SpecBatch(k, drafts, logits, q, torch.full((B,), 0.5), top_k, top_p, min_p)
+    return backend(batch, noise=Noise.draw(batch, g))
+
+
 def scenario_placeholders(backend):
     """Placeholder drafts in every slot of random requests whose target favours tokens 0 and V - 1: a
     placeholder read as either token is often accepted; a correct backend never accepts one."""
@@ -273,7 +291,7 @@ def scenario_trees(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees,
-    scenario_filtered, scenario_float32_boundaries, scenario_placeholders,
+    scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
     scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
@@ -318,6 +336,10 @@ WITNESS = {
     "top_k_without_ties": "filtered",
     "top_p_unsorted": "filtered",
     "filters_applied_to_q": "filtered",
+    "top_p_one_token_late": "filter_cuts",
+    "top_k_ties_counted_twice": "filter_cuts",
+    "min_p_unscaled_max": "filter_cuts",
+    "cut_applied_to_q": "filter_cuts",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

@@ -101,3 +101,95 @@ class PlaceholderAccepted(CpuBackend):
 
     def accept_mask(self, u, p_x, q_x):
         return super().accept_mask(u, p_x, q_x) | (q_x == 0)
+
+
+# ---- the cut itself (issue 29): bugs of a kernel that finds each row's threshold by a search over values
+
+
+def _sorted(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, mass before each sorted token): probability descending, lower index first on ties."""
+    order = torch.sort(-p, dim=1, stable=True).indices
+    sorted_p = p.gather(1, order)
+    return order, torch.cumsum(sorted_p, dim=1) - sorted_p
+
+
+def _finish(p: torch.Tensor, ratio) -> tuple[torch.Tensor, torch.Tensor]:
+    p = filters.apply(p / p.sum(dim=1, keepdim=True), None, None, ratio).to(torch.float32)
+    return p, p.sum(dim=1)
+
+
+class TopPOneTokenLate(CpuBackend):
+    """top-p's cut one token late: the token after the one whose mass reaches top_p is kept too."""
+
+    name = "top_p_one_token_late"
+
+    def filter_weights(self, batch, requests, w, total, use):
+        k, mass, ratio = batch.filters_of(requests)
+        p = filters.apply(w.double() / total.double()[:, None], k, None, None)
+        if mass is not None:
+            order, before = _sorted(p)
+            # the test reads the mass before the previous sorted token, not before this one
+            late = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], dim=1) < mass[:, None].double()
+            keep = torch.zeros_like(late).scatter(1, order, late)
+            p = torch.where((mass < 1)[:, None] & ~keep, torch.zeros_like(p), p)
+        return _finish(p, ratio)
+
+
+class TopKTiesCountedTwice(CpuBackend):
+    """top-k's count at a candidate value adds the tokens equal to it twice (above + 2 x equal), so the cut
+    rises to the largest value whose doubled count reaches k: ties at the k-th value are dropped."""
+
+    name = "top_k_ties_counted_twice"
+
+    def filter_weights(self, batch, requests, w, total, use):
+        k, mass, ratio = batch.filters_of(requests)
+        p = w.double() / total.double()[:, None]
+        if k is not None:
+            on = (k > 0) & (k < p.shape[1])
+            above = (p[:, None, :] > p[:, :, None]).sum(dim=2)          # [R, V]: tokens above each token
+            equal = (p[:, None, :] == p[:, :, None]).sum(dim=2)
+            cut = torch.where(above + 2 * equal >= k[:, None], p, -1.0).amax(dim=1, keepdim=True)
+            p = torch.where(on[:, None] & (p < cut), torch.zeros_like(p), p)
+            p = p / p.sum(dim=1, keepdim=True)
+        p = filters.apply(p, None, mass, None)
+        return _finish(p, ratio)
+
+
+class MinPUnscaledMax(CpuBackend):
+    """min-p's floor taken before temperature: a token is kept when exp(l - max l) >= min_p, the ratio to the
+    unscaled maximum, instead of exp((l - max l) / T) >= min_p."""
+
+    name = "min_p_unscaled_max"
+
+    def filter_weights(self, batch, requests, w, total, use):
+        k, mass, ratio = batch.filters_of(requests)
+        p = filters.apply(w.double() / total.double()[:, None], k, mass, None)
+        if ratio is not None:
+            t = batch.temperature[requests].double()
+            # p ** T is p at temperature 1 up to its normaliser, which the ratio to the maximum cancels
+            unscaled = p ** t[:, None]
+            low = unscaled < ratio[:, None].double() * unscaled.amax(dim=1, keepdim=True)
+            p = torch.where((ratio > 0)[:, None] & low, torch.zeros_like(p), p)
+        p = p / p.sum(dim=1, keepdim=True)
+        return p.to(torch.float32), p.to(torch.float32).sum(dim=1)
+
+
+class CutAppliedToQ(CpuBackend):
+    """The target's kept set is applied to the draft distribution too: q restricted to p's filtered support
+    and renormalised (q must be used as given)."""
+
+    name = "cut_applied_to_q"
+
+    def draft_probs_for(self, batch):
+        q = super().draft_probs_for(batch)
+        if q is None or not batch.has_filters:
+            return q
+        k = batch.num_draft_tokens.cpu()
+        request = torch.repeat_interleave(torch.arange(batch.num_requests), k)
+        rows = torch.arange(int(k.sum())) + request                   # each draft slot's target row
+        t = batch.temperature.cpu().double()[request]
+        p = filters.apply(torch.softmax(batch.target_logits.cpu()[rows].double() / torch.where(t > 0, t, 1.0)[:, None],
+                                        dim=1), *batch.filters_of(request))
+        cut = torch.where((t > 0)[:, None] & (p == 0), torch.zeros_like(q.cpu()), q.cpu())
+        mass = cut.sum(dim=1, keepdim=True)
+        return torch.where(mass > 0, cut / mass.clamp(min=1e-30), q.cpu()).to(q.device)
