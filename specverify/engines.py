@@ -270,8 +270,9 @@ def check_engine_acceptance(engine, case: EngineCase, profile: Profile, samples:
     result.statistic, result.p_value, result.alpha, result.samples = accepted / max(steps, 1), p_value, alpha, steps
     result.detectable, result.detectable_measure, result.detectable_by_position = det, "acceptance", [det]
     result.covered = ["standard", "seeded"]
+    source = "as handed" if handed is not None else "the drafter's law"
     where = (f"{case.describe()}; first draft accepted at the first step {accepted}/{steps} = "
-             f"{accepted / max(steps, 1):.4f}, exact {a0:.4f} (sum min(p, q), q {'as handed' if handed is not None else 'the drafter law'}); "
+             f"{accepted / max(steps, 1):.4f}, exact {a0:.4f} (sum min(p, q), q {source}); "
              f"sum p*q (q dropped) = {float(p @ q):.4f}")
     if short or steps < n:
         result.fail(f"{where}; only {steps} of {n} calls traced a first step")

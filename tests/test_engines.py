@@ -33,7 +33,7 @@ def _case(engine, name):
 
 def test_exact_law_is_the_product_of_the_target_laws(engine):
     from specverify.engines import exact_law
-    case = _case(engine, "top_k")
+    case = _case(engine, "sharp_drafter")
     law = exact_law(engine, case.prompt, case.sampling, 2)
     assert abs(sum(law.values()) - 1) < 1e-12
     k = case.sampling.top_k
@@ -51,8 +51,9 @@ def test_the_clean_library_passes(engine):
     warpers applied twice), reported as known, never as a pass."""
     from specverify.checks.result import KNOWN
     from specverify.engines import run_engine_check
-    for check, name, status in (("engine_sequences", "top_k", PASS), ("engine_acceptance", "top_k", PASS),
-                                ("engine_draft_law", "top_k", KNOWN), ("engine_greedy", "greedy", PASS),
+    for check, name, status in (("engine_sequences", "sharp_drafter", PASS),
+                                ("engine_acceptance", "sharp_drafter", PASS),
+                                ("engine_draft_law", "sharp_drafter", KNOWN), ("engine_greedy", "greedy", PASS),
                                 ("engine_greedy", "greedy_prompt_lookup", PASS)):
         result = run_engine_check(engine, check, _case(engine, name), CI, samples=N)
         assert result.status == status, result.line()
@@ -77,7 +78,7 @@ def test_q_before_the_processors_is_not_excused_by_the_declared_deviation(engine
     from specverify.engines import run_engine_check
     from specverify.mutants.engines import ENGINE_MUTANTS
     result = run_engine_check(ENGINE_MUTANTS["q_before_processors"].wrap(engine), "engine_draft_law",
-                              _case(engine, "top_k"), CI)
+                              _case(engine, "sharp_drafter"), CI)
     assert result.status == FAIL and "applied twice" not in result.message, result.line()
 
 
@@ -115,7 +116,7 @@ def test_the_patches_are_undone(engine):
     import transformers.generation.utils as utils
     from specverify.mutants.engines import ENGINE_MUTANTS
     before = utils._speculative_sampling
-    case = _case(engine, "top_k")
+    case = _case(engine, "sharp_drafter")
     ENGINE_MUTANTS["q_dropped"].wrap(engine).generate(case, case.prompt, 0)
     assert utils._speculative_sampling is before
 
@@ -130,11 +131,11 @@ def test_the_registry_tells_engines_from_backends():
 def test_cli_runs_the_engine_checks(tmp_path, capsys):
     from specverify.cli import main
     out = tmp_path / "report.json"
-    code = main(["check", SPEC, "--profile", "smoke", "--cases", "top_k,greedy", "-n", "1",
+    code = main(["check", SPEC, "--profile", "smoke", "--cases", "sharp_drafter,greedy", "-n", "1",
                  "--json", str(out), "--junit", str(tmp_path / "j.xml"), "--require", "greedy"])
     text = capsys.readouterr().out
     assert code == 0, text
-    assert "engine_sequences[top_k]" in text and "engine_greedy[greedy]" in text and "det99=" in text
+    assert "engine_sequences[sharp_drafter]" in text and "engine_greedy[greedy]" in text and "det99=" in text
     doc = json.loads(out.read_text())
     assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
         "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_greedy"}
@@ -143,10 +144,10 @@ def test_cli_runs_the_engine_checks(tmp_path, capsys):
 
 def test_cli_fails_an_engine_mutant_and_leaves_a_reproducer(tmp_path, capsys):
     from specverify.cli import main
-    code = main(["check", "specverify.mutants.engines:q_stale_engine", "--profile", "smoke", "--cases", "top_k",
+    code = main(["check", "specverify.mutants.engines:q_stale_engine", "--profile", "smoke", "--cases", "sharp_drafter",
                  "--checks", "engine_sequences", "-n", "1", "--failures-dir", str(tmp_path)])
     text = capsys.readouterr().out
-    assert code == 1 and "FAIL  engine_sequences[top_k]" in text, text
+    assert code == 1 and "FAIL  engine_sequences[sharp_drafter]" in text, text
     assert list(tmp_path.glob("*.txt")) and "replay: specverify replay" in text
 
 
@@ -155,7 +156,7 @@ def test_an_engine_reproducer_replays(tmp_path, capsys):
     same seeds): STILL FAILS (exit 1) on the mutant that failed, PASSES (exit 0) on the correct engine."""
     from specverify.cli import main
     mutant = "specverify.mutants.engines:q_stale_engine"
-    main(["check", mutant, "--profile", "smoke", "--cases", "top_k", "--checks", "engine_sequences", "-n", "1",
+    main(["check", mutant, "--profile", "smoke", "--cases", "sharp_drafter", "--checks", "engine_sequences", "-n", "1",
           "--failures-dir", str(tmp_path)])
     (reproducer,) = tmp_path.glob("*.json")
     capsys.readouterr()

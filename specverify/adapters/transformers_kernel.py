@@ -97,7 +97,7 @@ class Draws:
 
     def multinomial(self, probs: torch.Tensor, num_samples: int, *args, **kwargs) -> torch.Tensor:
         if num_samples != 1 or probs.dim() != 2:
-            raise RuntimeError(f"multinomial({tuple(probs.shape)}, {num_samples}): the stand-in draws one sample per row")
+            raise RuntimeError(f"multinomial({tuple(probs.shape)}, {num_samples}): the stand-in draws one per row")
         if bool((~torch.isfinite(probs) | (probs < 0)).any()):
             raise RuntimeError(NAN_ROW)
         if bool((probs.sum(dim=-1) <= 0).any()):

@@ -146,12 +146,12 @@ class EngineMutant:
 # every position, whatever q the drafts came from; only the acceptance drops, to sum p q from sum min(p, q).
 ENGINE_MUTANTS = {m.name: m for m in (
     EngineMutant("greedy_drafter", greedy_drafter, "transformers #32867: greedy drafter, sampling target",
-                 ("top_k", "top_p_min_p")),
-    EngineMutant("q_dropped", q_dropped, "vLLM #40269: draft probabilities taken as 1", ("top_k", "top_p_min_p"),
-                 "engine_acceptance"),
-    EngineMutant("q_stale", q_stale, "vLLM #37639: q from the previous step", ("top_k", "top_p_min_p")),
+                 ("top_p_min_p", "sharp_drafter")),
+    EngineMutant("q_dropped", q_dropped, "vLLM #40269: draft probabilities taken as 1",
+                 ("top_p_min_p", "sharp_drafter"), "engine_acceptance"),
+    EngineMutant("q_stale", q_stale, "vLLM #37639: q from the previous step", ("top_p_min_p", "sharp_drafter")),
     EngineMutant("q_before_processors", q_before_processors,
-                 "transformers #47932: q before the drafter's processors", ("top_k", "top_p_min_p")),
+                 "transformers #47932: q before the drafter's processors", ("top_p_min_p", "sharp_drafter")),
 )}
 
 
