@@ -162,3 +162,26 @@ def test_an_engine_reproducer_replays(tmp_path, capsys):
     capsys.readouterr()
     assert main(["replay", str(reproducer), mutant]) == 1 and "STILL FAILS" in capsys.readouterr().out
     assert main(["replay", str(reproducer), SPEC]) == 0 and "PASSES" in capsys.readouterr().out
+
+
+def test_samples_split_over_workers_give_the_same_counts(engine):
+    """Seed i draws sample i whichever worker runs it, so splitting the seeds over forked workers and summing
+    their counts gives the serial run's tallies exactly (the nightly profile's every-core run relies on it)."""
+    from specverify import engines
+    case = _case(engine, "top_p_min_p")
+    serial = engines._draw_seeds(engine, case, range(400))
+    engines._DRAWN.clear()
+    forked = engines.draw(engine, case, 400, workers=2)
+    assert forked == serial and sum(serial[0].values()) == serial[1][1] == 400
+
+
+def test_nightly_splits_samples_over_every_core(tmp_path, capsys):
+    """-n defaults to every core, and the engine run splits its samples over that many workers (nightly too,
+    whose profile names a GPU the engine checks do not use)."""
+    import os
+
+    from specverify.cli import main
+    out = tmp_path / "nightly.json"
+    assert main(["check", SPEC, "--profile", "nightly", "--checks", "engine_greedy", "--json", str(out)]) == 0
+    assert f"samples split over {os.cpu_count()} worker(s)" in capsys.readouterr().err
+    assert json.loads(out.read_text())["workers"] == os.cpu_count()
