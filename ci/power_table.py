@@ -34,6 +34,8 @@ def _row(name: str) -> tuple[str, bool]:
     mutant = MUTANTS[name]
     cuda = mutant.requires == "cuda"
     profile = replace(get_profile(mutant.profile), device="cuda" if cuda else "cpu")
+    if mutant.stat_copies is not None and not cuda:
+        profile = replace(profile, stat_copies=mutant.stat_copies)
     lead = f"| `{name}` | {mutant.bug_class} | {mutant.seed} | {profile.name} |"
     if cuda and not torch.cuda.is_available():
         return (f"{lead} needs CUDA, not run here; {', '.join(mutant.expected_checks)} catches it on the H100 "

@@ -22,11 +22,13 @@ CUDA = torch.cuda.is_available()
 
 
 def profile_for(mutant):
-    """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names.
+    """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names (at the
+    mutant's own fixed count where it declares one: the nightly's plan is sized for a GPU).
     Mutants that require CUDA (the graph check is n/a on the CPU) run on the CUDA device. Failing
     examples are not shrunk: this test asks only which check fails (tests/test_repro.py covers the
     shrunk and reduced counterexamples)."""
-    return replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu", shrink=False)
+    profile = replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu", shrink=False)
+    return profile if mutant.stat_copies is None else replace(profile, stat_copies=mutant.stat_copies)
 
 
 def control_for(mutant):
@@ -97,5 +99,7 @@ def test_bf16_draft_probs_shift_exceeds_the_nightly_detectable_distance():
     nightly = get_profile("nightly")
     from specverify.checks import check_alpha
     from specverify.checks.statistical import stat_copies
-    detectable = min_shift_detectable_by_binomial_test(stat_copies(nightly), alpha32, check_alpha(nightly))
+    mutant = MUTANTS["draft_probs_bf16_own_stream"]
+    copies = min(stat_copies(nightly), mutant.stat_copies or stat_copies(nightly))   # the count the test runs
+    detectable = min_shift_detectable_by_binomial_test(copies, alpha32, check_alpha(nightly))
     assert alpha16 - alpha32 > detectable, (alpha16 - alpha32, detectable)

@@ -39,6 +39,9 @@ class Mutant:
     cases: tuple[str, ...] = ()  # restrict the expected checks to these cases (all when empty)
     requires: str | None = None  # "cuda": runs only where CUDA is available (tests say so in their id)
     control: str = "cpu"         # the correct built-in backend it is a variation of
+    # replicated requests per statistical case where the profile plans per position for a GPU (the
+    # nightly) but the mutant runs on the CPU: a fixed count whose power its test computes
+    stat_copies: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.expected_checks) - CHECK_NAMES
@@ -120,7 +123,7 @@ _ALL = [
 
 _ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
                    "draft probabilities stored in bf16, own noise stream: only statistics can see it", "004",
-                   ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",)))
+                   ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",), stat_copies=4_000_000))
 _ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls, bug in (
     (filters.FilterMissingFromRecovered, "target filters missing from the recovered token"),
     (filters.FilterMissingFromBonus, "target filters missing from the bonus token"),
