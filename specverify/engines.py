@@ -3,10 +3,12 @@
 An engine adapter (``Engine``) runs the engine's own speculative loop for one prompt and gives the
 target's next-token law after the engine's processors. The harness enumerates the exact law of the
 first ``L`` emitted tokens (``exact_law``: V^L sequences, V small) and tests the engine's samples
-against it with the chi-square of SPEC 5 (``check_engine_sequences``), and checks that greedy
-speculative output equals the engine's own non-speculative greedy output (``check_engine_greedy``).
-The checks are declared once in ``ENGINE_CHECKS`` and return ``CheckResult`` objects, so the report,
-the JSON and the verdict treat them like kernel checks.
+against it with the chi-square of SPEC 5 (``check_engine_sequences``); tests the first draft's
+acceptance against the q the engine handed its verifier (``check_engine_acceptance``) and that q against
+the drafter's law (``check_engine_draft_law``); and checks that greedy speculative output equals the
+engine's own non-speculative greedy output (``check_engine_greedy``). The checks are declared once in
+``ENGINE_CHECKS`` and return ``CheckResult`` objects, so the report, the JSON, the verdict and the
+declared deviations (an engine's ``deviations``) treat them like kernel checks.
 """
 
 from __future__ import annotations
