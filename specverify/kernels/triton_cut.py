@@ -104,7 +104,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     elif k_on | p_on:
         g = tl.arange(0, NG)
         half: tl.constexpr = NG // 2
-        rho = V.to(tl.float32) / NS
+        rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
         lam = k.to(tl.float32) / rho
         r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
         r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
@@ -112,7 +112,9 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
         cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop, inv_t, m, NS, CH, NG, BLOCK_R)
         s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
-        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, p_on, NS)
+        # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
+        by_mass = p_on & ~k_on
+        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
         j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
         j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
         few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
@@ -121,25 +123,28 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         h = (g % half + 1).to(tl.float32) / half
         drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
         cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop2, inv_t, m, NS, CH, NG, BLOCK_R)
-        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, p_on, NS)
+        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
         d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
         d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
         temperature = 1.0 / inv_t
         lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
-        hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(p_on & few),
+        hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few),
                       order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
 
 
 @triton.jit
-def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, BLOCK_V: tl.constexpr):
+def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, HAS_M: tl.constexpr,
+          BLOCK_V: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, (count, mass) in [lo, hi), the
-    whole mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``)."""
+    whole mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``). Per
+    lane sums, no reduction in the loop but for a tile that holds bracket tokens (none without a bracket)."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_in, c_mp = zi, zi, zi
     w_hi, w_hi_mp, w_in, w_all, w_mp = zl, zl, zl, zl, zl
     n_buf = tl.zeros([], tl.int32)
+    gather = lo < hi
     for start in range(lo_v, hi_v, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < hi_v
@@ -147,25 +152,32 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, BLOCK_V
         key = order_key(logit)
         e = tl.exp(logit * inv_t - m)
         w = weight(e)
-        mp = mask & (e >= floor)
         ge = mask & (key >= hi)
         inside = mask & (key >= lo) & ~ge
         c_hi += ge.to(tl.int32)
         w_hi += tl.where(ge, w, 0)
-        w_hi_mp += tl.where(ge & mp, w, 0)
         c_in += inside.to(tl.int32)
         w_in += tl.where(inside, w, 0)
         w_all += w
-        c_mp += mp.to(tl.int32)
-        w_mp += tl.where(mp, w, 0)
-        n = tl.sum(inside.to(tl.int32), axis=0)
-        if n > 0:
-            at = n_buf + tl.cumsum(inside.to(tl.int32), 0) - 1
-            packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
-            tl.store(buf_ptr + at, packed, mask=inside & (at < region))
-            n_buf += n
-    return (tl.sum(c_hi, 0).to(tl.int64), tl.sum(w_hi, 0), tl.sum(w_hi_mp, 0), tl.sum(c_in, 0).to(tl.int64),
-            tl.sum(w_in, 0), tl.sum(w_all, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0))
+        if HAS_M:
+            mp = mask & (e >= floor)
+            w_hi_mp += tl.where(ge & mp, w, 0)
+            c_mp += mp.to(tl.int32)
+            w_mp += tl.where(mp, w, 0)
+        if gather:
+            n = tl.sum(inside.to(tl.int32), axis=0)
+            if n > 0:
+                at = n_buf + tl.cumsum(inside.to(tl.int32), 0) - 1
+                packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+                tl.store(buf_ptr + at, packed, mask=inside & (at < region))
+                n_buf += n
+    w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
+    if HAS_M:
+        w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
+    else:                       # no min-p: every token passes its test
+        w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
+    return (tl.sum(c_hi, 0).to(tl.int64), w_hi_s, w_hi_mp_s, tl.sum(c_in, 0).to(tl.int64), tl.sum(w_in, 0), w_all_s,
+            c_mp_s, w_mp_s)
 
 
 @triton.jit
@@ -263,7 +275,9 @@ def resolve(buf_ptr, n, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, 
                                                       target - w_hi, zero, 0, inv_t, m, False, True, NC, BLOCK_R)
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
         ties = c_at - c_above
-        w_c = tl.maximum(weight(tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)), 1)
+        e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
+        # a key that is no token's (a failed search: not ok) weighs nothing here
+        w_c = tl.maximum(weight(tl.where((cut_key > KMIN) & (e_c <= 1.0), e_c, 0.0)), 1)
         n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
         if n_kept < ties:
             idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, zero, zero + V, ties, zero, zero, zero,

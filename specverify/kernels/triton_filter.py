@@ -1,7 +1,7 @@
 """Target filters (SPEC 3.4) in float32 on the GPU: each filtered row's cut found by a search over values,
-with no sort of the row and no float64 kept set. ``triton_sampler`` launches ``_cut_kernel`` between pass 1
-and pass 2 of ``triton_chain``; pass 2 then applies the cut (``kept``). The block and tree rules take the
--inf-masked copy of ``_mask_kernel`` instead.
+with no sort of the row and no float64 kept set. ``triton_sampler`` runs the three cut launches here between
+pass 1 and pass 2 of ``triton_chain``; pass 2 then applies the cut (``triton_cut.kept``). The block and tree
+rules take the -inf-masked copy of ``_mask_kernel`` instead.
 
 The kept set of a row is a prefix of its tokens sorted by logit descending, lower index first on ties
 (top-k keeps whole tie groups, top-p may split one, min-p cuts by value). It is stored per row as a record:
@@ -12,28 +12,30 @@ The kept set of a row is a prefix of its tokens sorted by logit descending, lowe
             largest exp(l / T - max) = 1; the row max of l / T (pass 1's); how it was found (0 no search,
             1 from the gathered bracket, 2 the slow path)
 
-Shapes and dtypes of ``_cut_kernel``, grid (B, K1, SF), program (b, j, split) for the rows j <= k_b:
+The three launches share one argument list (``cut_launches``), for the rows j <= k_b of request b:
 
     logits_ptr ... scratch_ptr, V, K1, S1, n_part, ints_at, stats_at   pass 1's arguments (triton_chain);
-                                 it reads pass 1's split partials for the row max and sum
+                                 they read pass 1's split partials for the row max, sum and largest logit
     top_k_ptr [B] int64, top_p_ptr [B] float32/64, min_p_ptr [B] float32/64 (read when HAS_K/P/M)
-    work_ptr  [words] int64      per (row, split) NPART partial sums, then per row CAP gathered tokens,
-                                 split s in slots [s region, (s + 1) region)
-    ticket_ptr [>= R] int64      per row, the count of its programs done (every launch leaves it at 0)
+    work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R, SF, NPART] partial sums; [R, CAP] gathered
+                                 tokens, split s in slots [s region, (s + 1) region)
     record_ptr [6, R] float32 (out)
-    SF, chunk, region            this launch's splits per row, entries per split (whole tiles), gathered
-                                 tokens kept per split
+    SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
+
+    _bracket_kernel  grid (B, K1)       the row's bracket from its sample
+    _sweep_kernel    grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
+    _resolve_kernel  grid (B, K1)       the record
 
 How a row's cut is found (``triton_cut``). Masses are fixed point (``MASS_ONE`` per unit of exp(l / T - max)),
 so every sum is exact and independent of the split and tile plan: the result is deterministic and
-batch-invariant. Each program tallies a strided sample of NS logits (every program the same one) on two
-grids of drops from the row max, and takes a bracket [lo, hi) of order keys that should hold the top-k
-crossing (the k-th largest logit) or the top-p crossing (where the sorted mass reaches top_p of what top-k
-kept), with a wide margin. One read of the row then sums count and mass at and above hi, the min-p mass,
-and gathers the bracket's tokens. The last program of the row (a ticket) searches the gathered tokens for
-the crossings, NC candidate keys a step, exactly. Where min-p alone decides the cut (it keeps fewer tokens
-than the others would), nothing is searched. Where the bracket missed or overflowed, that program narrows
-the interval alone (NC candidate keys per read of the row), gathers it and searches it the same way.
+batch-invariant. A strided sample of NS logits is tallied on two grids of drops from the row max, giving a
+bracket [lo, hi) of order keys that should hold the top-k crossing (the k-th largest logit) or, with top-k
+off, the top-p crossing (where the sorted mass reaches top_p), with a wide margin. One read of the row sums
+count and mass at and above hi, the min-p mass, and gathers the bracket's tokens. The resolve launch searches
+the gathered tokens for the crossings, NC candidate keys a step, exactly. Where min-p alone decides the cut
+(it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
+that program narrows the interval alone (NC candidate keys per read of the row), gathers it and searches it
+the same way.
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMIN, MASS_ONE, bracket, compact, key_value, kept, kept_mass, pick,
-                                           resolve, slow_cut, sweep, weight)
+from specverify.kernels.triton_cut import (KMIN, MASS_ONE, bracket, compact, key_value, kept, kept_mass, order_key,
+                                           pick, resolve, slow_cut, sweep, weight)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 
-NPART = 8        # partial sums per (row, split)
-CAP = 4096       # tokens gathered per row
-NS, CH = 1024, 32    # the sample: NS logits in chunks of CH
+NPART = tl.constexpr(8)   # partial sums per (row, split)
+CAP = 8192       # tokens gathered per row
+NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket
 MAX_SPLITS = 16
 
@@ -64,104 +66,153 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
 
 
 @triton.jit
-def _cut_kernel(
-    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
-    top_k_ptr, top_p_ptr, min_p_ptr, work_ptr, ticket_ptr, record_ptr,
-    V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
+def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+         V, K1, S1, n_part, ints_at, stats_at, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr,
+         BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """This program's row (b, j): (live: j <= k_b, on: a random request with a filter on, row_ptr, its record
+    index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T, the row max of l / T and its sum of exp(l / T - max),
+    and the order key just above the row's largest logit, all three from pass 1's partials)."""
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
+        scratch_views(scratch_ptr, n_part, ints_at, stats_at)
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    k_b = tl.load(num_draft_ptr + b)
+    jj = tl.arange(0, BLOCK_K)
+    row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b,
+                                           k_b, K1, S1, BLOCK_K, BLOCK_S)
+    temperature = tl.load(temperature_ptr + b).to(tl.float32)
+    k = tl.zeros([], tl.int64)
+    top_p = tl.full([], 1.0, tl.float64)
+    floor = tl.zeros([], tl.float32)
+    if HAS_K:
+        k = tl.load(top_k_ptr + b).to(tl.int64)
+    if HAS_P:
+        top_p = tl.load(top_p_ptr + b).to(tl.float64)
+    if HAS_M:
+        floor = tl.load(min_p_ptr + b).to(tl.float32)
+    k_on = (k > 0) & (k < V)
+    p_on = top_p < 1.0
+    on = (k_on | p_on | (floor > 0.0)) & (temperature != 0.0)
+    row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
+    ss = tl.arange(0, BLOCK_S)
+    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < S1,
+                         other=float("-inf")), axis=0)
+    return (j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor,
+            1.0 / tl.where(temperature == 0.0, 1.0, temperature), pick(row_max, j, jj), pick(row_sum, j, jj),
+            order_key(top).to(tl.int64) + 1)
+
+
+@triton.jit
+def _bracket_kernel(
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
     CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
 ):
-    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, pass2_ticket_ptr, part_mass_ptr = \
-        scratch_views(scratch_ptr, n_part, ints_at, stats_at)
-    b = tl.program_id(0)
-    j = tl.program_id(1)
-    split = tl.program_id(2)
-    k_b = tl.load(num_draft_ptr + b)
-    if j <= k_b:
+    """Launch 1 of 3, grid (B, K1): each filtered row's bracket [lo, hi) from its sample, to work[2 rid]."""
+    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
+        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
+    if live & on:
+        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+        tl.store(work_ptr + 2 * rid, lo)
+        tl.store(work_ptr + 2 * rid + 1, hi)
+
+
+@triton.jit
+def _sweep_kernel(
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
+    HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
+    CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
+):
+    """Launch 2 of 3, grid (B, K1, SF): one read of each filtered row, split by split; a kernel of its own
+    so that its registers, and so the programs an SM holds, are a streaming kernel's."""
+    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
+        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
+    if live & on:
+        split = tl.program_id(2)
         NR = tl.num_programs(0) * K1
-        rid = b * K1 + j
-        jj = tl.arange(0, BLOCK_K)
-        row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
-                                               b, k_b, K1, S1, BLOCK_K, BLOCK_S)
-        m = pick(row_max, j, jj)
-        temperature = tl.load(temperature_ptr + b).to(tl.float32)
-        inv_t = 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
-        k = tl.zeros([], tl.int64)
-        top_p = tl.full([], 1.0, tl.float64)
-        floor = tl.zeros([], tl.float32)
-        if HAS_K:
-            k = tl.load(top_k_ptr + b).to(tl.int64)
-        if HAS_P:
-            top_p = tl.load(top_p_ptr + b).to(tl.float64)
-        if HAS_M:
-            floor = tl.load(min_p_ptr + b).to(tl.float32)
-        k_on = (k > 0) & (k < V)
-        p_on = top_p < 1.0
-        rec = record_ptr + rid
-        if (k_on | p_on | (floor > 0.0)) & (temperature != 0.0):
-            row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
-            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, pick(row_sum, j, jj), m, inv_t, CAP, NS, CH, NG,
-                             BLOCK_SAMPLE)
-            parts = work_ptr + rid * SF * NPART
-            buf = work_ptr + NR * SF * NPART + rid * CAP
-            lo_v = split * chunk
-            c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
-                row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf + split * region, region,
-                BLOCK_V)
-            mine = parts + split * NPART
-            tl.store(mine, c_hi)
-            tl.store(mine + 1, w_hi)
-            tl.store(mine + 2, w_hi_mp)
-            tl.store(mine + 3, c_in)
-            tl.store(mine + 4, w_in)
-            tl.store(mine + 5, w_all)
-            tl.store(mine + 6, c_mp)
-            tl.store(mine + 7, w_mp)
-            ticket_at = ticket_ptr + rid
-            if tl.atomic_add(ticket_at, 1, sem="acq_rel") == SF - 1:
-                # the row's last program: every split's sums and tokens are in
-                c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
-                    _total(parts, 2, SF, BLOCK_F)
-                c_in, w_in, w_all = _total(parts, 3, SF, BLOCK_F), _total(parts, 4, SF, BLOCK_F), \
-                    _total(parts, 5, SF, BLOCK_F)
-                c_mp, w_mp = _total(parts, 6, SF, BLOCK_F), _total(parts, 7, SF, BLOCK_F)
-                # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of
-                # its tokens weighs at least the floor, so the mass before the last one is below target)
-                lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
-                alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
-                cut_key = tl.full([], KMIN, tl.int64)
-                cut_idx = tl.zeros([], tl.int32) + V
-                z = w_mp
-                how = tl.zeros([], tl.int32)
-                if (k_on | p_on) & ~alone:
-                    n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, hi, c_hi, w_hi, w_hi_mp,
-                                                              w_all, k, k_on, top_p, p_on, floor, V, inv_t, m, NC,
-                                                              BLOCK_R)
-                    if ok & (n >= 0):
-                        cut_key, cut_idx, z, how = key_b, idx_b, z_b, how + 1
-                    else:
-                        cut_key, cut_idx = slow_cut(row_ptr, V, buf, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                    c_hi, w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB)
-                        cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
-                        z = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
-                        how = how + 2
-                tl.store(rec, tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32))))
-                tl.store(rec + NR, cut_idx.to(tl.float32))
-                tl.store(rec + 2 * NR, floor)
-                tl.store(rec + 3 * NR, z.to(tl.float32) / MASS_ONE)
-                tl.store(rec + 4 * NR, m)
-                tl.store(rec + 5 * NR, how.to(tl.float32))
-                tl.store(ticket_at, 0)          # ready for the next call: no memset launch
-        elif split == 0:
-            tl.store(rec, float("-inf"))
-            tl.store(rec + NR, V.to(tl.float32))
-            tl.store(rec + 2 * NR, 0.0)
-            tl.store(rec + 3 * NR, pick(row_sum, j, jj))
-            tl.store(rec + 4 * NR, m)
-            tl.store(rec + 5 * NR, 0.0)
+        lo = tl.load(work_ptr + 2 * rid)
+        hi = tl.load(work_ptr + 2 * rid + 1)
+        lo_v = split * chunk
+        buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
+        c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
+            row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, HAS_M, BLOCK_V)
+        mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
+        tl.store(mine, c_hi)
+        tl.store(mine + 1, w_hi)
+        tl.store(mine + 2, w_hi_mp)
+        tl.store(mine + 3, c_in)
+        tl.store(mine + 4, w_in)
+        tl.store(mine + 5, w_all)
+        tl.store(mine + 6, c_mp)
+        tl.store(mine + 7, w_mp)
+
+
+@triton.jit
+def _resolve_kernel(
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
+    HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
+    CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
+):
+    """Launch 3 of 3, grid (B, K1): each row's record, from the sweep's sums and gathered tokens."""
+    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
+        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
+    NR = tl.num_programs(0) * K1
+    rec = record_ptr + rid
+    cut_key = tl.full([], KMIN, tl.int64)
+    cut_idx = tl.zeros([], tl.int32) + V
+    floor_out = tl.zeros([], tl.float32)
+    z_out = z
+    how = tl.zeros([], tl.int32)
+    if live & on:
+        lo = tl.load(work_ptr + 2 * rid)
+        hi = tl.load(work_ptr + 2 * rid + 1)
+        parts = work_ptr + 2 * NR + rid * SF * NPART
+        buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP
+        c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
+            _total(parts, 2, SF, BLOCK_F)
+        c_in, w_in, w_all = _total(parts, 3, SF, BLOCK_F), _total(parts, 4, SF, BLOCK_F), \
+            _total(parts, 5, SF, BLOCK_F)
+        c_mp, w_mp = _total(parts, 6, SF, BLOCK_F), _total(parts, 7, SF, BLOCK_F)
+        # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of its
+        # tokens weighs at least the floor, so the mass before the last one is below the target)
+        lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
+        alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
+        z_w = w_mp
+        if (k_on | p_on) & ~alone:
+            n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
+            # no token lies above the row's largest logit: a narrower interval, fewer search steps
+            ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above), c_hi, w_hi,
+                                                      w_hi_mp, w_all, k, k_on, top_p, p_on, floor, V, inv_t, m, NC,
+                                                      BLOCK_R)
+            if ok & (n >= 0):
+                cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
+            else:
+                cut_key, cut_idx = slow_cut(row_ptr, V, buf, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi,
+                                            w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB)
+                cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
+                z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
+                how = how + 2
+        floor_out = floor
+        z_out = z_w.to(tl.float32) / MASS_ONE
+    if live:
+        tl.store(rec, tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32))))
+        tl.store(rec + NR, cut_idx.to(tl.float32))
+        tl.store(rec + 2 * NR, floor_out)
+        tl.store(rec + 3 * NR, z_out)
+        tl.store(rec + 4 * NR, m)
+        tl.store(rec + 5 * NR, how.to(tl.float32))
 
 
 @triton.jit
@@ -209,31 +260,30 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # ones on the GPU; the results are the same integers either way
     wide = _INTERPRETED
     meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG,
-                NC=64 if wide else 16, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
+                NC=64 if wide else 32, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
-                BLOCK_SAMPLE=min(ns, 1024 if wide else 64), BLOCK_FB=1024 if wide else 128, num_warps=warps)
-    return ("cut", next(_recipe_ids)), sf, chunk, cap // block_f, B * K1 * (sf * NPART + cap), meta
+                BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128, num_warps=warps)
+    # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
+    words = B * K1 * (2 + sf * NPART.value + cap)
+    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
-    """The cut launch's int64 work space, its int64 tickets (zero, and each launch leaves them at zero) and its
-    float32 records, one set per (thread, device, stream), grown as needed."""
+    """The cut launches' int64 work space and float32 records, one pair per (thread, device, stream), grown as
+    needed."""
     key = (threading.get_ident(), device, stream)
-    work, tickets, record = _buffers.get(key, (None, None, None))
+    work, record = _buffers.get(key, (None, None))
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
-    # the interpreter runs a launch in Python, where a timeout's exception can stop it half done: fresh
-    # tickets there (a GPU launch runs to its end)
-    if tickets is None or tickets.numel() < rows or _INTERPRETED:
-        tickets = torch.zeros(rows, dtype=torch.int64, device=device)
+    if record is None or record.numel() < 6 * rows:
         record = torch.empty(6 * rows, dtype=torch.float32, device=device)
-    _buffers[key] = (work, tickets, record)
-    return work, tickets, record
+    _buffers[key] = (work, record)
+    return work, record
 
 
-def cut_launch(pass1: tuple, top_k, top_p, min_p) -> tuple:
-    """(launch step, record [6, B K1]) of the cut launch that follows ``pass1`` (triton_chain's pass-1 step,
-    whose arguments and scratch it shares); top_k / top_p / min_p [B] or None (off for every request).
+def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
+    """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
+    step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
     CAP, NS and CH are read here, so that a test can shrink them to reach the sample and slow paths."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
@@ -245,13 +295,15 @@ def cut_launch(pass1: tuple, top_k, top_p, min_p) -> tuple:
                                                   tuple(f.dtype for f in given), CAP, NS, CH)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
-    work, tickets, record = _work(logits.device, stream, words, B * K1)
+    work, record = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
-        + (work, tickets, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    return (_cut_kernel, (B, K1, sf), args, meta, key, stream), record[:6 * B * K1]
+        + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+    steps = tuple((kernel, grid, args, meta, key and key + (n,), stream) for n, (kernel, grid) in enumerate((
+        (_bracket_kernel, (B, K1, 1)), (_sweep_kernel, (B, K1, sf)), (_resolve_kernel, (B, K1, 1)))))
+    return steps, record[:6 * B * K1]
 
 
-_INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
+_INTERPRETED = type(_sweep_kernel).__name__ == "InterpretedFunction"
 
 
 def mask_launch(pass1: tuple, record: torch.Tensor) -> tuple:

@@ -28,7 +28,7 @@ from reference import philox as ref_philox
 from reference.sample import synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
 from specverify.kernels.triton_chain import with_cut
-from specverify.kernels.triton_filter import cut_launch, mask_launch
+from specverify.kernels.triton_filter import cut_launches, mask_launch
 from specverify.kernels.triton_kernels import interpreted, launches, triton_sample_into
 from specverify.kernels.triton_launch import launch
 
@@ -47,8 +47,9 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
     if not steps:
         return None
     launch(*steps[0])
-    step, record = cut_launch(steps[0], batch.top_k, batch.top_p, batch.min_p)
-    launch(*step)
+    cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p)
+    for step in cut:
+        launch(*step)
     return with_cut(steps[-1], record), steps[0], record
 
 
