@@ -1,0 +1,120 @@
+"""The float32 filter cut of the Triton backend (specverify/kernels/triton_filter.py, SPEC 3.4 and 4.1).
+
+Without CUDA the kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1
+before anything imports Triton); the parameter id says which device ran. The cut has three ways to a
+row's kept set (nothing to search, the gathered bracket, the slow narrowing path): the production sizes
+send almost every row through the bracket, so these tests shrink the gather capacity and the sample
+(``triton_filter.CAP``, ``NS``, ``CH``) to send rows down all three at small V.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+
+import reference  # noqa: E402
+from reference import Noise, SpecBatch  # noqa: E402
+from reference.sample import filtered_target  # noqa: E402
+from specverify.checks.differential import compare_to_reference  # noqa: E402
+from specverify.kernels import triton_filter, triton_sampler  # noqa: E402
+from specverify.strategies import _logits  # noqa: E402
+
+DEVICE = "cuda" if _CUDA else "cpu"
+DEVICES = [pytest.param(DEVICE, id="cuda" if _CUDA else "cpu-interpreter")]
+STYLES = ("normal", "peaked", "flat", "tied", "near_tied", "masked")
+
+
+def _rows(seed: int, B: int, V: int, device: str) -> SpecBatch:
+    """B zero-draft requests, one row each, every logit style in turn, every filter and their mixes."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.cat([_logits(g, 1, V, STYLES[b % len(STYLES)]) for b in range(B)]).float()
+    pick = lambda options: torch.tensor([options[int(i)] for i in torch.randint(0, len(options), (B,), generator=g)])  # noqa: E731
+    top_k, top_p = pick((0, 1, 3, 50, V - 1)), pick((1.0, 1e-3, 0.3, 0.9, 1.0 - 2.0 ** -20)).float()
+    min_p, temperature = pick((0.0, 0.05, 0.5)).float(), pick((0.1, 0.7, 1.0, 2.5)).float()
+    return SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None, temperature,
+                     top_k, top_p, min_p).to(device)
+
+
+def _records(batch: SpecBatch, **plan) -> torch.Tensor:
+    """[6, B K1] the cut records of ``batch`` (triton_filter's layout)."""
+    B = batch.num_requests
+    token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
+    _, _, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
+                                      seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
+    return record.view(6, -1).cpu().clone()
+
+
+@pytest.fixture
+def small_gather(monkeypatch):
+    """A gather capacity of 64 tokens and a sample of 32: rows of a few hundred tokens reach the sample
+    bracket, and brackets overflow or miss, which sends rows down the slow path."""
+    monkeypatch.setattr(triton_filter, "CAP", 64)
+    monkeypatch.setattr(triton_filter, "NS", 32)
+    monkeypatch.setattr(triton_filter, "CH", 4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_cut_keeps_the_references_tokens_on_every_path(device, small_gather):
+    """Kept sets of the float32 cut equal the float64 reference's (these rows have no token within float32
+    rounding of a cut), and every way to a cut ran: min-p alone, the gathered bracket, the slow path."""
+    seen = set()
+    for seed, V in ((1, 300), (2, 97)):
+        batch = _rows(seed, 18, V, device)
+        records = _records(batch)
+        seen |= set(records[5].tolist())
+        t = batch.temperature.cpu().double()[:, None]
+        want = filtered_target(batch.to("cpu"), torch.arange(18), batch.target_logits.cpu(), t) > 0
+        got = torch.softmax(triton_sampler.filtered_logits(batch).cpu().double() / t, dim=1) > 0
+        assert torch.equal(got, want), (seed, (got != want).nonzero().tolist())
+    assert seen == {0.0, 1.0, 2.0}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cut_records_do_not_depend_on_the_launch_plan(device):
+    """Masses are fixed point, so the cut (value, index) and its kept mass Z' are the same integers whether
+    a row is read in one split or several, in wide or narrow tiles: outputs are deterministic and a request's
+    output does not depend on the batch around it."""
+    batch = _rows(4, 12, 257, device)
+    default = _records(batch)
+    tiled = _records(batch, block_v=16, splits=(5, 2))
+    assert torch.equal(default[:4], tiled[:4])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top_p_splits_a_tie_group_at_its_lowest_indices(device):
+    """SPEC 3.4 sorts ties by index: ten equal logits under top-p 0.35 keep tokens 0-3 exactly (the fourth
+    crosses), in the cut's record (value 0, last index 3) and in the tokens the call emits."""
+    V = 10
+    batch = SpecBatch(torch.tensor([0]), torch.zeros(0, dtype=torch.int64), torch.zeros(1, V), None,
+                      torch.tensor([1.0]), None, torch.tensor([0.35]), None).to(device)
+    record = _records(batch)
+    assert record[0, 0].item() == 0.0 and record[1, 0].item() == 3.0
+    g = torch.Generator().manual_seed(5)
+    emitted = {triton_sampler.TritonBackend()(batch, noise=Noise.draw(batch, g)).token_ids[0, 0].item()
+               for _ in range(40)}
+    assert emitted == {0, 1, 2, 3}
+
+
+def test_filter_cut_divergence_is_ambiguous_only_when_the_reference_makes_it():
+    """SPEC 4.1: an output the reference emits once the top-p cut moves across a token whose preceding mass
+    is within tol of top_p is an excused ambiguity; the same request emitting a token far from every cut is
+    a real divergence (the rule must not excuse a wrong kept set)."""
+    # p ~ (0.5, 0.3, 0.2): top_p a relative 1e-7 below the mass before the third token cuts it, within tol
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 1e-9]]))
+    p = torch.softmax(logits.double(), dim=1)[0]
+    top_p = torch.tensor([float(p[0] + p[1]) * (1 - 1e-7)], dtype=torch.float64)
+    batch = SpecBatch(torch.tensor([0]), torch.zeros(0, dtype=torch.int64), logits, None, torch.tensor([1.0]),
+                      None, top_p, None)
+    # an exponential that makes the third token win the race once it is kept
+    noise = Noise(torch.zeros(0), torch.tensor([[10.0, 10.0, 0.01, 10.0]], dtype=torch.float64))
+    assert reference.sample(batch, noise=noise).token_ids.tolist() == [[0]]
+    third = reference.SpecOutput(torch.tensor([[2]]), torch.tensor([0]))
+    cmp = compare_to_reference(batch, third, noise)
+    assert len(cmp.divergences) == 1 and cmp.divergences[0].ambiguous, cmp.divergences
+    assert "filter cut" in cmp.divergences[0].decision
+    fourth = reference.SpecOutput(torch.tensor([[3]]), torch.tensor([0]))
+    assert [d.ambiguous for d in compare_to_reference(batch, fourth, noise).divergences] == [False]
