@@ -15,9 +15,14 @@ p (acceptance ~ 0.6 per position), drafts drawn from q:
               request when injected, the small inputs, the outputs) over the device-to-device copy
               bandwidth measured in the same run (bytes read + bytes written)
 
---filters times the target filters of SPEC 3.4 at B = 128, V = 151,936 instead: the Triton backend's
-filtered path (a float64 kept set, then the kernels on -inf-masked logits) against the same call with
-no filter, per setting, all requests filtered.
+--filters times the target filters of SPEC 3.4 at V = 151,936 (B = 128 and B = 1) instead, all requests
+filtered, side by side on the same inputs in one process: our filtered call (pass 1, the float32 cut
+launch of triton_filter, pass 2 reading the cut), our unfiltered call, the softmax of the target rows
+followed by FlashInfer's top_k_renorm_probs / top_p_renorm_probs where flashinfer imports, and a
+sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p as softmax, max and
+compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
+many rows the cut's kept set differs from the PyTorch filter's. `--filters --dry-run` runs the same
+plumbing on the CPU under TRITON_INTERPRET=1 at a small size (wall-clock timings, meaningless as speed).
 
 --block times the block rule (SPEC 3.7) against the standard rule at B = 128, k = 4, V = 151,936 on the
 same inputs, and measures each rule's mean accepted length over many seeded calls with the same seeds
@@ -38,6 +43,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 import triton
@@ -47,7 +53,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from reference import SpecBatch, philox  # noqa: E402
 from specverify.kernels.triton_kernels import launches, plan, triton_sample_into  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
-from specverify.kernels.triton_sampler import filtered_logits  # noqa: E402
+from specverify.kernels import triton_filter  # noqa: E402
+from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -156,8 +163,15 @@ class InputSet:
 
 
 def time_calls(fn, sets, min_calls: int = 30, budget_s: float = 0.4) -> float:
-    """Median seconds per call, rotating over the input sets."""
+    """Median seconds per call, rotating over the input sets (wall clock, three calls, on a CPU dry run)."""
     n = len(sets)
+    if DEVICE == "cpu":
+        walls = []
+        for i in range(3):
+            start = time.perf_counter()
+            fn(sets[i % n])
+            walls.append(time.perf_counter() - start)
+        return statistics.median(walls)
     for i in range(max(n, 3)):
         fn(sets[i % n])
     torch.cuda.synchronize()
@@ -250,26 +264,95 @@ FILTER_SETTINGS = {"none": None, "top_k=50": (50, 1.0, 0.0), "top_p=0.9": (0, 0.
                    "min_p=0.1": (0, 1.0, 0.1), "top_k=50, top_p=0.9": (50, 0.9, 0.0)}
 
 
-def filter_cost(l2_bytes, B: int = 128, V: int = 151_936) -> list[dict]:
-    """Median microseconds of a filtered call (filtered_logits, then the kernels) per setting, and its
-    ratio to the unfiltered call; every request random (temperature 1) and filtered."""
-    sets = make_sets(B, V, torch.float32, l2_bytes)
-    rows, base = [], None
-    for name, setting in FILTER_SETTINGS.items():
-        filters = () if setting is None else tuple(torch.full((B,), v, device=DEVICE, dtype=dt) for v, dt in
-                                                     zip(setting, (torch.int64, torch.float32, torch.float32)))
-        pairs = [(s, SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *filters)) for s in sets]
+def torch_filter(logits: torch.Tensor, temperature: torch.Tensor, k: int, p: float, min_p: float) -> torch.Tensor:
+    """Filtered probabilities by sorting, in float32 (vLLM's fallback structure): top-k and top-p on the
+    sorted logits, then softmax; min-p as softmax, max and compare."""
+    x = logits / temperature[:, None]
+    if k or p < 1:
+        x, order = x.sort(dim=-1, descending=True)
+        if k:
+            x = x.masked_fill(torch.arange(x.shape[1], device=x.device)[None, :] >= k, float("-inf"))
+        if p < 1:
+            probs = x.softmax(dim=-1)
+            before = probs.cumsum(dim=-1) - probs
+            x = x.masked_fill(before >= p, float("-inf"))
+        x = torch.empty_like(x).scatter_(1, order, x)
+    probs = x.softmax(dim=-1)
+    if min_p > 0:
+        probs = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+    return probs
 
-        def call(pair):
-            s, batch = pair
-            logits = filtered_logits(batch) if setting is not None else s.logits
-            triton_sample_into(s.token_ids, s.num_accepted, s.num_draft, s.drafts, logits, s.q, s.temperature,
-                               uniform=s.uniform, exponential=s.exponential)
-        t = time_calls(call, pairs) * 1e6
-        base = base or t
-        rows.append(dict(B=B, V=V, setting=name, us=t, ratio=t / base))
-        print(f"filters B={B} V={V} {name:22s} {t:9.1f} us  x{t / base:.2f}", flush=True)
+
+def flashinfer_filter(logits: torch.Tensor, temperature: torch.Tensor, k: int, p: float, min_p: float):
+    """Softmax, then FlashInfer's sorting-free renormalisation (None where flashinfer does not import or
+    has no renormalisation for the setting)."""
+    try:
+        from flashinfer.sampling import top_k_renorm_probs, top_p_renorm_probs  # noqa: PLC0415
+    except ImportError:
+        return None
+    if min_p > 0:
+        return None
+    probs = (logits / temperature[:, None]).softmax(dim=-1)
+    if k:
+        probs = top_k_renorm_probs(probs, k)
+    if p < 1:
+        probs = top_p_renorm_probs(probs, p)
+    return probs
+
+
+def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
+    """Per B and setting: median microseconds of our filtered call, our unfiltered call, FlashInfer's
+    softmax + renormalisation and the PyTorch sort filter over the same target rows; every request random
+    (temperature 1) and filtered."""
+    rows = []
+    for B in Bs:
+        sets = make_sets(B, V, torch.float32, l2_bytes)
+        base = time_calls(lambda s: s.fused(), sets) * 1e6
+        for name, setting in FILTER_SETTINGS.items():
+            row = dict(B=B, V=V, setting=name, unfiltered_us=base)
+            if setting is None:
+                rows.append(dict(row, us=base, ratio=1.0))
+                continue
+            k, p, min_p = setting
+            filters = tuple(torch.full((B,), v, device=DEVICE, dtype=dt) for v, dt in
+                            zip(setting, (torch.int64, torch.float32, torch.float32)))
+            pairs = [(s, SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *filters)) for s in sets]
+
+            def ours(pair):
+                s, batch = pair
+                filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
+            t = time_calls(ours, pairs) * 1e6
+            row.update(us=t, ratio=t / base, **_cut_stats(pairs[0], k, p, min_p))
+            row["torch_sort_us"] = time_calls(lambda s: torch_filter(s.logits, s.row_temp, k, p, min_p),
+                                              sets) * 1e6
+            if flashinfer_filter(sets[0].logits, sets[0].row_temp, k, p, min_p) is not None:
+                row["flashinfer_us"] = time_calls(
+                    lambda s: flashinfer_filter(s.logits, s.row_temp, k, p, min_p), sets) * 1e6
+            rows.append(row)
+            print(f"filters B={B} V={V} {name:22s} ours {t:9.1f} us x{t / base:.2f}  torch sort "
+                  f"{row['torch_sort_us']:9.1f}  flashinfer {row.get('flashinfer_us', float('nan')):9.1f}  "
+                  f"slow rows {row['slow_rows']}/{row['rows']}  kept sets unlike torch's {row['kept_differ']}",
+                  flush=True)
+        del sets
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     return rows
+
+
+def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:
+    """After our filtered call on ``pair``: how many target rows took the cut's slow path, and on how many
+    the kept set differs from the PyTorch sort filter's (float32 both; near-cut tokens may differ)."""
+    s, batch = pair
+    filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
+    rows = s.logits.shape[0]
+    record = next(iter(triton_filter._buffers.values()))[1][:6 * rows].view(6, rows).cpu()
+    values, index = record[0], record[1]
+    logits = s.logits.cpu()
+    ids = torch.arange(logits.shape[1])[None, :]
+    keep = ((logits > values[:, None]) | ((logits == values[:, None]) & (ids <= index[:, None]))) & \
+        (torch.exp(logits / s.row_temp.cpu()[:, None] - record[4][:, None]) >= record[2][:, None])
+    theirs = torch_filter(s.logits, s.row_temp, k, p, min_p).cpu() > 0
+    return dict(rows=rows, slow_rows=int((record[5] == 2).sum()), kept_differ=int((keep != theirs).any(dim=1).sum()))
 
 
 def block_cost(l2_bytes, bw, B: int = 128, V: int = 151_936, draws: int = 128) -> list[dict]:
@@ -341,8 +424,15 @@ def block_markdown(rows, bw, meta) -> str:
 def filter_markdown(rows, meta) -> str:
     lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}; "
              f"`{meta['command']}`.", "",
-             "| B | V | filter (every request) | call (us) | vs no filter |", "| ---: | ---: | --- | ---: | ---: |"]
-    lines += [f"| {r['B']} | {r['V']} | {r['setting']} | {r['us']:.1f} | {r['ratio']:.2f} |" for r in rows]
+             "| B | filter (every request) | ours, filtered (us) | vs ours unfiltered | ours unfiltered (us) "
+             "| softmax + FlashInfer renorm (us) | PyTorch sort filter (us) | slow-path rows | kept sets unlike "
+             "PyTorch's |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        fi = f"{r['flashinfer_us']:.1f}" if "flashinfer_us" in r else "-"
+        sort = f"{r['torch_sort_us']:.1f}" if "torch_sort_us" in r else "-"
+        slow = f"{r['slow_rows']}/{r['rows']}" if "rows" in r else "-"
+        lines.append(f"| {r['B']} | {r['setting']} | {r['us']:.1f} | {r['ratio']:.2f} | {r['unfiltered_us']:.1f} | "
+                     f"{fi} | {sort} | {slow} | {r.get('kept_differ', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -434,11 +524,23 @@ def main() -> None:
     ap.add_argument("--filters", action="store_true", help="the cost of target filters at B = 128, V = 151936")
     ap.add_argument("--block", action="store_true",
                     help="the block rule against the standard rule at B = 128, k = 4, V = 151936")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="with --filters: the plumbing on the CPU under TRITON_INTERPRET=1, at B = 2, V = 12,000")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--host-profile", action="store_true", help="host cost of each step of a call, then stop")
     ap.add_argument("--markdown", help="write the table here")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
+    if args.dry_run:
+        if not (args.filters and os.environ.get("TRITON_INTERPRET") == "1"):
+            sys.exit("--dry-run runs --filters on the CPU: set TRITON_INTERPRET=1 and pass --filters")
+        global DEVICE
+        DEVICE = "cpu"
+        rows = filter_cost(0, Bs=(2,), V=12_000)      # above the gather capacity: the sample bracket runs
+        meta = dict(device="CPU (Triton interpreter, dry run)", torch=torch.__version__, triton=triton.__version__,
+                    date=datetime.date.today().isoformat(), command="python " + " ".join(sys.argv))
+        _write(args, dict(meta=meta, filters=rows), filter_markdown(rows, meta))
+        return
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
     props = torch.cuda.get_device_properties(0)
