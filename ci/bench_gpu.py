@@ -17,7 +17,7 @@ p (acceptance ~ 0.6 per position), drafts drawn from q:
 
 --filters times the target filters of SPEC 3.4 at V = 151,936 (B = 128 and B = 1) instead, all requests
 filtered, side by side on the same inputs in one process: our filtered call (pass 1, the float32 cut
-launch of triton_filter, pass 2 reading the cut), our unfiltered call, the softmax of the target rows
+launches of triton_filter, pass 2 reading the cut), our unfiltered call, the softmax of the target rows
 followed by FlashInfer's top_k_renorm_probs / top_p_renorm_probs where flashinfer imports, and a
 sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p as softmax, max and
 compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
