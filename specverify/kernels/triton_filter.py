@@ -22,9 +22,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     record_ptr [6, R] float32 (out)
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
-    _bracket_kernel  grid (B, K1)       the row's bracket from its sample
-    _sweep_kernel    grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
-    _resolve_kernel  grid (B, K1)       the record
+    _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
+                 STAGE 1  grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
+                 STAGE 2  grid (B, K1)       the record
 
 How a row's cut is found (``triton_cut``). Masses are fixed point (``MASS_ONE`` per unit of exp(l / T - max)),
 so every sum is exact and independent of the split and tile plan: the result is deterministic and
@@ -103,72 +103,62 @@ def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
 
 
 @triton.jit
-def _bracket_kernel(
+def _cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
     work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
-    HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
-    CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
+    STAGE: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr,
+    NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
 ):
-    """Launch 1 of 3, grid (B, K1): each filtered row's bracket [lo, hi) from its sample, to work[2 rid]."""
-    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
-        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
-        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
-    if live & on:
-        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
-        tl.store(work_ptr + 2 * rid, lo)
-        tl.store(work_ptr + 2 * rid + 1, hi)
-
-
-@triton.jit
-def _sweep_kernel(
-    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
-    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
-    HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
-    CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
-):
-    """Launch 2 of 3, grid (B, K1, SF): one read of each filtered row, split by split; a kernel of its own
-    so that its registers, and so the programs an SM holds, are a streaming kernel's."""
-    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
-        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
-        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
-    if live & on:
-        split = tl.program_id(2)
-        NR = tl.num_programs(0) * K1
-        lo = tl.load(work_ptr + 2 * rid)
-        hi = tl.load(work_ptr + 2 * rid + 1)
-        lo_v = split * chunk
-        buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
-        c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
-            row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, HAS_M, BLOCK_V)
-        mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
-        tl.store(mine, c_hi)
-        tl.store(mine + 1, w_hi)
-        tl.store(mine + 2, w_hi_mp)
-        tl.store(mine + 3, c_in)
-        tl.store(mine + 4, w_in)
-        tl.store(mine + 5, w_all)
-        tl.store(mine + 6, c_mp)
-        tl.store(mine + 7, w_mp)
-
-
-@triton.jit
-def _resolve_kernel(
-    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
-    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
-    HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr,
-    CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
-):
-    """Launch 3 of 3, grid (B, K1): each row's record, from the sweep's sums and gathered tokens."""
+    """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
+    row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
+    row, split by split (a kernel of its own, so that its registers, and so the programs an SM holds, are a
+    streaming kernel's); 2, grid (B, K1), each row's record from the sums and the gathered tokens."""
     live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
         logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
         K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
     NR = tl.num_programs(0) * K1
+    if STAGE == 0:
+        if live & on:
+            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+            tl.store(work_ptr + 2 * rid, lo)
+            tl.store(work_ptr + 2 * rid + 1, hi)
+    elif STAGE == 1:
+        if live & on:
+            _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_V)
+    else:
+        _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
+                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB)
+
+
+@triton.jit
+def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr, CAP: tl.constexpr,
+          BLOCK_V: tl.constexpr):
+    """Stage 1 for this program's split: the sweep's eight sums to work, its bracket tokens to its region."""
+    split = tl.program_id(2)
+    lo = tl.load(work_ptr + 2 * rid)
+    hi = tl.load(work_ptr + 2 * rid + 1)
+    lo_v = split * chunk
+    buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
+    c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, HAS_M, BLOCK_V)
+    mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
+    tl.store(mine, c_hi)
+    tl.store(mine + 1, w_hi)
+    tl.store(mine + 2, w_hi_mp)
+    tl.store(mine + 3, c_in)
+    tl.store(mine + 4, w_in)
+    tl.store(mine + 5, w_all)
+    tl.store(mine + 6, c_mp)
+    tl.store(mine + 7, w_mp)
+
+
+@triton.jit
+def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t,
+            m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
+            BLOCK_FB: tl.constexpr):
+    """Stage 2: the row's record (an unfiltered row's keeps everything, with pass 1's sum)."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
@@ -298,12 +288,12 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     work, record = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    steps = tuple((kernel, grid, args, meta, key and key + (n,), stream) for n, (kernel, grid) in enumerate((
-        (_bracket_kernel, (B, K1, 1)), (_sweep_kernel, (B, K1, sf)), (_resolve_kernel, (B, K1, 1)))))
+    steps = tuple((_cut_kernel, (B, K1, splits), args, dict(meta, STAGE=stage), key and key + (stage,), stream)
+                  for stage, splits in enumerate((1, sf, 1)))
     return steps, record[:6 * B * K1]
 
 
-_INTERPRETED = type(_sweep_kernel).__name__ == "InterpretedFunction"
+_INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
 
 
 def mask_launch(pass1: tuple, record: torch.Tensor) -> tuple:

@@ -47,20 +47,28 @@ class TopKWithoutTies(CpuBackend):
         return p, p.sum(dim=1)
 
 
-class TopPUnsorted(CpuBackend):
-    """top-p keeps the shortest prefix in vocabulary order (probabilities never sorted)."""
+class _TopPVariant(CpuBackend):
+    """Top-k as it should be, then ``kept(p, mass)`` in place of top-p's kept set, then min-p."""
 
-    name = "top_p_unsorted"
+    def kept(self, p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def filter_weights(self, batch, requests, w, total, use):
         k, mass, ratio = batch.filters_of(requests)
         p = filters.apply(w.double() / total.double()[:, None], k, None, None)
         if mass is not None:
-            before = torch.cumsum(p, dim=1) - p
-            p = torch.where((mass < 1)[:, None] & (before >= mass[:, None].double()), torch.zeros_like(p), p)
-            p = p / p.sum(dim=1, keepdim=True)
-        p = filters.apply(p, None, None, ratio).to(torch.float32)
+            p = torch.where((mass < 1)[:, None] & ~self.kept(p, mass[:, None].double()), torch.zeros_like(p), p)
+        p = filters.apply(p / p.sum(dim=1, keepdim=True), None, None, ratio).to(torch.float32)
         return p, p.sum(dim=1)
+
+
+class TopPUnsorted(_TopPVariant):
+    """top-p keeps the shortest prefix in vocabulary order (probabilities never sorted)."""
+
+    name = "top_p_unsorted"
+
+    def kept(self, p, mass):
+        return torch.cumsum(p, dim=1) - p < mass
 
 
 class FiltersAppliedToQ(CpuBackend):
@@ -106,33 +114,18 @@ class PlaceholderAccepted(CpuBackend):
 # ---- the cut itself (issue 29): bugs of a kernel that finds each row's threshold by a search over values
 
 
-def _sorted(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(order, mass before each sorted token): probability descending, lower index first on ties."""
-    order = torch.sort(-p, dim=1, stable=True).indices
-    sorted_p = p.gather(1, order)
-    return order, torch.cumsum(sorted_p, dim=1) - sorted_p
-
-
-def _finish(p: torch.Tensor, ratio) -> tuple[torch.Tensor, torch.Tensor]:
-    p = filters.apply(p / p.sum(dim=1, keepdim=True), None, None, ratio).to(torch.float32)
-    return p, p.sum(dim=1)
-
-
-class TopPOneTokenLate(CpuBackend):
+class TopPOneTokenLate(_TopPVariant):
     """top-p's cut one token late: the token after the one whose mass reaches top_p is kept too."""
 
     name = "top_p_one_token_late"
 
-    def filter_weights(self, batch, requests, w, total, use):
-        k, mass, ratio = batch.filters_of(requests)
-        p = filters.apply(w.double() / total.double()[:, None], k, None, None)
-        if mass is not None:
-            order, before = _sorted(p)
-            # the test reads the mass before the previous sorted token, not before this one
-            late = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], dim=1) < mass[:, None].double()
-            keep = torch.zeros_like(late).scatter(1, order, late)
-            p = torch.where((mass < 1)[:, None] & ~keep, torch.zeros_like(p), p)
-        return _finish(p, ratio)
+    def kept(self, p, mass):
+        order = torch.sort(-p, dim=1, stable=True).indices
+        sorted_p = p.gather(1, order)
+        before = torch.cumsum(sorted_p, dim=1) - sorted_p
+        # the test reads the mass before the previous sorted token, not before this one
+        late = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], dim=1) < mass
+        return torch.zeros_like(late).scatter(1, order, late)
 
 
 class TopKTiesCountedTwice(CpuBackend):
@@ -151,8 +144,8 @@ class TopKTiesCountedTwice(CpuBackend):
             cut = torch.where(above + 2 * equal >= k[:, None], p, -1.0).amax(dim=1, keepdim=True)
             p = torch.where(on[:, None] & (p < cut), torch.zeros_like(p), p)
             p = p / p.sum(dim=1, keepdim=True)
-        p = filters.apply(p, None, mass, None)
-        return _finish(p, ratio)
+        p = filters.apply(p, None, mass, ratio).to(torch.float32)
+        return p, p.sum(dim=1)
 
 
 class MinPUnscaledMax(CpuBackend):
