@@ -37,6 +37,7 @@ written against 5.24.0, whose signature is checked on load.
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 
 import torch
@@ -130,12 +131,14 @@ class SpeculativeSampling(Backend):
 
     def __init__(self, function=None) -> None:
         self._function = function      # a stand-in with the same signature; None: transformers' own
+        try:                           # the installed version names the backend in every report
+            self.name = f"transformers-{importlib.metadata.version('transformers')}:speculative_sampling"
+        except importlib.metadata.PackageNotFoundError:
+            pass
 
     def function(self):
         if self._function is None:
             self._function = load_function()
-            import transformers  # noqa: PLC0415
-            self.name = f"transformers-{transformers.__version__}:speculative_sampling"
         return self._function
 
     def inputs(self, batch: SpecBatch, b: int) -> tuple:
