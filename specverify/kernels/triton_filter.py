@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMIN, MASS_ONE, bracket, compact, key_value, kept, kept_mass, order_key,
+from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, kept, kept_mass, order_key,
                                            pick, resolve, slow_cut, sweep, weight)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
@@ -133,12 +133,22 @@ def _cut_kernel(
 
 
 @triton.jit
+def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
+    """The row's bracket: stage 0's, or everything where the row has at most CAP tokens (no stage 0 then)."""
+    lo = tl.full([], KMIN, tl.int64)
+    hi = tl.full([], KMAX, tl.int64)
+    if V > CAP:
+        lo = tl.load(work_ptr + 2 * rid)
+        hi = tl.load(work_ptr + 2 * rid + 1)
+    return lo, hi
+
+
+@triton.jit
 def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr, CAP: tl.constexpr,
           BLOCK_V: tl.constexpr):
     """Stage 1 for this program's split: the sweep's eight sums to work, its bracket tokens to its region."""
     split = tl.program_id(2)
-    lo = tl.load(work_ptr + 2 * rid)
-    hi = tl.load(work_ptr + 2 * rid + 1)
+    lo, hi = _bounds(work_ptr, rid, V, CAP)
     lo_v = split * chunk
     buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
     c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
@@ -166,8 +176,7 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
     z_out = z
     how = tl.zeros([], tl.int32)
     if live & on:
-        lo = tl.load(work_ptr + 2 * rid)
-        hi = tl.load(work_ptr + 2 * rid + 1)
+        lo, hi = _bounds(work_ptr, rid, V, CAP)
         parts = work_ptr + 2 * NR + rid * SF * NPART
         buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
@@ -288,8 +297,9 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     work, record = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+    # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
     steps = tuple((_cut_kernel, (B, K1, splits), args, dict(meta, STAGE=stage), key and key + (stage,), stream)
-                  for stage, splits in enumerate((1, sf, 1)))
+                  for stage, splits in enumerate((1, sf, 1)) if stage or V > meta["CAP"])
     return steps, record[:6 * B * K1]
 
 
