@@ -141,7 +141,8 @@ class TritonBackend(Backend):
         if (method == "synthetic") != (rates is not None):
             raise ValueError("sample_into: rates must be given exactly when method='synthetic'")
         if batch.top_k is not None or batch.top_p is not None or batch.min_p is not None:
-            # the kept set needs a sort and host-side decisions: not capturable
+            # the cut launches sync nothing with the host, but their work space is cached per stream and
+            # reused between calls, which a captured graph would freeze; capture is not tested yet
             raise UnsupportedError(self.name, "target filters in sample_into (CUDA-graph capture)", [])
         noise_kw = (dict(uniform=noise.uniform, exponential=noise.exponential) if noise is not None
                     else dict(seeds=seed_tensor))
