@@ -130,13 +130,17 @@ _ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls
     (filters.TopKWithoutTies, "top-k keeps exactly k tokens, dropping ties at the k-th value"),
     (filters.TopPUnsorted, "top-p prefix taken in vocabulary order, probabilities unsorted"),
     (filters.FiltersAppliedToQ, "target filters applied to the draft distribution q as well"))]
-# at the cut itself (issue 29): the filter checks of both kinds, exact and statistical
-_ALL += [Mutant(cls.name, cls, bug, "classic", DIFF + ("token_distribution", "acceptance_rate"),
-                cases=("filters", "filtered_target")) for cls, bug in (
-    (filters.TopPOneTokenLate, "top-p cut one token late: the token after the crossing kept"),
-    (filters.TopKTiesCountedTwice, "top-k counts the tokens equal to a candidate twice: ties at the k-th value cut"),
-    (filters.MinPUnscaledMax, "min-p floor against the unscaled (temperature 1) maximum"),
-    (filters.CutAppliedToQ, "the target's filtered support applied to q as well (q restricted, renormalised)"))]
+# at the cut itself (issue 29): the filter checks of both kinds, exact and statistical; the tie mutant lists the
+# statistics first, the only ones that see it at ci sizes (its tie sits at the k-th value of filtered_target)
+_ALL += [Mutant(cls.name, cls, bug, "classic", checks, cases=("filters", "filtered_target")) for cls, bug, checks in (
+    (filters.TopPOneTokenLate, "top-p cut one token late: the token after the crossing kept",
+     DIFF + ("token_distribution", "acceptance_rate")),
+    (filters.TopKTiesCountedTwice, "top-k counts the tokens equal to a candidate twice: ties at the k-th value cut",
+     ("token_distribution", "acceptance_rate") + DIFF),
+    (filters.MinPUnscaledMax, "min-p floor against the unscaled (temperature 1) maximum",
+     DIFF + ("token_distribution", "acceptance_rate")),
+    (filters.CutAppliedToQ, "the target's filtered support applied to q as well (q restricted, renormalised)",
+     DIFF + ("token_distribution", "acceptance_rate")))]
 _ALL += [Mutant(cls.name, cls, bug, "public", ("differential_injected",), cases=("boundary",)) for cls, bug in (
     (samplers.UniformRoundedToFloat32, "float32 acceptance uniform rounds to 0 and accepts a draft with p = 0"),
     (samplers.ExponentialFloor, "exponential noise clamped at the float32 floor 2^-24: tail tokens never drawn"))]
