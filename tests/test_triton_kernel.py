@@ -412,8 +412,8 @@ def test_filtered_logits_give_the_filtered_target(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sample_into_refuses_target_filters(device):
-    """The graph-capturable entry cannot decide a kept set (a sort and host-side decisions): it says so
-    instead of ignoring the filters."""
+    """The graph-capturable entry does not take filters (the cut's work space is cached per stream, which
+    a captured graph would freeze): it says so instead of ignoring the filters."""
     batch = _filtered(_batch(6, device, num_requests=3, vocab_size=16))
     out = SpecOutput(torch.empty(3, batch.max_draft + 1, dtype=torch.int64, device=device),
                      torch.empty(3, dtype=torch.int64, device=device))
