@@ -286,7 +286,7 @@ class Noise:
 
     @staticmethod
     def draw(batch: SpecBatch, generator: torch.Generator | None = None) -> "Noise":
-        """Fresh noise for ``batch`` from a torch.Generator (CPU), moved to the batch's device."""
+        """Fresh noise for ``batch`` from a torch.Generator, drawn on its device, moved to the batch's."""
         B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
         u = philox.uniform_grid((T,), generator)
         e = -torch.log(philox.uniform_grid((B, V), generator))

@@ -149,6 +149,7 @@ def seeded_stream(seeds: torch.Tensor, num_draft_tokens: torch.Tensor,
 
 
 def uniform_grid(shape, generator: torch.Generator | None = None) -> torch.Tensor:
-    """float32 uniforms on the seeded stream's grid, drawn from a torch.Generator."""
-    bits = torch.randint(0, 2 ** 32, shape, generator=generator, dtype=torch.int64)
+    """float32 uniforms on the seeded stream's grid, drawn from a torch.Generator, on its device."""
+    device = None if generator is None else generator.device
+    bits = torch.randint(0, 2 ** 32, shape, generator=generator, dtype=torch.int64, device=device)
     return bits_to_uniform(bits)

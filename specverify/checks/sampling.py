@@ -188,17 +188,6 @@ class Timing:
                 "seconds": round(self.total_seconds, 4)}
 
 
-def _open_uniform(shape, generator: torch.Generator, device) -> torch.Tensor:
-    """float64 uniforms on the 2^-53 grid shifted by half a step: in (0, 1), never 0 or 1."""
-    bits = torch.randint(0, 2 ** 53, shape, generator=generator, device=device, dtype=torch.int64)
-    return (bits.double() + 0.5) * 2.0 ** -53
-
-
-def _device_noise(batch, generator: torch.Generator) -> Noise:
-    u = _open_uniform((batch.num_drafts,), generator, batch.device)
-    return Noise(u, -torch.log(_open_uniform((batch.num_requests, batch.vocab_size), generator, batch.device)))
-
-
 def _sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
@@ -228,14 +217,12 @@ def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bo
     start = _clock()
 
     def launch(n: int) -> None:
-        batch = case.batch(n, g, device if g.device.type != "cpu" else "cpu")
-        batch = batch if batch.device == device else batch.to(device)
+        batch = case.batch(n, g, g.device).to(device)
         if seeded:
             kwargs = dict(seed=torch.randint(0, 2 ** 62, (n,), generator=g, dtype=torch.int64,
                                              device=g.device).to(device))
         else:
-            noise = Noise.draw(batch, g) if g.device.type == "cpu" else _device_noise(batch, g)
-            kwargs = dict(noise=noise.to(device))
+            kwargs = dict(noise=Noise.draw(batch, g))
         _sync(device)
         called = _clock()
         out = backend(batch, **kwargs, **case.call_kwargs())
