@@ -88,16 +88,12 @@ def replicated_batch(generator: torch.Generator, p: torch.Tensor, q: torch.Tenso
     k = p.shape[0] - 1
     if q is None and drafts is None:
         raise ValueError("replicated_batch needs q or fixed drafts")
-    on = generator.device if generator is not None and generator.device.type != "cpu" else torch.device("cpu")
-    if q is not None and on.type != "cpu":
-        # drawn where the generator lives (the statistical checks' device sampling): [k, copies] at once
+    on = generator.device if generator is not None else torch.device("cpu")
+    if q is not None:
+        # [k, copies] drawn at once where the generator lives, then copy-major like the batch
         x = torch.multinomial(q.double().to(on), copies, replacement=True, generator=generator).T.reshape(-1) \
             if k else torch.zeros(0, dtype=torch.int64, device=on)
         probs = q.float().to(on).repeat(copies, 1)
-    elif q is not None:
-        x = torch.multinomial(q.double().repeat(copies, 1), 1, generator=generator).squeeze(1) if k else \
-            torch.zeros(0, dtype=torch.int64)
-        probs = q.float().repeat(copies, 1)
     else:
         x = torch.tensor(list(drafts) * copies, dtype=torch.int64)
         probs = None
