@@ -157,11 +157,10 @@ def _changed(name: str, given, original) -> str | None:
     if not isinstance(given, torch.Tensor) or original is None \
             or given.shape != original.shape or given.dtype != original.dtype:
         return f"{name} (replaced)"
-    same = given == original
-    if given.is_floating_point():
-        same |= given.isnan() & original.isnan()      # NaN entries (SPEC 3.6) left as they were
-    if bool(same.all()):
+    if torch.equal(given, original):
         return None
+    if given.is_floating_point() and bool(((given == original) | (given.isnan() & original.isnan())).all()):
+        return None      # NaN entries (SPEC 3.6) left as they were
     diff = int((given != original).sum())
     return f"{name} ({diff} of {original.numel()} elements changed)"
 
