@@ -102,7 +102,9 @@ def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
             order_key(top).to(tl.int64) + 1)
 
 
-@triton.jit
+# Integer arguments equal to 1 are not specialised: at V = 1 (or one split, one token a region) the
+# specialised kernel crashes Triton 3.6's CUDA pipeline (an LLVM assertion in a pass).
+@triton.jit(do_not_specialize=["V", "K1", "S1", "n_part", "ints_at", "stats_at", "SF", "chunk", "region"])
 def _cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
     work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
