@@ -76,7 +76,8 @@ class EngineCase:
     def describe(self) -> str:
         drafts = (f"up to {self.draft_tokens} prompt-lookup candidates" if self.drafter == "prompt_lookup" else
                   f"drafter {self.drafter}, {self.draft_tokens} draft token(s), {self.schedule} schedule")
-        return f"{self.sampling.describe()}; {drafts}; law of the first {self.length} tokens"
+        return f"{self.sampling.describe()}; {drafts}; law of the first " + (
+            f"{self.length} tokens" if self.length > 1 else "token")
 
 
 @runtime_checkable

@@ -72,6 +72,19 @@ def test_engine_mutant_is_caught(engine, mutant):
     assert result.status == FAIL and result.p_value < 1e-6, result.line()
 
 
+@pytest.mark.parametrize("mutant", ["greedy_drafter", "q_dropped", "q_before_processors"])
+def test_the_temperature_case_catches_the_mutants_it_lists(engine, mutant):
+    """temperature_alone (temperature without filters, one draft, constant schedule, the first token's law)
+    catches each mutant that lists it, as their first cases do: p < 1e-6 at 400 samples. q stale does not
+    list it: at L = 1 every call is one step at the same prompt, so the previous step's q is the same law."""
+    from specverify.engines import run_engine_check
+    from specverify.mutants.engines import ENGINE_MUTANTS
+    m = ENGINE_MUTANTS[mutant]
+    assert "temperature_alone" in m.cases and "temperature_alone" not in ENGINE_MUTANTS["q_stale"].cases
+    result = run_engine_check(m.wrap(engine), m.check, _case(engine, "temperature_alone"), CI, samples=N)
+    assert result.status == FAIL and result.p_value < 1e-6, result.line()
+
+
 def test_q_before_the_processors_is_not_excused_by_the_declared_deviation(engine):
     """The declared deviation excuses a q that is the drafter's law with its processors applied twice, and
     nothing else: a q taken before the processors (the mutant) still fails engine_draft_law."""
@@ -97,7 +110,8 @@ def test_transformers_applies_the_drafters_warpers_twice(engine):
 def test_every_drafter_case_sees_a_five_percent_shift_of_q(engine):
     """Issue 32: a case that cannot see a 5% shift of q is no case. For each sampled case with a drafter, the
     worst single 5% transfer of the q handed over moves the first token's law (a lower bound on the move of
-    the two-token law) by at least 0.045, against a ci det99 of at most 0.05 on the two-token law."""
+    the L-token law; that law itself where L = 1) by at least 0.045, against a ci det99 of at most 0.05 on the
+    L-token law."""
     from specverify.engines import _handed_q, case_samples, engine_alpha, exact_law, merged_dof, q_shift_seen
     from specverify.checks.stats import min_tv_detectable_by_chi2_test
     alpha = engine_alpha(engine, CI)

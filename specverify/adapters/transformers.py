@@ -43,13 +43,15 @@ DEVIATIONS = (Deviation("engine_draft_law", "*", TWICE, r"its processors applied
 PROMPT_LOOKUP = "prompt_lookup"    # transformers' prompt-lookup candidate generator: no drafter model
 GREEDY_PROMPTS = tuple(tuple((7 * i + 3 * j + 1) % V for j in range(1 + i % 4)) for i in range(24))
 
-# The sampled cases are chosen for power at few samples: the law of their first two tokens is held by few
+# The sampled cases are chosen for power at few samples: the law of their first L tokens is held by few
 # sequences (the chi-square's degrees of freedom set the samples a det99 of 0.05 costs: about 4,500 at 3,
-# 10,000 at 63), and the drafters disagree with the target (the first draft accepted 30% to 50% of the time),
-# so that a 5% shift of the q handed over moves the first token's law by 5% (``engines.q_shift_seen``). Every
-# case has a temperature other than 1 but the prompt-lookup one (a q is then wrong before the processors); a
-# case of temperature alone needs 6,000 samples or more (its law spreads over more sequences), and three
-# sampled cases are what the ci profile's minute on 2 cores holds at det99 0.05 (docs/benchmarks.md).
+# 5,300 at 7, 10,000 at 63), and the drafters disagree with the target (the first draft accepted 30% to 50%
+# of the time), so that a 5% shift of the q handed over moves the first token's law by 5% (``engines.
+# q_shift_seen``). Every case has a temperature other than 1 but the prompt-lookup one (a q is then wrong
+# before the processors). Temperature alone spreads the law over every token, so its case tests the first
+# token only (L = 1, 8 sequences): two tokens would cost 10,000 samples. One draft, constant: a call is one
+# step of one draft (2.9 ms a sample against 5.7 to 7.3 for the others). Four sampled cases are what the ci
+# profile's minute on 2 cores holds at det99 0.05 (docs/benchmarks.md).
 CASES = (
     EngineCase("top_p_min_p", (2, 7, 4), Sampling(temperature=0.7, top_p=0.8, min_p=0.3), "flat", 2, "confidence",
                doc="top-p and min-p below temperature 1, a flat drafter, transformers' default schedule (up to "
@@ -57,6 +59,10 @@ CASES = (
     EngineCase("sharp_drafter", (1, 5, 2, 3, 1, 5), Sampling(temperature=1.5, top_k=2), "sharp", 4, "heuristic",
                doc="top-k above temperature 1, a drafter sharper than the target, four drafts, then the "
                    "heuristic's three after a rejection"),
+    EngineCase("temperature_alone", (2, 7, 4), Sampling(temperature=0.6), "flat", 1, "constant", length=1,
+               doc="temperature without filters, one draft a step, the constant schedule (issue 32 asks for "
+                   "each); the first token's law: a q stale from an earlier step is the same law here, and "
+                   "top_p_min_p and sharp_drafter see that one"),
     EngineCase("prompt_lookup", (1, 5, 2, 3, 1, 5), Sampling(temperature=1.0, top_k=2), PROMPT_LOOKUP, 3,
                doc="prompt-lookup candidates: no q, the target's samples are compared with them"),
     EngineCase("greedy", (1, 5, 2), Sampling(temperature=0.0), "sharp", 3, length=4, prompts=GREEDY_PROMPTS,

@@ -144,14 +144,17 @@ class EngineMutant:
 
 # q dropped (one-hot at the draft) is lossless in law: P(emit v) = q(v) p(v) + p(v) (1 - q(v)) = p(v) at
 # every position, whatever q the drafts came from; only the acceptance drops, to sum p q from sum min(p, q).
+# q stale is not listed for temperature_alone: with L = 1 every call is one step at the same prompt, so the q
+# of the previous step is the same law.
 ENGINE_MUTANTS = {m.name: m for m in (
     EngineMutant("greedy_drafter", greedy_drafter, "transformers #32867: greedy drafter, sampling target",
-                 ("top_p_min_p", "sharp_drafter")),
+                 ("top_p_min_p", "sharp_drafter", "temperature_alone")),
     EngineMutant("q_dropped", q_dropped, "vLLM #40269: draft probabilities taken as 1",
-                 ("top_p_min_p", "sharp_drafter"), "engine_acceptance"),
+                 ("top_p_min_p", "sharp_drafter", "temperature_alone"), "engine_acceptance"),
     EngineMutant("q_stale", q_stale, "vLLM #37639: q from the previous step", ("top_p_min_p", "sharp_drafter")),
     EngineMutant("q_before_processors", q_before_processors,
-                 "transformers #47932: q before the drafter's processors", ("top_p_min_p", "sharp_drafter")),
+                 "transformers #47932: q before the drafter's processors",
+                 ("top_p_min_p", "sharp_drafter", "temperature_alone")),
 )}
 
 
