@@ -57,6 +57,12 @@ CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket
 MAX_SPLITS = 16
+# stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
+# hundred rows leaves the read latency-bound (a fifth of the copy bandwidth)
+READ_PROGRAMS = 2048
+# stage 1's tile and warps: its eight per-lane sums are int64, and a wide tile's registers leave one program
+# an SM (1,024 x 8 warps read at a third of what 256 x 4 do, V = 151,936 on an H100: docs/benchmarks.md)
+BLOCK_READ, READ_WARPS = 256, 4
 
 
 @triton.jit
@@ -111,7 +117,7 @@ def _cut_kernel(
     STAGE: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr,
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -128,7 +134,7 @@ def _cut_kernel(
             tl.store(work_ptr + 2 * rid + 1, hi)
     elif STAGE == 1:
         if live & on:
-            _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_V)
+            _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
     else:
         _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
                 inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB)
@@ -248,11 +254,11 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int):
+            cap: int, ns: int, ch: int, programs: int):
     """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
     keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
     tiles = triton.cdiv(V, block_v)
-    chunk = triton.cdiv(tiles, min(S1, MAX_SPLITS)) * block_v
+    chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
     block_f = max(2, triton.next_power_of_2(sf))
     if V <= cap:        # a short row is gathered whole: every split's region holds its chunk
@@ -263,7 +269,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG,
                 NC=64 if wide else 32, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
-                BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128, num_warps=warps)
+                BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128,
+                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     words = B * K1 * (2 + sf * NPART.value + cap)
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
@@ -285,7 +292,7 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
     step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
-    CAP, NS and CH are read here, so that a test can shrink them to reach the sample and slow paths."""
+    CAP, NS, CH and READ_PROGRAMS are read here, so that a test can shrink them to reach the sample and slow paths."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -293,15 +300,16 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     given = tuple(f for f in filters if f is not None)
     rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                   meta1["num_warps"], tuple(f is not None for f in filters),
-                                                  tuple(f.dtype for f in given), CAP, NS, CH)
+                                                  tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
     # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
-    steps = tuple((_cut_kernel, (B, K1, splits), args, dict(meta, STAGE=stage), key and key + (stage,), stream)
-                  for stage, splits in enumerate((1, sf, 1)) if stage or V > meta["CAP"])
+    metas = (meta, dict(meta, num_warps=min(meta["num_warps"], READ_WARPS)), meta)
+    steps = tuple((_cut_kernel, (B, K1, splits), args, dict(m, STAGE=stage), key and key + (stage,), stream)
+                  for stage, (splits, m) in enumerate(zip((1, sf, 1), metas)) if stage or V > meta["CAP"])
     return steps, record[:6 * B * K1]
 
 
