@@ -14,6 +14,7 @@ both passes (pass 1 partials, pass 2 atomic race keys).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import subprocess
@@ -151,6 +152,34 @@ def test_zero_draft_requests_first_middle_last(device):
         noise = Noise.draw(batch, torch.Generator().manual_seed(seed))
         _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
     _same(reference.sample(batch, seed=5), backend(batch, seed=5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_request_launch_reads_appended_offsets_bit_for_bit(device, monkeypatch):
+    """A launch of more than PREFIX_B requests reads each request's first draft from offsets appended to
+    the counts instead of summing the counts before it (O(B^2) over a statistical check's launches of
+    65,536 copies). With the threshold at 2, ragged batches (zero-draft requests among them) give the
+    summing launch's outputs exactly, for every kernel that locates rows that way: the chain (standard;
+    block, with its mass launch), the tree walk and race, and the filter cut and mask."""
+    from test_tree_reference import random_tree_batch  # noqa: PLC0415 - the tree tests' batches
+    g = torch.Generator().manual_seed(41)
+    chain = _batch(41, device, num_requests=7, vocab_size=40, max_draft=4, zero_draft_fraction=0.3)
+    B = chain.num_requests
+    filtered = dataclasses.replace(chain, top_k=torch.tensor([0, 3, 5, 0, 2, 7, 1], device=device),
+                                   top_p=torch.full((B,), 0.8, device=device),
+                                   min_p=torch.full((B,), 0.05, device=device))
+    trees = random_tree_batch(g, B=7, V=37, max_nodes=5).to(device)
+    calls = [(chain, "standard"), (chain, "block"), (filtered, "standard"), (filtered, "block"), (trees, "tree")]
+    backend = TritonBackend(**TILED)
+    for batch, method in calls:
+        noise = Noise.draw(batch, torch.Generator().manual_seed(7)).to(device)
+        summed = backend(batch, method=method, noise=noise)
+        monkeypatch.setattr(triton_math, "PREFIX_B", 2)
+        appended = backend(batch, method=method, noise=noise)
+        monkeypatch.undo()
+        _same(summed, appended)
+        if method == "tree":
+            assert appended.accepted_nodes.tolist() == summed.accepted_nodes.tolist()
 
 
 @pytest.mark.parametrize("device", DEVICES)

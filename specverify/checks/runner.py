@@ -165,6 +165,24 @@ def _changed(name: str, given, original) -> str | None:
     return f"{name} ({diff} of {original.numel()} elements changed)"
 
 
+def _maybe_changed(pairs) -> bool:
+    """False when no input of ``pairs`` (name, given copy, original) changed: one host sync for them all, as
+    a statistical check makes thousands of calls. True sends every pair to ``_changed`` for the message."""
+    flags = []
+    for _, given, original in pairs:
+        if original is None and given is None:
+            continue
+        if not isinstance(given, torch.Tensor) or original is None or given.shape != original.shape \
+                or given.dtype != original.dtype or given.device != original.device:
+            return True
+        differ = given != original
+        if given.is_floating_point():       # NaN entries (SPEC 3.6) left as they were are unchanged
+            differ &= ~(given.isnan() & original.isnan())
+        flag = differ.any().reshape(1)
+        flags.append(flag.to(flags[0].device) if flags else flag)
+    return bool(torch.cat(flags).any()) if flags else False
+
+
 def output_problems(batch: SpecBatch, out, device: torch.device | None = None, limit: int = 5) -> list[str]:
     """SPEC 1 output structure, checked the same way for every call: a SpecOutput of int64 tensors on
     the batch's device, token_ids [B, >= K + 1], num_accepted [B] in [0, k_b], the accepted tokens equal
@@ -187,9 +205,13 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
         return problems + [f"num_accepted shape {tuple(n.shape)}, expected [{B}]"]
     if ids.is_floating_point() or n.is_floating_point() or ids.dtype == torch.bool:
         return problems
-    ids, n = ids.cpu().long(), n.cpu().long()
-    k = batch.num_draft_tokens.cpu()
-    pos = torch.arange(ids.shape[1])
+    # chains are checked where the batch lives, with one host sync when all is well (a statistical check
+    # makes thousands of calls); trees, and outputs on another device, on the host
+    on_device = batch.tree_parents is None and ids.device == n.device == batch.device
+    where = batch.device if on_device else torch.device("cpu")
+    ids, n = ids.to(where).long(), n.to(where).long()
+    k = batch.num_draft_tokens.to(where)
+    pos = torch.arange(ids.shape[1], device=where)
     emitted = pos[None, :] <= n[:, None]
     accepted = pos[None, :] < n[:, None]
     T, paths = batch.num_drafts, {}
@@ -198,8 +220,8 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
         if drafts is None:
             return problems + [paths[-1]]
     elif T:
-        slot = (batch.draft_offsets().cpu()[:-1, None] + pos[None, :]).clamp(max=T - 1)
-        drafts = torch.where(pos[None, :] < k[:, None], batch.draft_token_ids.cpu()[slot], -2)
+        slot = (batch.draft_offsets().to(where)[:-1, None] + pos[None, :]).clamp(max=T - 1)
+        drafts = torch.where(pos[None, :] < k[:, None], batch.draft_token_ids.to(where)[slot], -2)
     else:
         drafts = torch.full_like(ids, -2)
     bad_count = (n < 0) | (n > k)
@@ -207,6 +229,10 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
     not_drafts = (accepted & (ids != drafts)).any(1)
     not_padded = (~emitted & (ids != -1)).any(1)
     bad = bad_count | out_of_range | not_drafts | not_padded
+    if on_device and not bool(bad.any()):
+        return problems
+    ids, n, k, drafts, bad, bad_count, out_of_range, not_drafts, not_padded = (
+        t.cpu() for t in (ids, n, k, drafts, bad, bad_count, out_of_range, not_drafts, not_padded))
     if paths:
         bad[list(paths)] = True
     for b in bad.nonzero().flatten().tolist():
@@ -288,7 +314,7 @@ class GuardedBackend:
                       ("noise.exponential", given_noise.exponential, noise.exponential)]
         if isinstance(seed, torch.Tensor):
             pairs.append(("seed", given_seed, seed))
-        written = [c for c in (_changed(*pair) for pair in pairs) if c]
+        written = [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs) else []
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")

@@ -42,6 +42,10 @@ Launch plan (why two launches: at B = 1 the call is launch-bound, at B = 128 it 
                                    finds tau from the end of the block instead of the first rejection,
                                    and races over max(w_tau p_tau - q_tau, 0).
 
+Each program finds its request's first row by summing the draft counts before it (no cumsum launch on
+the launch path); a launch of more than ``triton_math.PREFIX_B`` requests, where that sum is O(B^2) work,
+appends the prefix sums to the counts instead (a torch.cumsum first).
+
 draft_probs are read only at the draft token (the acceptance test) and along the one rejected row:
 an accepted position never needs q(v) for v != x, so the kernel moves fewer bytes than "read every
 input once". Pass 1 zeroes pass 2's atomic slots, so no memset launch and no state between calls;
@@ -58,9 +62,11 @@ import itertools
 import torch
 import triton
 
+from specverify.kernels import triton_math
 from specverify.kernels.triton_block import mass_launch
 from specverify.kernels.triton_chain import _row_stats_kernel, chain_launches
 from specverify.kernels.triton_launch import launch, launch_key, patch_language_once_per_launch, scratch
+from specverify.kernels.triton_math import offset_block
 from specverify.kernels.triton_tree import tree_launches, tree_recipe
 
 DEFAULT_BLOCK_V = 1024  # for 4-byte logits; 2048 for 2-byte ones
@@ -109,7 +115,7 @@ _recipe_ids = itertools.count()
 @functools.lru_cache(maxsize=4096)
 def launch_recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | None,
                   splits: tuple[int, int] | None, num_warps: int | None, strides: tuple, dtypes: tuple,
-                  has_q: bool, seeded: bool, synthetic: bool, block: bool = False):
+                  has_q: bool, seeded: bool, synthetic: bool, block: bool = False, prefix: bool = False):
     """Everything of a call's launches that depends only on shapes, strides, dtypes and options: (id, grid1,
     grid2, scratch words, pass 1 integer arguments, pass 2 integer arguments, pass 1 meta, pass 2 meta,
     mass-pass grid or None, mass-pass meta). Cached, with an id unique to this recipe: the host path is
@@ -121,7 +127,7 @@ def launch_recipe(B: int, K1: int, V: int, device: torch.device, block_v: int | 
     ints_at = 2 * B
     stats_at = ints_at + (n_part + B + 1) // 2
     words = stats_at + (4 * n_part + 1) // 2
-    block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
+    block_b = offset_block(B, prefix)
     ints1 = (V, K1, s1, n_part, ints_at, stats_at, chunk1)
     ints2 = (V, K1, s1, n_part, ints_at, stats_at, s2, chunk2)
     meta1 = dict(BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
@@ -155,6 +161,9 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
     if exponential is not None and exponential.stride(1) != 1:
         exponential = exponential.contiguous()
     dev = target_logits.device
+    prefix = B > triton_math.PREFIX_B
+    if prefix:      # the requests' draft offsets follow the counts (triton_math.request_offset)
+        num_draft_tokens = torch.cat([num_draft_tokens, torch.cumsum(num_draft_tokens, 0) - num_draft_tokens])
     q = draft_probs if draft_probs is not None else target_logits
     drafts = _nonempty(draft_token_ids)
     uniform_arg = _nonempty(uniform) if uniform is not None else temperature
@@ -172,7 +181,7 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
         parents = _nonempty(tree_parents) if tree_parents is not None else drafts
         tensors = tensors[:9] + (token_ids, num_accepted, nodes, parents)
         recipe = tree_recipe(B, K1, V, planned, (stride, q_stride, exp_stride), tuple(t.dtype for t in tensors),
-                             draft_probs is not None, tree_parents is not None, seeded)
+                             draft_probs is not None, tree_parents is not None, seeded, prefix)
         key, stream = (None, None) if _INTERPRETED else launch_key(recipe[0], tensors)
         buf = scratch(dev, stream, recipe[4])
         return tree_launches((token_ids, num_accepted, nodes),
@@ -180,7 +189,7 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
                              (uniform_arg, exp_arg, exp_stride, seeds_arg), recipe, buf, key, stream)
     recipe_id, grid1, grid2, words, ints1, ints2, meta1, meta2, grid_mass, meta_mass = launch_recipe(
         B, K1, V, dev, block_v, splits, num_warps, (stride, q_stride, exp_stride), tuple([t.dtype for t in tensors]),
-        draft_probs is not None, seeded, rates is not None, block)
+        draft_probs is not None, seeded, rates is not None, block, prefix)
     key, stream = (None, None) if _INTERPRETED else launch_key(recipe_id, tensors)
     buf = scratch(dev, stream, words)
     rows = (target_logits, stride, drafts, q, q_stride, temperature, num_draft_tokens)

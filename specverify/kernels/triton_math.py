@@ -6,7 +6,8 @@ Each is a ``@triton.jit`` function called inside a kernel, on scalars or blocks:
                                          reference.philox's stream: key (seed lo, seed hi),
                                          counter (index, STREAM, 0, 0), word 0
     neg_log(u)                           u: float32 block in (0, 1)                    -> float32 block, -log(u)
-    request_offset(num_draft_ptr, b)     num_draft_ptr: [B] int64, b: program id       -> int64 scalar, sum k[:b]
+    request_offset(num_draft_ptr, b)     num_draft_ptr: [B] int64 (or [2B], offsets appended), b: program id
+                                         -> int64 scalar, sum k[:b]
     NO_INDEX                             int32 constexpr: an index no vocabulary entry has
 
 and, for the kernels of ``triton_chain`` and ``triton_block`` (B requests, request b proposing k_b drafts
@@ -77,14 +78,28 @@ def neg_log(u):
     return -(ef * 0.693145751953125 + (log_f + ef * 1.428606765330187e-06))
 
 
+PREFIX_B = 8192   # above this many requests a launch appends each request's draft offset to the counts
+
+
+def offset_block(B: int, prefix: bool) -> int:
+    """request_offset's BLOCK_B for a launch of B requests: 0 where the launch appended the offsets."""
+    return 0 if prefix else (1024 if B > 256 else max(16, triton.next_power_of_2(B)))
+
+
 @triton.jit
 def request_offset(num_draft_ptr, b, BLOCK_B: tl.constexpr):
-    """sum of k over requests before b: computed in-kernel, so the launch path has no cumsum launch."""
-    acc = tl.zeros([BLOCK_B], dtype=tl.int64)
-    for start in range(0, b, BLOCK_B):
-        offs = start + tl.arange(0, BLOCK_B)
-        acc += tl.load(num_draft_ptr + offs, mask=offs < b, other=0)
-    return tl.sum(acc)
+    """sum of k over requests before b. BLOCK_B > 0: summed in-kernel, so the launch path has no cumsum
+    launch; BLOCK_B == 0: read from num_draft_ptr[B + b], where a launch of more than PREFIX_B requests put
+    it (summing is O(B^2) over such a launch). Every grid that calls this has B programs on axis 0."""
+    if BLOCK_B == 0:
+        off = tl.load(num_draft_ptr + tl.num_programs(0) + b)
+    else:
+        acc = tl.zeros([BLOCK_B], dtype=tl.int64)
+        for start in range(0, b, BLOCK_B):
+            offs = start + tl.arange(0, BLOCK_B)
+            acc += tl.load(num_draft_ptr + offs, mask=offs < b, other=0)
+        off = tl.sum(acc)
+    return off
 
 
 @triton.jit

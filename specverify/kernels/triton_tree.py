@@ -63,8 +63,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_kernel
-from specverify.kernels.triton_math import (NO_INDEX, keep_best, neg_log, philox_uniform, race_key, request_offset,
-                                            row_norms, scratch_views)
+from specverify.kernels.triton_math import (NO_INDEX, keep_best, neg_log, offset_block, philox_uniform, race_key,
+                                            request_offset, row_norms, scratch_views)
 
 
 @triton.jit
@@ -329,7 +329,7 @@ _recipe_ids = itertools.count()
 
 @functools.lru_cache(maxsize=1024)
 def tree_recipe(B: int, K1: int, V: int, planned: tuple, strides: tuple, dtypes: tuple, has_q: bool,
-                has_parents: bool, seeded: bool):
+                has_parents: bool, seeded: bool, prefix: bool = False):
     """(id, grids, integer arguments, metas, scratch words) of the three launches, from
     ``triton_kernels.plan``'s (BLOCK_V, S1, chunk1, S2, chunk2, num_warps). Cached, like the chain's recipe,
     and keyed like it on everything Triton specialises on but alignment (strides, dtypes)."""
@@ -340,7 +340,7 @@ def tree_recipe(B: int, K1: int, V: int, planned: tuple, strides: tuple, dtypes:
     walk_at = stats_at + (4 * n_part + 1) // 2
     block_k = max(2, triton.next_power_of_2(K1))
     words = walk_at + (6 * B + 3 * B * block_k + 1) // 2
-    block_b = 1024 if B > 256 else max(16, triton.next_power_of_2(B))
+    block_b = offset_block(B, prefix)
     ints = ((V, K1, s1, n_part, ints_at, stats_at, chunk1),
             (V, K1, s1, n_part, ints_at, stats_at, walk_at, B),
             (V, K1, n_part, ints_at, stats_at, walk_at, B, s2, chunk2))
