@@ -56,8 +56,8 @@ def _range(values: torch.Tensor) -> tuple[float, float]:
     """(min, max) of a tensor as floats, NaN if it holds a NaN; (inf, -inf) if it is empty."""
     if values.numel() == 0:
         return float("inf"), float("-inf")
-    lo, hi = torch.aminmax(values)
-    return float(lo), float(hi)
+    lo, hi = torch.stack(torch.aminmax(values)).double().tolist()   # one host copy for both
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -149,16 +149,16 @@ class SpecBatch:
         B, T = self.num_draft_tokens.shape[0], self.draft_token_ids.shape[0]
         V = self.target_logits.shape[1]
         _require(V >= 1, f"target_logits must have at least one vocabulary column, got shape {tuple(self.target_logits.shape)}")
-        _require(bool((self.num_draft_tokens >= 0).all()),
-                 lambda: f"num_draft_tokens must be >= 0, got {self.num_draft_tokens.tolist()}")
-        total = int(self.num_draft_tokens.sum()) if B else 0
+        k = self.num_draft_tokens
+        least, total = torch.stack([k.min(), k.sum()]).tolist() if B else (0, 0)   # one host copy
+        _require(least >= 0, lambda: f"num_draft_tokens must be >= 0, got {self.num_draft_tokens.tolist()}")
         _require(total == T, f"draft_token_ids has {T} entries but num_draft_tokens sums to {total}")
         _require(self.target_logits.shape[0] == T + B,
                  f"target_logits must have T + B = {T} + {B} = {T + B} rows (one per draft plus one bonus row per "
                  f"request), got {self.target_logits.shape[0]}")
         _require(self.temperature.shape[0] == B, f"temperature must have shape [B] = [{B}], got {tuple(self.temperature.shape)}")
         if T:
-            lo, hi = (int(m) for m in torch.aminmax(self.draft_token_ids))
+            lo, hi = (int(m) for m in _range(self.draft_token_ids))
             _require(lo >= PLACEHOLDER and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}) or be the placeholder "
                                                    f"{PLACEHOLDER}, got values in [{lo}, {hi}]")
         # [T + B, V] and [T, V] are the large ones: one pass of aminmax (NaN propagates through it) settles
@@ -178,9 +178,11 @@ class SpecBatch:
             _require(not bool(torch.isnan(self.target_logits).any()),
                      "target_logits contains NaN (build the batch with allow_nonfinite=True to check SPEC 3.6)")
             _require(not bool(torch.isposinf(self.target_logits).any()), "target_logits contains +inf")
-        _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
-        _require(bool((self.temperature >= 0).all()), lambda: f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
-        _require(bool(torch.isfinite(self.temperature).all()), "temperature must be finite")
+        if not bool(((self.temperature >= 0) & (self.temperature < float("inf"))).all()):   # NaN fails both
+            _require(not bool(torch.isnan(self.temperature).any()), "temperature contains NaN")
+            _require(bool((self.temperature >= 0).all()),
+                     lambda: f"temperature must be >= 0 (0 = greedy), got {self.temperature.tolist()}")
+            _require(bool(torch.isfinite(self.temperature).all()), "temperature must be finite")
         if B and not lo > float("-inf"):
             # A random request needs some finite logit in each row, or softmax is undefined.
             rows_ok = torch.isfinite(self.target_logits.float()).any(dim=1)
@@ -199,8 +201,8 @@ class SpecBatch:
                 err = (self.draft_probs.double().sum(dim=1) - 1).abs()
                 if self.has_placeholders:
                     err = err.masked_fill(self.draft_token_ids.to(err.device) == PLACEHOLDER, 0.0)
-                worst = int(err.argmax())
-                if float(err[worst]) > PROB_SUM_TOLERANCE:
+                if float(err.max()) > PROB_SUM_TOLERANCE:
+                    worst = int(err.argmax())
                     b, j = self._locate(worst)
                     slot = "node" if self.tree_parents is not None else "draft"
                     _require(False, f"draft_probs rows must sum to 1 within {PROB_SUM_TOLERANCE}: the row of request "
