@@ -1,6 +1,7 @@
 """Measure the suite's real false-alarm rate on a correct backend over many independent seeds.
 
     python ci/false_alarm.py --backend cpu --profile ci --seeds 1000 --minutes 10 --workers 2
+    python ci/false_alarm.py --backend triton --profile ci --device cuda --workers 4 --minutes 4
 
 Each seed re-runs every statistical (check, case) pair with fresh samples. Reported per check:
 how often it failed at its alpha, how often its p-value fell below 0.05 and 0.01 (calibration: a
@@ -14,6 +15,7 @@ import argparse
 import multiprocessing
 import sys
 import time
+from dataclasses import replace
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from specverify.registry import get_backend
@@ -29,8 +31,13 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def one_seed(backend_name: str, profile_name: str, seed: int) -> list[tuple[str, str, float | None]]:
-    backend, profile = get_backend(backend_name), get_profile(profile_name)
+def _profile(name: str, device: str | None):
+    profile = get_profile(name)
+    return replace(profile, device=device) if device else profile
+
+
+def one_seed(backend_name: str, profile_name: str, device: str | None, seed: int) -> list[tuple[str, str, float | None]]:
+    backend, profile = get_backend(backend_name), _profile(profile_name, device)
     out = []
     for check, case in _STATISTICAL:
         r = run_check(backend, check, case, profile, run_seed=seed)
@@ -45,8 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--device", default=None, help="override the profile's device (cuda: the device sampling path)")
     args = ap.parse_args(argv)
-    profile = get_profile(args.profile)
+    profile = _profile(args.profile, args.device)
     deadline = time.time() + args.minutes * 60
     per_check: dict[str, list] = {}
     runs = failed_runs = 0
@@ -54,7 +62,7 @@ def main(argv=None) -> int:
     # spawn, not fork: a forked child inherits torch's thread pool in a locked state
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker) as pool:
-        pending = {pool.submit(one_seed, args.backend, args.profile, s): s for s in range(1, args.seeds + 1)}
+        pending = {pool.submit(one_seed, args.backend, args.profile, args.device, s): s for s in range(1, args.seeds + 1)}
         for fut in as_completed(pending):
             rows = fut.result()
             runs += 1
@@ -68,7 +76,8 @@ def main(argv=None) -> int:
                     f.cancel()
                 break
     alpha = check_alpha(profile)
-    print(f"false-alarm measurement: backend {args.backend!r}, profile {profile.name!r}, {runs} independent seeds, "
+    print(f"false-alarm measurement: backend {args.backend!r}, profile {profile.name!r} on {profile.device}, "
+          f"{runs} independent seeds, "
           f"{time.time() - start:.0f}s")
     print(f"per-check alpha {alpha:.2g} (family-wise budget {profile.family_alpha:g} over {len(_STATISTICAL)} checks)\n")
     print(f"| check | failures at alpha | rate | p < 0.05 | p < 0.01 |")

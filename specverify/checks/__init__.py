@@ -97,9 +97,11 @@ def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
             if not (case == "large_vocab" and not profile.large_vocabs)]
 
 
-def run_check(backend, check: str, case: str, profile: Profile | None = None, deviations: tuple = ()) -> CheckResult:
-    """One (check, case) on ``backend``, in this process, with the run's declared ``deviations``."""
-    return execute(CHECKS[check], backend, case, profile or get_profile(), deviations)
+def run_check(backend, check: str, case: str, profile: Profile | None = None, deviations: tuple = (),
+              **options) -> CheckResult:
+    """One (check, case) on ``backend``, in this process, with the run's declared ``deviations``; options
+    such as a statistical check's ``run_seed`` (fresh samples per seed) go to the check."""
+    return execute(CHECKS[check], backend, case, profile or get_profile(), deviations, **options)
 
 
 def run_suite(backend, profile: Profile | None = None, checks=None, progress=None,

@@ -401,9 +401,9 @@ def _apply_deviations(ctx: Context) -> None:
         result.message = f"{result.message}; {note}" if result.message else note
 
 
-def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = ()) -> CheckResult:
+def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = (), **options) -> CheckResult:
     """Run one declared check on one case; always returns a CheckResult (never raises for the backend).
-    ``deviations`` are declared by the run, in addition to those the backend declares."""
+    ``deviations`` are declared by the run, in addition to the backend's; ``options`` go to the check."""
     name = getattr(backend, "name", repr(backend))
     result = CheckResult(check=check.name, case=case, backend=str(name), kind=check.kind, status=PASS)
     start, ctx = time.perf_counter(), None
@@ -419,7 +419,7 @@ def execute(check: Check, backend, case: str, profile: Profile, deviations: tupl
         ctx = Context(GuardedBackend(backend), profile, result,
                       deviations=tuple(d for d in declared if d.covers(check.name, case)))
         try:
-            check.fn(ctx, case)
+            check.fn(ctx, case, **options)
         finally:
             result.covered = sorted(ctx.backend.covered)
         if result.status != FAIL:
