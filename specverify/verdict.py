@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from specverify.checks import CORE_KINDS, FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 
 REQUIREMENTS = ("standard", "greedy", "synthetic", "block", "tree", "injected", "seeded")
+LOGIT_DTYPES = ("float32", "bfloat16", "float16", "float64")   # as the guard records them in ``covered``
 
 
 def parse_requirements(text: str | None) -> tuple[str, ...]:
@@ -69,17 +70,19 @@ class Verdict:
     not_applicable: dict = field(default_factory=dict)  # check id -> reason
     known: dict = field(default_factory=dict)           # check id -> reason of the declared deviation it showed
     stale: dict = field(default_factory=dict)           # check id -> declared deviation that did not occur
+    dtypes: dict = field(default_factory=dict)          # logit dtype -> checks whose calls sent it
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "reasons": self.reasons, "coverage": self.coverage,
                 "not_applicable": self.not_applicable, "known_deviations": self.known,
-                "deviations_not_seen": self.stale}
+                "deviations_not_seen": self.stale, "logit_dtypes": self.dtypes}
 
     def lines(self) -> list[str]:
         out = ["coverage (core checks that ran, by what their calls exercised):"]
         for name in REQUIREMENTS:
             ids = self.coverage.get(name, [])
             out.append(f"  {name:<10} {len(ids):>3} core check(s)" + ("" if ids else "  <- not checked"))
+        out.append("  logit dtypes sent: " + (", ".join(f"{d} ({n} checks)" for d, n in self.dtypes.items()) or "none"))
         if self.not_applicable:
             out.append(f"not applicable ({len(self.not_applicable)}; never counted as passed):")
             out += [f"  {cid}: {why}" for cid, why in self.not_applicable.items()]
@@ -119,7 +122,8 @@ def verdict(results: list[CheckResult], caps, require: tuple = (), hang: str | N
     return Verdict(passed=not failed and not reasons, reasons=reasons, coverage=coverage,
                    not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE},
                    known={r.id: r.deviation for r in results if r.status == KNOWN},
-                   stale={r.id: r.deviation for r in results if r.status == PASS and r.deviation})
+                   stale={r.id: r.deviation for r in results if r.status == PASS and r.deviation},
+                   dtypes={d: n for d in LOGIT_DTYPES if (n := sum(d in r.covered for r in ran))})
 
 
-__all__ = ["REQUIREMENTS", "RecordedCapabilities", "Verdict", "declared", "describe", "parse_requirements", "verdict"]
+__all__ = ["LOGIT_DTYPES", "REQUIREMENTS", "RecordedCapabilities", "Verdict", "declared", "describe", "parse_requirements", "verdict"]

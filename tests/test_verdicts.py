@@ -248,3 +248,26 @@ def test_checks_stay_inside_a_declared_draft_limit():
     batch = SpecBatch(torch.tensor([3]), torch.tensor([0, 1, 2]), torch.zeros(4, 5), None, torch.ones(1))
     with _pytest.raises(UnsupportedError, match="3 drafts in one request"):
         TwoDrafts()(batch, noise=Noise.draw(batch))
+
+
+def test_a_float32_only_backend_is_sent_float32_only_and_the_report_says_so():
+    """Issue 32's case: a backend that declares float32 logits alone was sent bfloat16 batches and failed
+    with its own UnsupportedError. Checks whose generated batches span every logit dtype (the
+    differential, structure and input-integrity checks) stay inside what it declares and pass, and the
+    verdict lists the dtypes the calls sent, so a reader sees bfloat16 was never checked."""
+    from dataclasses import replace
+    from specverify.kernels.cpu import CpuBackend
+
+    class Float32Only(CpuBackend):
+        name = "float32_only"
+        capabilities = replace(CpuBackend.capabilities, logit_dtypes=frozenset({torch.float32}))
+
+    pairs = [("differential_injected", "standard"), ("differential_seeded", "standard"),
+             ("output_structure", "random"), ("input_integrity", "random")]
+    results = [run_check(Float32Only(), check, case, get_profile("ci")) for check, case in pairs]
+    assert [r.status for r in results] == [PASS] * len(pairs), [r.message for r in results]
+    outcome = verdict(results, Float32Only.capabilities)
+    assert outcome.dtypes == {"float32": len(pairs)}
+    assert "  logit dtypes sent: float32 (4 checks)" in outcome.lines()
+    everything = verdict([run_check(get_backend("cpu"), *pairs[0], get_profile("ci"))], CpuBackend.capabilities)
+    assert set(everything.dtypes) == {"float32", "bfloat16", "float16"}
