@@ -235,23 +235,24 @@ def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bo
     copies, budget = chosen.copies, profile.large_case_budget
     full = launch_size(case, copies, device)
     probing = bool(case.launch_copies and budget is not None)
+    # a planned profile draws until the plan or the budget's time is spent (a projection from one launch
+    # misjudges a GPU shared with other workers), and says which
+    timed = probing and profile.detect_tv_later is not None
     while timing.copies < copies:
+        if timed and _clock() - start >= budget:
+            timing.budget_cut = (f"{timing.copies:,} of {chosen.copies:,} planned copies: the profile's budget is "
+                                 f"{budget:g} s at V = {case.vocab_size:,}, and it ran out")
+            break
         n = min(PROBE_COPIES if probing and timing.launches == 0 else full, copies - timing.copies)
         began = _clock()
         launch(n)
-        if not probing or timing.launches > 2 or timing.copies >= copies:
+        if timed or not probing or timing.launches > 2 or timing.copies >= copies:
             continue
         seconds = _clock() - began
         projected = seconds / n * copies
-        if profile.detect_tv_later is not None and timing.launches == 2 and projected > budget:
-            # a planned profile draws what the budget buys at the measured speed, and says so
-            copies = max(timing.copies, int(budget * n / seconds))
-            timing.budget_cut = (f"{copies:,} of {chosen.copies:,} planned copies: {n:,} took {seconds:.2f} s at "
-                                 f"V = {case.vocab_size:,}, and the profile's budget is {budget:g} s")
-            continue
         # The probe's fixed costs make its projection pessimistic: far over the budget ends the case at
         # once; otherwise the first full launch decides.
-        if profile.detect_tv_later is None and projected > (PROBE_SLACK if timing.launches == 1 else 1) * budget:
+        if projected > (PROBE_SLACK if timing.launches == 1 else 1) * budget:
             raise OverBudget(
                 f"measured {seconds:.2f} s for {n} copies at V = {case.vocab_size:,}: {copies:,} copies "
                 f"would take about {projected:.0f} s, over the profile's budget of {budget:g} s for a "
