@@ -30,6 +30,7 @@ from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
+from specverify.checks.integrity import private_batch, written_inputs
 from specverify.checks.repro import Call, Reproducer, python_source
 from specverify.checks.repro import reproduce as repro_of
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
@@ -137,52 +138,6 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
 
 
 # ---- guarded calls --------------------------------------------------------------------------------
-BATCH_FIELDS = FIELDS
-
-
-def private_batch(batch: SpecBatch) -> SpecBatch:
-    """A copy of ``batch`` sharing no memory with it. Built without re-validating: the caller's batch
-    was validated at construction, and a copy of valid tensors is valid."""
-    copy = object.__new__(SpecBatch)
-    for name in BATCH_FIELDS:
-        value = getattr(batch, name)
-        object.__setattr__(copy, name, None if value is None else value.clone())
-    object.__setattr__(copy, "allow_nonfinite", batch.allow_nonfinite)
-    return copy
-
-
-def _changed(name: str, given, original) -> str | None:
-    if original is None and given is None:
-        return None
-    if not isinstance(given, torch.Tensor) or original is None \
-            or given.shape != original.shape or given.dtype != original.dtype:
-        return f"{name} (replaced)"
-    if torch.equal(given, original):
-        return None
-    if given.is_floating_point() and bool(((given == original) | (given.isnan() & original.isnan())).all()):
-        return None      # NaN entries (SPEC 3.6) left as they were
-    diff = int((given != original).sum())
-    return f"{name} ({diff} of {original.numel()} elements changed)"
-
-
-def _maybe_changed(pairs) -> bool:
-    """False when no input of ``pairs`` (name, given copy, original) changed: one host sync for them all, as
-    a statistical check makes thousands of calls. True sends every pair to ``_changed`` for the message."""
-    flags = []
-    for _, given, original in pairs:
-        if original is None and given is None:
-            continue
-        if not isinstance(given, torch.Tensor) or original is None or given.shape != original.shape \
-                or given.dtype != original.dtype or given.device != original.device:
-            return True
-        differ = given != original
-        if given.is_floating_point():       # NaN entries (SPEC 3.6) left as they were are unchanged
-            differ &= ~(given.isnan() & original.isnan())
-        flag = differ.any().reshape(1)
-        flags.append(flag.to(flags[0].device) if flags else flag)
-    return bool(torch.cat(flags).any()) if flags else False
-
-
 def output_problems(batch: SpecBatch, out, device: torch.device | None = None, limit: int = 5) -> list[str]:
     """SPEC 1 output structure, checked the same way for every call: a SpecOutput of int64 tensors on
     the batch's device, token_ids [B, >= K + 1], num_accepted [B] in [0, k_b], the accepted tokens equal
@@ -308,13 +263,13 @@ class GuardedBackend:
             raise CheckFailure(f"the backend called sys.exit({exc.code!r}) during a call") from None
         finally:
             _OBSERVER.finished()
-        pairs = [(f, getattr(given, f), getattr(batch, f)) for f in BATCH_FIELDS]
+        pairs = [(f, getattr(given, f), getattr(batch, f)) for f in FIELDS]
         if noise is not None:
             pairs += [("noise.uniform", given_noise.uniform, noise.uniform),
                       ("noise.exponential", given_noise.exponential, noise.exponential)]
         if isinstance(seed, torch.Tensor):
             pairs.append(("seed", given_seed, seed))
-        written = [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs) else []
+        written = written_inputs(pairs)
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
