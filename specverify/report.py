@@ -19,7 +19,7 @@ from specverify.verdict import Verdict
 
 
 def header(backend_name: str, profile: Profile, capabilities: str = "") -> str:
-    m = statistical_test_count()
+    m = statistical_test_count(profile)
     lines = [f"specverify: backend {backend_name!r}, profile {profile.name!r}, device {profile.device}"]
     if capabilities:
         lines.append(f"declares: {capabilities}")

@@ -78,3 +78,21 @@ def test_production_vocabulary_statistics_run_where_the_measured_cost_fits():
     slow = run_check(Slow(), "token_distribution", "large_vocab_tiles",
                      replace(get_profile("ci"), large_case_budget=10.0))
     assert slow.status == NOT_APPLICABLE and "over the profile's budget of 10 s" in slow.message, slow.line()
+
+
+def test_the_262144_distribution_case_runs_where_large_vocabularies_are_planned():
+    """token_distribution[large_vocab_262k] (the largest vocabulary served, mass in its full last tile) is
+    in the nightly's plan and not in the CPU profiles' (where the 151,936 case already takes most of
+    `specverify check cpu`). Each profile's Bonferroni split counts the statistical checks it plans, and
+    the report header says that count."""
+    from specverify.checks import CHECKS, check_alpha, plan, statistical_test_count
+    from specverify.report import header
+    ci, nightly = get_profile("ci"), get_profile("nightly")
+    assert ("token_distribution", "large_vocab_262k") in plan(nightly)
+    assert ("token_distribution", "large_vocab_262k") not in plan(ci)
+    planned = {p: sum(1 for check, _ in plan(p) if CHECKS[check].kind == "statistical") for p in (ci, nightly)}
+    assert planned[nightly] == planned[ci] + 1
+    for profile in (ci, nightly):
+        assert statistical_test_count(profile) == planned[profile]
+        assert check_alpha(profile) == profile.family_alpha / planned[profile]
+        assert f"Bonferroni over {planned[profile]} statistical checks" in header("x", profile)

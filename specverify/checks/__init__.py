@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check_differential_injected,
                                          check_differential_seeded, differential_needs)
-from specverify.checks.cases import STAT_CASES
+from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, runs_on
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, check_large_vocab_structure
 from specverify.checks.nonfinite import NONFINITE_CASES, NONFINITE_NEEDS, check_nonfinite_rows
@@ -94,7 +94,8 @@ def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
     profile = profile or get_profile()
     names = checks or list(CHECKS)
     return [(name, case) for name in names for case in CHECKS[name].cases
-            if not (case == "large_vocab" and not profile.large_vocabs)]
+            if not (case == "large_vocab" and not profile.large_vocabs)
+            and (case not in STAT_CASE_BY_NAME or runs_on(STAT_CASE_BY_NAME[case], profile))]
 
 
 def run_check(backend, check: str, case: str, profile: Profile | None = None, deviations: tuple = (),

@@ -27,7 +27,7 @@ import torch
 from reference import SpecOutput, exact
 from reference.sample import synthetic_rates_f32
 from specverify.checks import sampling, stats
-from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase
+from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase, runs_on
 from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Profile
 
@@ -35,12 +35,14 @@ STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate",
                       "sequence_distribution")
 
 
-def statistical_test_count() -> int:
-    return sum(1 for case in STAT_CASES for c in case.checks if c in STATISTICAL_CHECKS)
+def statistical_test_count(profile: Profile | None = None) -> int:
+    """The statistical (check, case) pairs of ``profile``'s plan (of every profile's cases with None)."""
+    return sum(1 for case in STAT_CASES for c in case.checks
+               if c in STATISTICAL_CHECKS and (profile is None or runs_on(case, profile)))
 
 
 def check_alpha(profile: Profile) -> float:
-    return profile.family_alpha / statistical_test_count()
+    return profile.family_alpha / statistical_test_count(profile)
 
 
 def stat_copies(profile: Profile) -> int:
