@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
+from specverify.gpus import choose_gpus, visible_gpus
 from specverify.pool import BackendLoadError, CheckPool
 from specverify.registry import get_engine
 from specverify.checks.deviations import load_deviations
@@ -43,6 +44,14 @@ def _count(text: str) -> int:
 
 def _workers(text: str) -> int:
     return (os.cpu_count() or 1) if text == "auto" else _count(text)
+
+
+def _gpus(spec: str | None, profile) -> list[str] | None:
+    """The GPUs the workers are pinned to: ``--gpus`` (see specverify.gpus), else every visible GPU of a
+    CUDA run, else none (no pinning)."""
+    if spec is not None:
+        return choose_gpus(spec)
+    return (visible_gpus() or None) if profile.device == "cuda" else None
 
 
 def _seconds(text: str) -> float:
@@ -85,9 +94,14 @@ def _check(args) -> int:
     timeout = args.timeout or profile.check_timeout
     call_timeout = min(args.call_timeout or profile.call_timeout, timeout)
     deadline = args.deadline or profile.deadline
+    try:
+        gpus = _gpus(args.gpus, profile)
+    except ValueError as exc:
+        print(f"specverify: error: {exc}", file=sys.stderr)
+        return 2
     pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout,
                      failures_dir=args.failures_dir, deviations=deviations, call_timeout=call_timeout,
-                     keep_going=args.keep_going)
+                     keep_going=args.keep_going, gpus=gpus)
     start = time.perf_counter()
     try:
         loaded = pool.load()
@@ -102,7 +116,8 @@ def _check(args) -> int:
     print(header(loaded.name, profile, caps), file=sys.stderr)
     print(f"{len(pairs)} checks in {pool.workers} worker process(es), each under a {timeout:g} s timeout, each "
           f"backend call under {call_timeout:g} s; the run stops at {deadline:g} s"
-          + (f" or after {args.maxfail} failed check(s)" if args.maxfail else ""), file=sys.stderr)
+          + (f" or after {args.maxfail} failed check(s)" if args.maxfail else "")
+          + (f"; workers pinned to GPU(s) {', '.join(gpus)}" if gpus else ""), file=sys.stderr)
     done = [0]
 
     def progress(index: int, result: CheckResult) -> None:
@@ -134,7 +149,7 @@ def _check(args) -> int:
         write_json(args.json, document(results, loaded.name, profile, seconds, outcome, capabilities=caps,
                                        require=list(require), interrupted=interrupted, timeout=timeout,
                                        call_timeout=call_timeout, deadline=deadline, maxfail=args.maxfail,
-                                       stopped=pool.stopped, hang=pool.hang, workers=pool.workers,
+                                       stopped=pool.stopped, hang=pool.hang, workers=pool.workers, gpus=gpus,
                                        shard=args.shard, plan=[f"{c}[{k}]" for c, k in full_plan],
                                        declared=sorted(declared(loaded.capabilities))))
     if args.junit:
@@ -197,6 +212,9 @@ def main(argv=None) -> int:
     check.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     check.add_argument("-n", "--workers", type=_workers, default="auto",
                        help="worker processes the checks run in (default: auto, one per CPU core)")
+    check.add_argument("--gpus", default=None, metavar="auto|N|IDS",
+                       help="pin each worker to one GPU (CUDA_VISIBLE_DEVICES), spread evenly: auto (every visible "
+                            "GPU; the default with --device cuda), N (the first N), or ids '0,2' ('2,' alone)")
     check.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                        help="a check running longer fails and its worker is killed (default: the profile's, "
                             "600 s for ci)")

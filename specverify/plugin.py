@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
 
 import pytest
+
+from specverify.gpus import visible_gpus
 
 GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
 RUN_ENV = "SPECVERIFY_RUN"        # "start time;directory" of the run, set by the controller for its workers
@@ -69,18 +70,6 @@ def pytest_addoption(parser):
     group.addoption("--specverify-require", default=os.environ.get("SPECVERIFY_REQUIRE"), metavar="LIST",
                     help="comma-separated subset of standard,greedy,synthetic,block,tree,injected,seeded the backend must "
                          "declare and the run must check (default: $SPECVERIFY_REQUIRE)")
-
-
-def visible_gpus() -> list[str]:
-    """Device ids the process may use: $CUDA_VISIBLE_DEVICES if set, else one per line of `nvidia-smi -L`."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
-        return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
-    except (OSError, subprocess.SubprocessError):
-        return []
 
 
 def _pin_gpu(config) -> None:

@@ -49,12 +49,17 @@ class Loaded:
 
 
 def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None,
-           deviations: tuple, numbers, text, call_timeout: float) -> None:
+           deviations: tuple, numbers, text, call_timeout: float, gpu: str | None = None) -> None:
     """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
     sys.path[:] = sys_path
+    if gpu is not None:     # before CUDA starts in this process: the only GPU it sees is its own
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     import torch  # noqa: PLC0415
+    if gpu is not None and torch.cuda.is_initialized():
+        conn.send(("load_error", f"CUDA was started before the worker was pinned to GPU {gpu}"))
+        return
 
     from specverify.checks import run_check  # noqa: PLC0415
     from specverify.checks.repro import write_reproducer  # noqa: PLC0415
@@ -121,12 +126,13 @@ def _death(exitcode: int | None) -> str:
 
 class _Worker:
     def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None,
-                 deviations: tuple, call_timeout: float) -> None:
+                 deviations: tuple, call_timeout: float, gpu: str | None = None) -> None:
         self.conn, child = ctx.Pipe()
         self.calls = CallState(ctx)
+        self.gpu = gpu
         self.proc = ctx.Process(target=_serve, daemon=True,
                                 args=(child, spec, profile, list(sys.path), threads, failures_dir, deviations,
-                                      self.calls.numbers, self.calls.text, call_timeout))
+                                      self.calls.numbers, self.calls.text, call_timeout, gpu))
         self.proc.start()
         child.close()
         self.item = None          # (index, check, case) in flight
@@ -147,11 +153,12 @@ class _Worker:
 
 class CheckPool:
     """Runs (check, case) pairs of one backend in ``workers`` child processes, each check under
-    ``timeout`` seconds and each backend call under ``call_timeout`` (at most ``timeout``)."""
+    ``timeout`` seconds and each backend call under ``call_timeout`` (at most ``timeout``). With ``gpus``
+    (ids), each worker is pinned to one of them, the least used when it starts, and its results say which."""
 
     def __init__(self, spec: str, profile: Profile, workers: int = 1, timeout: float = 600.0,
                  failures_dir: str | None = None, deviations: tuple = (), call_timeout: float | None = None,
-                 keep_going: bool = False) -> None:
+                 keep_going: bool = False, gpus: list[str] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not timeout > 0:
@@ -164,6 +171,7 @@ class CheckPool:
         self.keep_going = keep_going       # after a hung call, go on calling the backend
         self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
         self.deviations = tuple(deviations)  # declared by the run, besides the backend's own
+        self.gpus = list(gpus or [])
         self.threads = max(1, (os.cpu_count() or 1) // workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["specverify._worker_preload"])
@@ -173,8 +181,9 @@ class CheckPool:
         self.stopped: str | None = None    # why the run stopped early, if it did
 
     def _spawn(self) -> _Worker:
+        gpu = min(self.gpus, key=lambda g: sum(w.gpu == g for w in self._live)) if self.gpus else None
         worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir, self.deviations,
-                         self.call_timeout)
+                         self.call_timeout, gpu)
         limit = max(self.timeout, 120.0)
         deadline = time.perf_counter() + limit
         while not worker.conn.poll(0.2) and worker.proc.is_alive():
@@ -318,6 +327,7 @@ class CheckPool:
             worker.kill()
         if worker.conn.closed:
             self._live.remove(worker)
+        result.gpu = worker.gpu
         self._record(index, result, on_result)
 
     def _await_reproducer(self, worker: _Worker, check: str, case: str) -> str | None:

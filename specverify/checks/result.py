@@ -46,6 +46,7 @@ class CheckResult:
     seconds: float = 0.0
     covered: list = field(default_factory=list)
     sampling: dict | None = None       # statistical: the copies' plan per position and the sampling speed
+    gpu: str | None = None             # the GPU its worker was pinned to (CUDA_VISIBLE_DEVICES), if any
 
     def fail(self, message: str, counterexample: str | None = None) -> None:
         self.status, self.message, self.counterexample = FAIL, message, counterexample

@@ -1,0 +1,64 @@
+"""`specverify check --gpus`: one worker per GPU, pinned through CUDA_VISIBLE_DEVICES before CUDA starts
+(issue 31). Checked on the CPU with made-up ids: the workers' environment is what the pinning sets, whatever
+device the checks then run on."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+
+import pytest
+
+from specverify.cli import main
+from specverify.gpus import choose_gpus
+from specverify.kernels.cpu import CpuBackend
+
+PIN_DIR_ENV = "SPECVERIFY_TEST_PIN_DIR"
+
+
+class PinRecorder(CpuBackend):
+    """The CPU backend, writing the CUDA_VISIBLE_DEVICES it runs under to a file named by its process."""
+
+    name = "pin_recorder"
+
+    def _sample(self, batch, **kwargs):
+        path = os.path.join(os.environ[PIN_DIR_ENV], str(os.getpid()))
+        with open(path, "a") as f:
+            f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset") + "\n")
+        return super()._sample(batch, **kwargs)
+
+
+def test_each_worker_runs_pinned_to_one_gpu_and_the_report_names_it(tmp_path, monkeypatch, capsys):
+    """Two GPU ids, two workers: every backend call of a worker sees that worker's one id, both ids are
+    used, and each result in the JSON names the GPU its worker was pinned to (the same the calls saw)."""
+    monkeypatch.setenv(PIN_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    report = tmp_path / "run.json"
+    code = main(["check", "test_gpu_pinning:PinRecorder", "--checks", "differential_injected,determinism", "--cases", "standard,random",
+                 "--gpus", "5,7", "-n", "2", "--json", str(report)])
+    assert code == 0, capsys.readouterr().err
+    seen = {}
+    for name in os.listdir(tmp_path):
+        if name.isdigit():
+            values = set((tmp_path / name).read_text().split())
+            assert len(values) == 1, f"worker {name} saw {values}"
+            seen[name] = values.pop()
+    assert set(seen.values()) == {"5", "7"}
+    doc = json.loads(report.read_text())
+    assert doc["gpus"] == ["5", "7"] and {r["gpu"] for r in doc["results"]} == {"5", "7"}
+    assert "workers pinned to GPU(s) 5, 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec,problem", [("x", "auto, a count >= 1"), ("0", "auto, a count >= 1"),
+                                          ("3", "only 2 GPU(s) visible"), ("1,1", "distinct GPU ids")])
+def test_a_gpu_choice_that_cannot_be_met_is_refused_by_name(monkeypatch, spec, problem):
+    """Counts beyond the visible GPUs, zero, repeated ids and words are errors naming the problem."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        choose_gpus(spec)
+
+
+def test_a_count_takes_the_first_visible_gpus_and_auto_takes_them_all(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,6")
+    assert choose_gpus("2") == ["2", "3"] and choose_gpus("auto") == ["2", "3", "6"] and choose_gpus("6,") == ["6"]
