@@ -95,7 +95,7 @@ def replicated_batch(generator: torch.Generator, p: torch.Tensor, q: torch.Tenso
             if k else torch.zeros(0, dtype=torch.int64, device=on)
         probs = q.float().to(on).repeat(copies, 1)
     else:
-        x = torch.tensor(list(drafts) * copies, dtype=torch.int64)
+        x = torch.tensor(list(drafts), dtype=torch.int64, device=on).repeat(copies)
         probs = None
     logits = logits_for(p, temperature if temperature > 0 else 1.0).to(logit_dtype).to(on).repeat(copies, 1)
     return SpecBatch(torch.full((copies,), k, dtype=torch.int64, device=device), x.to(device), logits.to(device),
