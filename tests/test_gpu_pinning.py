@@ -14,39 +14,27 @@ from specverify.cli import main
 from specverify.gpus import choose_gpus
 from specverify.kernels.cpu import CpuBackend
 
-PIN_DIR_ENV = "SPECVERIFY_TEST_PIN_DIR"
-
-
 class PinRecorder(CpuBackend):
-    """The CPU backend, writing the CUDA_VISIBLE_DEVICES it runs under to a file named by its process."""
+    """The CPU backend, named after the CUDA_VISIBLE_DEVICES of the process it runs in: each result's
+    ``backend`` field then says what its worker saw (the workers inherit no state from the test)."""
 
-    name = "pin_recorder"
-
-    def _sample(self, batch, **kwargs):
-        path = os.path.join(os.environ[PIN_DIR_ENV], str(os.getpid()))
-        with open(path, "a") as f:
-            f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset") + "\n")
-        return super()._sample(batch, **kwargs)
+    @property
+    def name(self) -> str:
+        return "pin_recorder@" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
 
 
 def test_each_worker_runs_pinned_to_one_gpu_and_the_report_names_it(tmp_path, monkeypatch, capsys):
-    """Two GPU ids, two workers: every backend call of a worker sees that worker's one id, both ids are
-    used, and each result in the JSON names the GPU its worker was pinned to (the same the calls saw)."""
-    monkeypatch.setenv(PIN_DIR_ENV, str(tmp_path))
+    """Two GPU ids, two workers: each check ran in a worker that saw one of the ids, both ids are used,
+    and each result in the JSON names the GPU its worker was pinned to, the one that worker saw."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     report = tmp_path / "run.json"
-    code = main(["check", "test_gpu_pinning:PinRecorder", "--checks", "differential_injected,determinism", "--cases", "standard,random",
-                 "--gpus", "5,7", "-n", "2", "--json", str(report)])
-    assert code == 0, capsys.readouterr().err
-    seen = {}
-    for name in os.listdir(tmp_path):
-        if name.isdigit():
-            values = set((tmp_path / name).read_text().split())
-            assert len(values) == 1, f"worker {name} saw {values}"
-            seen[name] = values.pop()
-    assert set(seen.values()) == {"5", "7"}
+    code = main(["check", "test_gpu_pinning:PinRecorder", "--checks", "differential_injected,determinism",
+                 "--cases", "standard,random", "--gpus", "5,7", "-n", "2", "--json", str(report)])
+    assert code == 0, capsys.readouterr()
     doc = json.loads(report.read_text())
-    assert doc["gpus"] == ["5", "7"] and {r["gpu"] for r in doc["results"]} == {"5", "7"}
+    assert doc["gpus"] == ["5", "7"]
+    assert sorted((r["backend"], r["gpu"]) for r in doc["results"]) == [("pin_recorder@5", "5"),
+                                                                         ("pin_recorder@7", "7")]
     assert "workers pinned to GPU(s) 5, 7" in capsys.readouterr().err
 
 
