@@ -212,6 +212,8 @@ def main() -> int:
     if env:
         lines += ["## Environment", "", "```", env.strip(), "```", ""]
     lines += ["Command: `ci/nightly_gpu.sh RESULTS_DIR` (see the script's header)."]
+    log = _read(os.path.join(d, "nightly.log")) or ""
+    lines += [line.strip() + "." for line in log.splitlines() if line.startswith("GPUs: ")][:1]
     if args.elapsed is not None:
         lines.append(f"Wall time of the script before this report: {args.elapsed:.0f} s.")
     steps = _read(os.path.join(d, "steps.tsv"))
