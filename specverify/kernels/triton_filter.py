@@ -58,13 +58,13 @@ NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket
 MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
-# hundred rows leaves the read latency-bound (a fifth of the copy bandwidth)
+# hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# stage 1's tile and warps: its eight per-lane sums are int64, and a wide tile's registers leave one program
-# an SM (1,024 x 8 warps read at a third of what 256 x 4 do, V = 151,936 on an H100: docs/benchmarks.md)
+# stage 1's tile and warps: its per-lane sums are int64, and a wide tile's registers leave one program an
+# SM, too few loads in flight to stream the row (docs/benchmarks.md, issue 29)
 BLOCK_READ, READ_WARPS = 256, 4
-# candidate keys per search step on the GPU: 8 take more steps than 32, each far cheaper (the record launch
-# of top-k 50 + top-p 0.9 at B = 128, V = 151,936: 102-121 us against 237-280 on an H100)
+# candidate keys per search step on the GPU: the tally of every gathered token against each key is the
+# step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
 NC_GPU = 8
 
 
