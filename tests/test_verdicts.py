@@ -251,8 +251,8 @@ def test_checks_stay_inside_a_declared_draft_limit():
 
 
 def test_a_float32_only_backend_is_sent_float32_only_and_the_report_says_so():
-    """Issue 32's case: a backend that declares float32 logits alone was sent bfloat16 batches and failed
-    with its own UnsupportedError. Checks whose generated batches span every logit dtype (the
+    """A backend that declares float32 logits alone is sent float32 batches only (a bfloat16 one would fail
+    with its own UnsupportedError): the checks whose generated batches span every logit dtype (the
     differential, structure and input-integrity checks) stay inside what it declares and pass, and the
     verdict lists the dtypes the calls sent, so a reader sees bfloat16 was never checked."""
     from dataclasses import replace
