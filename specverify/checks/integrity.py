@@ -24,19 +24,30 @@ def private_batch(batch: SpecBatch) -> SpecBatch:
     return copy
 
 
+def _replaced(given, original) -> bool:
+    """The input handed over is no longer a tensor of the original's shape and dtype."""
+    return not isinstance(given, torch.Tensor) or original is None \
+        or given.shape != original.shape or given.dtype != original.dtype
+
+
+def _differs(given: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
+    """[same shape] bool: the entries written; a NaN left as NaN (SPEC 3.6) is not one."""
+    differ = given != original
+    if given.is_floating_point():
+        differ &= ~(given.isnan() & original.isnan())
+    return differ
+
+
 def _changed(name: str, given, original) -> str | None:
     """How input ``name`` differs from its original, or None."""
     if original is None and given is None:
         return None
-    if not isinstance(given, torch.Tensor) or original is None \
-            or given.shape != original.shape or given.dtype != original.dtype:
+    if _replaced(given, original):
         return f"{name} (replaced)"
     if torch.equal(given, original):
         return None
-    if given.is_floating_point() and bool(((given == original) | (given.isnan() & original.isnan())).all()):
-        return None      # NaN entries (SPEC 3.6) left as they were
-    diff = int((given != original).sum())
-    return f"{name} ({diff} of {original.numel()} elements changed)"
+    diff = int(_differs(given, original).sum())
+    return f"{name} ({diff} of {original.numel()} elements changed)" if diff else None
 
 
 def _maybe_changed(pairs) -> bool:
@@ -46,17 +57,13 @@ def _maybe_changed(pairs) -> bool:
     for _, given, original in pairs:
         if original is None and given is None:
             continue
-        if not isinstance(given, torch.Tensor) or original is None or given.shape != original.shape \
-                or given.dtype != original.dtype or given.device != original.device:
+        if _replaced(given, original) or given.device != original.device:
             return True
         if given.device.type == "cpu":      # no sync to save there, and torch.equal is the fastest compare
             if torch.equal(given, original):
                 continue
             return True
-        differ = given != original
-        if given.is_floating_point():       # NaN entries (SPEC 3.6) left as they were are unchanged
-            differ &= ~(given.isnan() & original.isnan())
-        flag = differ.any().reshape(1)
+        flag = _differs(given, original).any().reshape(1)
         flags.append(flag.to(flags[0].device) if flags else flag)
     return bool(torch.cat(flags).any()) if flags else False
 
