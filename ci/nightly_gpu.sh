@@ -65,8 +65,9 @@ echo "GPUs: $NGPU, xdist workers: $WORKERS, plugin args: ${PLUGIN[*]:-(entry poi
 step driver driver.log "$PY" ci/sanitizer_driver.py
 
 # ---- 2. conformance suite, nightly profile, Triton on CUDA, one worker per GPU -----------------
+# (loadgroup: a statistical case's checks run in one worker, which draws the case once for them all)
 step suite suite.log "$PY" -m pytest "${PLUGIN[@]}" --pyargs specverify.suite -p no:cacheprovider \
-  --specverify-backend=triton --specverify-profile=nightly -n "$WORKERS" --specverify-gpus=auto \
+  --specverify-backend=triton --specverify-profile=nightly -n "$WORKERS" --dist loadgroup --specverify-gpus=auto \
   --specverify-json="$RESULTS/suite.json" --junitxml="$RESULTS/suite.xml" -q -rA --durations=15
 
 # ---- 3. the GPU-only mutants (the CUDA-graph one) are caught, the Triton control passes ---------

@@ -118,7 +118,7 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     lines, pngs = [], []
     # token distribution at position 0, and acceptance by position, for the dense drafter
     dense = STAT_CASE_BY_NAME["dense_q"]
-    tally, _, _ = sample_case(backend, dense, profile, "plots", 0)
+    tally, _, _ = sample_case(backend, dense, profile, "plots")
     V = dense.vocab_size
     emp = tally.tokens()[0].double() / tally.samples
     expected = dense.position_distributions[0]
@@ -133,7 +133,7 @@ def sample_plots(out_dir: str, copies: int) -> tuple[list[str], list[str]]:
     for case_name in ("dense_q", "synthetic_rate"):
         case = STAT_CASE_BY_NAME[case_name]
         if case_name != "dense_q":
-            tally, _, _ = sample_case(backend, case, profile, "plots", 0)
+            tally, _, _ = sample_case(backend, case, profile, "plots")
         theory = case.acceptance_by_position
         observed = [tally.reached(j + 1) / max(1, tally.reached(j)) for j in range(case.k)]
         acc_rows.append((case_name, [float(t) for t in theory], observed))

@@ -103,6 +103,9 @@ def pytest_configure(config):
     if profile:
         os.environ["SPECVERIFY_PROFILE"] = profile
     _pin_gpu(config)
+    # the suite groups a statistical case's checks (one draw serves them); xdist declares the mark where
+    # it is installed, and without it the mark does nothing
+    config.addinivalue_line("markers", "xdist_group(name): run under --dist loadgroup in one xdist worker")
     config._specverify_start = time.perf_counter()
     if not getattr(config, "workerinput", None):
         # one clock and one directory for the whole run: xdist workers inherit them

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from specverify.checks import CHECKS, FAIL, NOT_RUN, CheckResult
+from specverify.checks.statistical import sample_group
 from specverify.strategies import Profile
 from specverify.watch import CallState, reproducer_path
 
@@ -222,8 +223,9 @@ class CheckPool:
         # the production-vocabulary cases are the longest: started first, they do not end the run alone
         order = sorted(range(len(pairs)), key=lambda i: not pairs[i][1].startswith("large_vocab"))
         pending = deque((i, *pairs[i]) for i in order)
+        self._queues: dict[_Worker, deque] = {}
         try:
-            while pending or any(w.item for w in self._live):
+            while pending or any(self._queues.values()) or any(w.item for w in self._live):
                 if deadline is not None and time.perf_counter() >= deadline and self.stopped is None:
                     self.stopped = f"the run's deadline of {seconds:g} s passed (--deadline)"
                 if self.stopped is not None:
@@ -232,8 +234,8 @@ class CheckPool:
                 while pending and len(self._live) < self.workers:
                     self._spawn()
                 for worker in self._live:
-                    if worker.item is None and pending:
-                        worker.send(*pending.popleft(), self.timeout)
+                    if worker.item is None:
+                        self._dispatch(worker, pending)
                 busy = [w for w in self._live if w.item is not None]
                 now = time.perf_counter()
                 wake = min([w.deadline for w in busy] + ([deadline] if deadline is not None else []))
@@ -242,6 +244,8 @@ class CheckPool:
                      timeout=min(1.0, max(0.0, wake - now) + 0.05))
                 for worker in busy:
                     self._collect(worker, on_result)
+                    if worker not in self._live:
+                        self._requeue(worker, pending)
                     if self.stopped is not None:
                         break   # the rest in flight are stopped, not failed: a hang is named once
         except BaseException:
@@ -249,9 +253,32 @@ class CheckPool:
             raise
         return [self.finished[i] for i in range(len(pairs))]
 
+    def _dispatch(self, worker: _Worker, pending: deque) -> None:
+        """Send ``worker`` its next pair: the rest of a statistical case it started (one draw serves the
+        case's checks in one worker, ``statistical.sample_group``), else the next pending pair, whose
+        case's other statistical pairs it then keeps."""
+        queue = self._queues.setdefault(worker, deque())
+        if not queue and pending:
+            item = pending.popleft()
+            group = sample_group(*item[1:])
+            queue.append(item)
+            if group is not None:
+                queue.extend(i for i in pending if sample_group(*i[1:]) == group)
+                kept = [i for i in pending if sample_group(*i[1:]) != group]
+                pending.clear()
+                pending.extend(kept)
+        if queue:
+            worker.send(*queue.popleft(), self.timeout)
+
+    def _requeue(self, worker: _Worker, pending: deque) -> None:
+        """A worker that ended (killed, crashed) gives back the pairs it was keeping."""
+        pending.extendleft(reversed(self._queues.pop(worker, deque())))
+
     def _stop(self, pending: deque, on_result) -> None:
         """Kill the checks in flight and report them and every pending pair as not run."""
         name = self.loaded.name if self.loaded else self.spec
+        for worker in list(self._queues):
+            self._requeue(worker, pending)
         for worker in list(self._live):
             if worker.item is not None:
                 index, check, case = worker.item

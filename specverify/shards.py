@@ -1,7 +1,8 @@
 """Shards of a check run, for CI matrices over several hosts.
 
 ``specverify check BACKEND --shard K/N`` runs a deterministic share of the run's plan: the (check, case)
-pairs are dealt longest first, each to the shard with the least cost so far (ties: the lower shard),
+pairs are dealt longest first, each to the shard with the least cost so far (ties: the lower shard; a
+statistical case's checks together, as one draw serves them),
 costs taken from a previous report's measured seconds (``--costs REPORT.json``) where it has them and
 from ``COST_HINTS`` otherwise. Every shard of one run computes the same deal, whatever host it is on.
 
@@ -15,6 +16,8 @@ check of the suite, not of the shard), so the family-wise false-alarm budget is 
 from __future__ import annotations
 
 import json
+
+from specverify.checks.statistical import sample_group
 
 # seconds a check of each kind takes, roughly, on a CPU backend: enough to spread the long ones
 COST_HINTS = {"statistical": 4.0, "exact": 2.0, "structural": 1.0}
@@ -52,14 +55,20 @@ def measured_costs(path: str) -> dict:
 
 
 def share(pairs: list[tuple[str, str]], kinds: dict, k: int, n: int, measured: dict | None = None) -> list:
-    """The pairs of shard ``k`` of ``n``, in plan order. ``kinds`` maps a check name to its kind."""
-    costs = [cost(check, case, kinds[check], measured) for check, case in pairs]
+    """The pairs of shard ``k`` of ``n``, in plan order. ``kinds`` maps a check name to its kind. A
+    statistical case's checks go to one shard together: one draw serves them (``sample_group``)."""
+    units: dict = {}     # the pairs dealt as one, keyed by their group (a pair alone: itself)
+    for i, (check, case) in enumerate(pairs):
+        units.setdefault(sample_group(check, case) or (check, case), []).append(i)
+    costs = {key: sum(cost(*pairs[i], kinds[pairs[i][0]], measured) for i in members)
+             for key, members in units.items()}
     load = [0.0] * n
     owner = [0] * len(pairs)
-    for i in sorted(range(len(pairs)), key=lambda i: (-costs[i], i)):
+    for key in sorted(units, key=lambda key: (-costs[key], units[key][0])):
         shard = min(range(n), key=lambda s: (load[s], s))
-        owner[i] = shard
-        load[shard] += costs[i]
+        for i in units[key]:
+            owner[i] = shard
+        load[shard] += costs[key]
     return [pair for i, pair in enumerate(pairs) if owner[i] == k - 1]
 
 

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from specverify.checks import CHECKS, plan
+from specverify.checks.cases import STAT_CASE_BY_NAME
 from specverify.cli import main
 from specverify.shards import ShardError, check_shards, parse_shard, share
 from specverify.strategies import get_profile
@@ -16,16 +17,20 @@ CHECK_LIST = "acceptance_rate,empty_batch,synthetic_validation"
 
 
 def test_shards_deal_every_pair_once_and_deterministically():
-    """Every pair of the ci plan lands in exactly one of N shards, the same way on every call, and the
-    expected costs of the shards differ by at most the longest pair's."""
+    """Every pair of the ci plan lands in exactly one of N shards, the same way on every call, a
+    statistical case's checks in one shard (one draw serves them), and the expected costs of the shards
+    differ by at most the costliest case's."""
     pairs = plan(get_profile("ci"))
     for n in (1, 2, 3, 5):
         shards = [share(pairs, KINDS, k, n) for k in range(1, n + 1)]
         assert sorted(p for s in shards for p in s) == sorted(pairs)
         assert shards == [share(pairs, KINDS, k, n) for k in range(1, n + 1)]
+        for case in STAT_CASE_BY_NAME:
+            assert sum(any(k == case and KINDS[c] == "statistical" for c, k in s) for s in shards) <= 1, (n, case)
     from specverify.shards import cost
     costs = [sum(cost(c, k, KINDS[c]) for c, k in share(pairs, KINDS, s, 2)) for s in (1, 2)]
-    assert abs(costs[0] - costs[1]) <= max(cost(c, k, KINDS[c]) for c, k in pairs)
+    assert abs(costs[0] - costs[1]) <= max(sum(cost(c, k, KINDS[c]) for c, k in pairs if k == case)
+                                           for case in {k for _, k in pairs})
 
 
 def test_shard_needs_k_of_n():

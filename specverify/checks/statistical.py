@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 
@@ -38,6 +41,12 @@ STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate",
 def statistical_test_count(profile: Profile) -> int:
     """The statistical (check, case) pairs of ``profile``'s plan."""
     return sum(1 for case in STAT_CASES if runs_on(case, profile) for c in case.checks if c in STATISTICAL_CHECKS)
+
+
+def sample_group(check: str, case: str) -> str | None:
+    """The case whose one draw a statistical (check, case) pair shares with the case's other checks (run
+    them in one worker, in a row, to draw once); None for a pair of another kind."""
+    return case if check in STATISTICAL_CHECKS else None
 
 
 def check_alpha(profile: Profile) -> float:
@@ -71,29 +80,66 @@ def case_plan(case: StatCase, profile: Profile) -> sampling.Plan:
     return sampling.plan(case, profile, check_alpha(profile), stat_copies(profile))
 
 
-def sample_case(backend, case: StatCase, profile: Profile, check: str, run_seed: int):
+def sample_case(backend, case: StatCase, profile: Profile, run_seed=0, sequences: bool = False):
     """The case sampled by its plan: (Tally, Timing, Plan). Raises NotApplicable where a
     production-vocabulary case's measured speed projects it over ``profile.large_case_budget``."""
     chosen = case_plan(case, profile)
     try:
-        tally, timing = sampling.draw(backend, case, profile, _seed(case.name, check, profile.name, run_seed),
-                                      chosen, sequences=check == "sequence_distribution")
+        tally, timing = sampling.draw(backend, case, profile, _seed(case.name, profile.name, run_seed), chosen,
+                                      sequences=sequences)
     except sampling.OverBudget as e:
         raise NotApplicable(str(e)) from None
     return tally, timing, chosen
 
 
-def _sampled(ctx: Context, case_name: str, check: str, run_seed: int):
-    """The frame every statistical check shares: its alpha, then the case sampled by its plan, which the
-    result records with the sampling speed."""
+# One draw serves every check of its case: the checks test different statistics of the same samples,
+# and Bonferroni bounds the family's false alarms whatever their dependence. A worker keeps its latest
+# draws per backend object (the suite and the check pool hand a case's checks to one worker in a row).
+DRAWS_KEPT = 2
+_draws: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Draw:
+    tally: sampling.Tally
+    timing: sampling.Timing
+    plan: sampling.Plan
+    covered: frozenset          # what the draw's calls covered (methods, noise paths, dtypes)
+    check: str                  # the check it was drawn for
+
+
+def _drawn(ctx: Context, case: StatCase, check: str, run_seed) -> tuple[Draw, bool]:
+    """(the case's draw, whether an earlier check of this backend drew it)."""
+    try:
+        kept = _draws.setdefault(ctx.backend.wrapped, OrderedDict())
+    except TypeError:       # a backend that cannot be weakly referenced draws for every check
+        kept = OrderedDict()
+    key = (case.name, ctx.profile, run_seed)
+    if key in kept:
+        kept.move_to_end(key)
+        draw = kept[key]
+        ctx.backend.covered.update(draw.covered)
+        return draw, True
+    sequences = "sequence_distribution" in case.checks
+    tally, timing, chosen = sample_case(ctx.backend, case, ctx.profile, run_seed, sequences)
+    kept[key] = draw = Draw(tally, timing, chosen, frozenset(ctx.backend.covered), check)
+    while len(kept) > DRAWS_KEPT:
+        kept.popitem(last=False)
+    return draw, False
+
+
+def _sampled(ctx: Context, case_name: str, check: str, run_seed):
+    """The frame every statistical check shares: its alpha, then the case's draw, which the result
+    records with the sampling speed (and, where an earlier check drew it, which one)."""
     case = STAT_CASE_BY_NAME[case_name]
     ctx.result.alpha = check_alpha(ctx.profile)
     limit = getattr(ctx.backend.capabilities, "max_tree_depth", None)
     if case.parents is not None and limit is not None and case.depth > limit:
         raise NotApplicable(f"the case's tree is {case.depth} deep; the backend declares at most {limit}")
-    tally, timing, chosen = sample_case(ctx.backend, case, ctx.profile, check, run_seed)
-    ctx.result.sampling = {**chosen.to_json(), **timing.to_json()}
-    return case, tally
+    draw, shared = _drawn(ctx, case, check, run_seed)
+    ctx.result.sampling = {**draw.plan.to_json(), **draw.timing.to_json(),
+                           "drawn_for": draw.check if shared else None}
+    return case, draw.tally
 
 
 def statistical_needs(case_name: str) -> Needs:
@@ -271,4 +317,4 @@ def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> Non
 
 __all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_accepted_length", "check_acceptance_rate", "check_alpha",
            "check_sequence_distribution", "check_synthetic_rate",
-           "check_token_distribution", "sample_case", "stat_copies", "statistical_needs", "statistical_test_count"]
+           "check_token_distribution", "sample_case", "sample_group", "stat_copies", "statistical_needs", "statistical_test_count"]

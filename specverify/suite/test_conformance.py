@@ -10,6 +10,7 @@ import pytest
 
 from specverify.checks import (CHECKS, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult, check_request_alignment,
                                plan, run_check)
+from specverify.checks.statistical import sample_group
 from specverify.strategies import get_profile
 
 # The plugin exports --specverify-profile as $SPECVERIFY_PROFILE before collection, so every xdist
@@ -17,7 +18,17 @@ from specverify.strategies import get_profile
 PLAN = plan(get_profile())
 
 
-@pytest.mark.parametrize("check,case", PLAN, ids=[f"{c}[{k}]" for c, k in PLAN])
+
+
+def _param(check: str, case: str):
+    """A statistical pair carries its case as its xdist group: under ``--dist loadgroup`` the case's
+    checks run in one worker, which draws the case once for all of them."""
+    group = sample_group(check, case)
+    marks = () if group is None else (pytest.mark.xdist_group(group),)
+    return pytest.param(check, case, id=f"{check}[{case}]", marks=marks)
+
+
+@pytest.mark.parametrize("check,case", [_param(c, k) for c, k in PLAN])
 def test_backend_satisfies_property(specverify_backend, specverify_profile, specverify_deviations, specverify_record,
                                     specverify_guard, check, case):
     """A backend must pass every check that applies to what it declares; a failure a declared
