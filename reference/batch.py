@@ -52,12 +52,20 @@ def _require_tensor(name: str, value, ndim: int, dtypes: tuple) -> None:
     _require(value.dtype in dtypes, f"{name} must have dtype {names}; got {str(value.dtype).replace('torch.', '')}")
 
 
-def _range(values: torch.Tensor) -> tuple[float, float]:
-    """(min, max) of a tensor as floats, NaN if it holds a NaN; (inf, -inf) if it is empty."""
+def _range(values: torch.Tensor, rows: bool = False) -> tuple[float, float]:
+    """(min, max) of a tensor as floats, NaN if it holds a NaN; (inf, -inf) if it is empty. With ``rows``
+    (a 2-D tensor), a min of -inf reads 0.0 where every row's max is finite: masked (-inf) entries are
+    allowed, and one pass settles them."""
     if values.numel() == 0:
         return float("inf"), float("-inf")
-    lo, hi = torch.stack(torch.aminmax(values)).double().tolist()   # one host copy for both
-    return lo, hi
+    if not rows:
+        lo, hi = torch.stack(torch.aminmax(values)).double().tolist()   # one host copy for both
+        return lo, hi
+    row_lo, row_hi = torch.aminmax(values, dim=1)
+    # a row's max is finite exactly when it holds no NaN, no +inf and some finite entry
+    lo, hi, ok = torch.stack([row_lo.min().double(), row_hi.max().double(),
+                              torch.isfinite(row_hi).all().double()]).tolist()
+    return (0.0 if ok and lo == float("-inf") else lo), hi
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,26 @@ class SpecBatch:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return SpecBatch(**{f: move(getattr(self, f)) for f in FIELDS}, allow_nonfinite=self.allow_nonfinite)
 
+    def with_drafts(self, draft_token_ids: torch.Tensor) -> "SpecBatch":
+        """The same requests with other drafts [T], ids in [0, V). Only the drafts are validated: the other
+        tensors are this batch's, valid since its construction (a statistical case launches the same
+        V-wide rows many times with fresh drafts). A batch with placeholders refuses: its zero q rows
+        are valid only under a placeholder."""
+        T, V = self.num_drafts, self.vocab_size
+        _require_tensor("draft_token_ids", draft_token_ids, 1, (torch.int64,))
+        _require(draft_token_ids.shape[0] == T and draft_token_ids.device == self.device,
+                 f"draft_token_ids must have shape [T] = [{T}] on {self.device}, got "
+                 f"{tuple(draft_token_ids.shape)} on {draft_token_ids.device}")
+        if T:
+            lo, hi = _range(draft_token_ids)
+            _require(lo >= 0 and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}), got values in "
+                                         f"[{int(lo)}, {int(hi)}]")
+            _require(not self.has_placeholders, "with_drafts: the batch has placeholder drafts")
+        copy = object.__new__(SpecBatch)
+        for name in FIELDS + ("allow_nonfinite",):
+            object.__setattr__(copy, name, draft_token_ids if name == "draft_token_ids" else getattr(self, name))
+        return copy
+
     def nonfinite_requests(self) -> torch.Tensor:
         """[B] bool: requests with a row holding NaN or +inf, or no finite entry (SPEC 3.6)."""
         logits = self.target_logits
@@ -165,15 +193,9 @@ class SpecBatch:
         # the common valid case; the named checks below run only where it cannot.
         _require(isinstance(self.allow_nonfinite, bool),
                  f"allow_nonfinite must be a bool, got {type(self.allow_nonfinite).__name__}")
-        lo, hi = _range(self.target_logits)
+        lo, hi = _range(self.target_logits, rows=True)
         if self.allow_nonfinite:
             lo = hi = 0.0          # non-finite rows are allowed (SPEC 3.6): none of the checks below applies
-        if not (lo > float("-inf") and hi < float("inf")) and T + B:
-            # -inf (masked) entries: each row's max is finite exactly when the row holds no NaN, no +inf and
-            # some finite entry, so one reduction settles the common masked case as well
-            row_max = self.target_logits.amax(dim=1)
-            if bool(torch.isfinite(row_max).all()):
-                lo = 0.0
         if not (lo > float("-inf") and hi < float("inf")):
             _require(not bool(torch.isnan(self.target_logits).any()),
                      "target_logits contains NaN (build the batch with allow_nonfinite=True to check SPEC 3.6)")
@@ -198,7 +220,7 @@ class SpecBatch:
                 _require(bool(torch.isfinite(self.draft_probs).all()), "draft_probs contains inf")
             if T:
                 # a placeholder's row is never read: zeros (a fixed-width kernel's padding) are allowed there
-                err = (self.draft_probs.double().sum(dim=1) - 1).abs()
+                err = (self.draft_probs.sum(dim=1, dtype=torch.float64) - 1).abs()
                 if self.has_placeholders:
                     err = err.masked_fill(self.draft_token_ids.to(err.device) == PLACEHOLDER, 0.0)
                 if float(err.max()) > PROB_SUM_TOLERANCE:
@@ -291,7 +313,7 @@ class Noise:
         """Fresh noise for ``batch`` from a torch.Generator, drawn on its device, moved to the batch's."""
         B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
         u = philox.uniform_grid((T,), generator)
-        e = -torch.log(philox.uniform_grid((B, V), generator))
+        e = philox.uniform_grid((B, V), generator).log_().neg_()
         return Noise(u.to(batch.device), e.to(batch.device))
 
     @staticmethod

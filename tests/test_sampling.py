@@ -133,3 +133,71 @@ def test_over_budget_is_not_applicable_on_an_unplanned_profile(monkeypatch):
     result = run_check(CpuBackend(), "token_distribution", "large_vocab_tiles",
                        replace(get_profile("ci"), large_case_budget=100.0))
     assert result.status == "n/a" and "over the profile's budget of 100 s" in result.message
+
+
+class CountingBackend(CpuBackend):
+    """The CPU backend, counting its calls."""
+
+    calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return super().__call__(*args, **kwargs)
+
+
+def test_one_draw_serves_every_check_of_a_case():
+    """A case's statistical checks share its draw (half the device time of the nightly): the second check
+    of dense_q calls the backend no more, says which check drew its samples and tests the same count;
+    another run seed draws afresh."""
+    backend, profile = CountingBackend(), replace(get_profile("ci"), stat_copies=2_000)
+    first = run_check(backend, "token_distribution", "dense_q", profile)
+    calls = backend.calls
+    second = run_check(backend, "acceptance_rate", "dense_q", profile)
+    assert calls >= 1 and backend.calls == calls, "the second check drew again"
+    assert first.sampling["drawn_for"] is None and second.sampling["drawn_for"] == "token_distribution"
+    assert second.sampling["copies"] == first.sampling["copies"] == 2_000
+    assert second.covered == first.covered and "standard" in second.covered   # the draw's coverage is its too
+    run_check(backend, "acceptance_rate", "dense_q", profile, run_seed=1)
+    assert backend.calls > calls
+
+
+def test_fresh_drafts_follow_each_positions_q():
+    """A chain case launched again keeps its rows and draws new drafts: x_j ~ q_j per copy, copy-major as
+    in ``batch``. 20,000 copies put each frequency within 0.02 of q_j (over 5 standard deviations), while
+    the three q rows differ by more than that: a transposed layout fails."""
+    case = STAT_CASE_BY_NAME["dense_q"]
+    g = torch.Generator().manual_seed(5)
+    drafts = case.fresh_drafts(20_000, g).view(20_000, case.k)
+    for j in range(case.k):
+        freq = torch.bincount(drafts[:, j], minlength=case.vocab_size).double() / 20_000
+        assert (freq - case.q[j]).abs().max() < 0.02, j
+        assert all((case.q[j] - case.q[i]).abs().max() > 0.04 for i in range(case.k) if i != j)
+    built = case.batch(10, g)
+    again = built.with_drafts(case.fresh_drafts(10, g))
+    assert again.target_logits is built.target_logits and again.draft_probs is built.draft_probs
+    assert not torch.equal(again.draft_token_ids, built.draft_token_ids)
+
+
+def test_with_drafts_refuses_ids_outside_the_vocabulary():
+    """Only the drafts are validated: a wrong shape or an id outside [0, V) is a ValueError naming it."""
+    built = STAT_CASE_BY_NAME["dense_q"].batch(4, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"must lie in \[0, V\) = \[0, 8\), got values in \[0, 8\]"):
+        built.with_drafts(torch.tensor([0, 1, 2] * 3 + [0, 1, 8]))
+    with pytest.raises(ValueError, match=r"shape \[T\] = \[12\]"):
+        built.with_drafts(torch.zeros(11, dtype=torch.int64))
+
+
+def test_check_pool_runs_a_cases_checks_in_one_worker():
+    """The pool hands a statistical case's other checks to the worker that started it, so the case is
+    drawn once, though two workers are free and the pairs are listed check by check."""
+    from specverify.pool import CheckPool  # noqa: PLC0415
+
+    pairs = [("token_distribution", "dense_q"), ("token_distribution", "onehot_drafter"),
+             ("acceptance_rate", "dense_q"), ("acceptance_rate", "onehot_drafter")]
+    pool = CheckPool("cpu", replace(get_profile("ci"), stat_copies=2_000), workers=2)
+    try:
+        results = pool.run(pairs)
+    finally:
+        pool.close()
+    assert [r.status for r in results] == ["pass"] * 4, [r.line() for r in results]
+    assert [r.sampling["drawn_for"] for r in results] == [None, None, "token_distribution", "token_distribution"]

@@ -85,6 +85,18 @@ class StatCase:
         return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
                          temperature, *settings, tree_parents=batch.tree_parents)
 
+    def fresh_drafts(self, copies: int, generator: torch.Generator) -> torch.Tensor:
+        """[copies * k] int64 drafts of a chain case's ``copies`` copies, copy-major as in ``batch``: x_j ~ q_j
+        (the fixed drafts where q is None), as V-wide ids, on the generator's device."""
+        on = generator.device
+        if self.k == 0:
+            return torch.zeros(0, dtype=torch.int64, device=on)
+        if self.q is None:
+            x = torch.tensor(self.drafts, dtype=torch.int64, device=on).repeat(copies)
+        else:
+            x = torch.multinomial(self.q.to(on), copies, replacement=True, generator=generator).T.reshape(-1)
+        return torch.tensor(self.embed[1], device=on)[x] if self.embed else x
+
     def _embedded(self, batch: SpecBatch) -> SpecBatch:
         """``batch`` (on the small support) with its columns placed at ``ids`` of the V-wide vocabulary."""
         V, ids = self.embed[0], torch.tensor(self.embed[1], device=batch.device)

@@ -1,6 +1,7 @@
 """Input integrity of a guarded call (SPEC 7): the private copy a backend is handed, and what it wrote.
 
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
+    Copies                -> private copies whose memory is reused from call to call (large float inputs)
     written_inputs(pairs) -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
                              caller's original); [] when none changed
 """
@@ -13,13 +14,44 @@ from reference import SpecBatch
 from reference.batch import FIELDS
 
 
-def private_batch(batch: SpecBatch) -> SpecBatch:
-    """A copy of ``batch`` sharing no memory with it. Built without re-validating: the caller's batch
-    was validated at construction, and a copy of valid tensors is valid."""
+REUSED_ELEMENTS = 1 << 20    # private copies of float tensors this large reuse their memory
+
+
+class Copies:
+    """Private copies whose memory is reused from call to call. A statistical check makes thousands of
+    calls with the same shapes; on the CPU each fresh allocation of a V-wide tensor costs its page faults
+    again (torch's CPU allocator keeps nothing). Only large float inputs are reused: a backend's outputs
+    (int64) cannot be views of them."""
+
+    def __init__(self) -> None:
+        self._free: dict = {}
+
+    @staticmethod
+    def _key(t: torch.Tensor):
+        return tuple(t.shape), t.stride(), t.dtype, t.device
+
+    def of(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """A copy of ``t`` sharing no memory with it (None for None)."""
+        if t is None:
+            return None
+        buffer = self._free.pop(self._key(t), None) if t.is_floating_point() and t.numel() >= REUSED_ELEMENTS else None
+        return t.clone() if buffer is None else buffer.copy_(t)
+
+    def give_back(self, *tensors) -> None:
+        """Copies the call is done with (compared, unchanged): the next copy of that shape reuses one."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= REUSED_ELEMENTS:
+                self._free[self._key(t)] = t
+
+
+def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:
+    """A copy of ``batch`` sharing no memory with it (``copy_of``: how to copy a tensor, ``clone`` by
+    default). Built without re-validating: the caller's batch was validated at construction, and a copy
+    of valid tensors is valid."""
+    copy_of = copy_of or (lambda t: None if t is None else t.clone())
     copy = object.__new__(SpecBatch)
     for name in FIELDS:
-        value = getattr(batch, name)
-        object.__setattr__(copy, name, None if value is None else value.clone())
+        object.__setattr__(copy, name, copy_of(getattr(batch, name)))
     object.__setattr__(copy, "allow_nonfinite", batch.allow_nonfinite)
     return copy
 
@@ -30,12 +62,18 @@ def _replaced(given, original) -> bool:
         or given.shape != original.shape or given.dtype != original.dtype
 
 
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers of its width: a NaN left in place (SPEC 3.6) compares equal, and one
+    comparison pass settles a float tensor (no NaN masks)."""
+    return t.view(_SAME_WIDTH_INT[t.element_size()]) if t.is_floating_point() else t
+
+
 def _differs(given: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
-    """[same shape] bool: the entries written; a NaN left as NaN (SPEC 3.6) is not one."""
-    differ = given != original
-    if given.is_floating_point():
-        differ &= ~(given.isnan() & original.isnan())
-    return differ
+    """[same shape] bool: the entries written (whose bits changed)."""
+    return _bits(given) != _bits(original)
 
 
 def _changed(name: str, given, original) -> str | None:
@@ -44,7 +82,7 @@ def _changed(name: str, given, original) -> str | None:
         return None
     if _replaced(given, original):
         return f"{name} (replaced)"
-    if torch.equal(given, original):
+    if torch.equal(_bits(given), _bits(original)):
         return None
     diff = int(_differs(given, original).sum())
     return f"{name} ({diff} of {original.numel()} elements changed)" if diff else None
@@ -60,7 +98,7 @@ def _maybe_changed(pairs) -> bool:
         if _replaced(given, original) or given.device != original.device:
             return True
         if given.device.type == "cpu":      # no sync to save there, and torch.equal is the fastest compare
-            if torch.equal(given, original):
+            if torch.equal(_bits(given), _bits(original)):
                 continue
             return True
         flag = _differs(given, original).any().reshape(1)
@@ -74,4 +112,4 @@ def written_inputs(pairs) -> list[str]:
     return [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs) else []
 
 
-__all__ = ["private_batch", "written_inputs"]
+__all__ = ["Copies", "private_batch", "written_inputs"]

@@ -30,7 +30,7 @@ from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.deviations import matching
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
-from specverify.checks.integrity import private_batch, written_inputs
+from specverify.checks.integrity import Copies, private_batch, written_inputs
 from specverify.checks.repro import Call, Reproducer, python_source
 from specverify.checks.repro import reproduce as repro_of
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
@@ -241,6 +241,7 @@ class GuardedBackend:
         self.last_call: Call | None = None      # the latest call, as the caller made it
         self.failed_call: Call | None = None    # the latest call a guard or a comparison found wrong
         self.failed_pair: tuple | None = None   # conditions under which the latest call gave two outputs
+        self._copies = Copies()                 # the private copies' memory, reused from call to call
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
@@ -251,8 +252,9 @@ class GuardedBackend:
         return self._backend
 
     def __call__(self, batch: SpecBatch, *, noise: Noise | None = None, seed=None, **kwargs) -> SpecOutput:
-        given = private_batch(batch)
-        given_noise = None if noise is None else Noise(noise.uniform.clone(), noise.exponential.clone())
+        given = private_batch(batch, self._copies.of)
+        given_noise = None if noise is None else Noise(self._copies.of(noise.uniform),
+                                                       self._copies.of(noise.exponential))
         given_seed = seed.clone() if isinstance(seed, torch.Tensor) else seed
         self.last_call = Call(batch, noise, seed if isinstance(seed, torch.Tensor) else None, dict(kwargs))
         _OBSERVER.started(self.last_call)
@@ -273,6 +275,7 @@ class GuardedBackend:
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
+        self._copies.give_back(*(given for _, given, _ in pairs))
         problems = output_problems(batch, out, batch.device)
         if problems:
             self.failed_call = self.last_call

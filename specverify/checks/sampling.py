@@ -3,7 +3,8 @@
 A statistical case is one request replicated many times. ``plan`` decides how many copies each
 position needs; ``draw`` launches them in chunks whose inputs are built on the backend's device and
 counts the outputs there (``Tally``): only the counts reach the host, so memory stays flat however
-many samples are drawn, and the harness's share of the time stays small.
+many samples are drawn, and the harness's share of the time stays small. A chain case's V-wide rows
+are built once per launch size; each launch draws fresh drafts and noise (or seeds).
 
     plan(case, profile, alpha) -> Plan      copies, and per position: reach, det99 target, samples
     Tally(depth, V, device, sequences)      running counts: the token at each position j among the
@@ -215,9 +216,16 @@ def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bo
     seeded = "seeded" in declared and not (on_cpu and case.launch_copies and "injected" in declared)
     tally, timing = Tally(case.depth, case.vocab_size, device, sequences), Timing()
     start = _clock()
+    built = None    # a chain case's rows, built once per launch size: each launch draws fresh drafts
 
     def launch(n: int) -> None:
-        batch = case.batch(n, g, g.device).to(device)
+        nonlocal built
+        if case.parents is not None:
+            batch = case.batch(n, g, g.device).to(device)
+        elif built is None or built.num_requests != n:
+            batch = built = case.batch(n, g, g.device).to(device)
+        else:
+            batch = built.with_drafts(case.fresh_drafts(n, g).to(device))
         if seeded:
             kwargs = dict(seed=torch.randint(0, 2 ** 62, (n,), generator=g, dtype=torch.int64,
                                              device=g.device).to(device))
