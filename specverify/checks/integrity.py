@@ -1,7 +1,7 @@
 """Input integrity of a guarded call (SPEC 7): the private copy a backend is handed, and what it wrote.
 
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
-    Copies                -> private copies whose memory is reused from call to call (large float inputs)
+    Copies                -> private copies of large float inputs, kept from call to call
     written_inputs(pairs) -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
                              caller's original); [] when none changed
 """
@@ -18,30 +18,41 @@ REUSED_ELEMENTS = 1 << 20    # private copies of float tensors this large reuse 
 
 
 class Copies:
-    """Private copies whose memory is reused from call to call. A statistical check makes thousands of
-    calls with the same shapes; on the CPU each fresh allocation of a V-wide tensor costs its page faults
-    again (torch's CPU allocator keeps nothing). Only large float inputs are reused: a backend's outputs
-    (int64) cannot be views of them."""
+    """Private copies of large float inputs, kept from call to call. A statistical check makes thousands
+    of calls with the same V-wide rows: a copy found equal to its original after a call is handed over
+    again while the original is the same tensor, unchanged since (its version counter: the caller's
+    in-place writes bump it, and the backend never holds the original); otherwise a kept buffer of the
+    same layout is overwritten (on the CPU a fresh allocation costs its page faults again). A backend's
+    outputs (int64) cannot be views of these float copies."""
 
     def __init__(self) -> None:
-        self._free: dict = {}
+        self._free: dict = {}       # layout -> a buffer no call holds
+        self._verified: dict = {}   # id(original) -> (original, its version, the copy found equal to it)
 
     @staticmethod
     def _key(t: torch.Tensor):
         return tuple(t.shape), t.stride(), t.dtype, t.device
 
+    @staticmethod
+    def _kept(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= REUSED_ELEMENTS
+
     def of(self, t: torch.Tensor | None) -> torch.Tensor | None:
         """A copy of ``t`` sharing no memory with it (None for None)."""
-        if t is None:
-            return None
-        buffer = self._free.pop(self._key(t), None) if t.is_floating_point() and t.numel() >= REUSED_ELEMENTS else None
+        if not self._kept(t):
+            return None if t is None else t.clone()
+        original, version, copy = self._verified.pop(id(t), (None, None, None))
+        if original is t and version == t._version:
+            return copy
+        buffer = self._free.pop(self._key(t), None)
         return t.clone() if buffer is None else buffer.copy_(t)
 
-    def give_back(self, *tensors) -> None:
-        """Copies the call is done with (compared, unchanged): the next copy of that shape reuses one."""
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= REUSED_ELEMENTS:
-                self._free[self._key(t)] = t
+    def give_back(self, pairs) -> None:
+        """(name, copy, original) of a call whose copies were all found equal to their originals."""
+        for previous in self._verified.values():
+            self._free[self._key(previous[2])] = previous[2]
+        self._verified = {id(original): (original, original._version, copy)
+                          for _, copy, original in pairs if self._kept(copy) and self._kept(original)}
 
 
 def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:

@@ -275,7 +275,7 @@ class GuardedBackend:
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
-        self._copies.give_back(*(given for _, given, _ in pairs))
+        self._copies.give_back(pairs)
         problems = output_problems(batch, out, batch.device)
         if problems:
             self.failed_call = self.last_call
