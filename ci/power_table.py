@@ -5,8 +5,9 @@
 Every mutant runs each of its expected checks (all cases, or the cases it names) at its profile's
 sizes. A catch counts only if the mutant's correct control backend passes the same (check, case):
 the control is run for the first catching check and its verdict printed in the row, and the script
-exits 1 if any mutant is not caught or any control fails. Mutants that need CUDA run where CUDA is
-available; elsewhere their row says so and cites the nightly GPU report that records their catch.
+exits 1 if any mutant is not caught or any control fails. Mutants that need CUDA (one GPU, or two for
+"cuda2") run where that many GPUs are visible; elsewhere their row says so and cites the nightly GPU
+report that records their catch, or says that no GPU run has yet.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 NIGHTLY_REPORT = "docs/nightly/2026-11-23-h100/report.md"
+GPU_CATCHES = {"stale_draft_probs_graph": NIGHTLY_REPORT}   # the GPU report that records a GPU mutant's catch
 
 
 def _row(name: str) -> tuple[str, bool]:
@@ -26,20 +28,24 @@ def _row(name: str) -> tuple[str, bool]:
 
     import reference  # noqa: PLC0415
     from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check  # noqa: PLC0415
-    from specverify.mutants import MUTANTS  # noqa: PLC0415
+    from specverify.mutants import GPUS_REQUIRED, MUTANTS  # noqa: PLC0415
     from specverify.mutants.statistical_only import OwnStreamCpuBackend  # noqa: PLC0415
     from specverify.registry import get_backend  # noqa: PLC0415
     from specverify.strategies import get_profile  # noqa: PLC0415
     torch.set_num_threads(1)
     mutant = MUTANTS[name]
-    cuda = mutant.requires == "cuda"
+    gpus = GPUS_REQUIRED[mutant.requires]
+    cuda = gpus > 0
     profile = replace(get_profile(mutant.profile), device="cuda" if cuda else "cpu")
     if mutant.stat_copies is not None and not cuda:
         profile = replace(profile, stat_copies=mutant.stat_copies)
     lead = f"| `{name}` | {mutant.bug_class} | {mutant.seed} | {profile.name} |"
-    if cuda and not torch.cuda.is_available():
-        return (f"{lead} needs CUDA, not run here; {', '.join(mutant.expected_checks)} catches it on the H100 "
-                f"({NIGHTLY_REPORT}) | - | - | - | - |", True)
+    if cuda and (torch.cuda.device_count() if torch.cuda.is_available() else 0) < gpus:
+        checks = ", ".join(mutant.expected_checks)
+        caught = (f"{checks} catches it on the H100 ({GPU_CATCHES[name]})" if name in GPU_CATCHES
+                  else f"expected: {checks}[{', '.join(mutant.cases)}] on "
+                       f"{'one GPU' if gpus == 1 else f'a {gpus}-GPU host'}; NOT YET RUN on a GPU")
+        return f"{lead} needs {'CUDA' if gpus == 1 else f'{gpus} GPUs'}, not run here; {caught} | - | - | - | - |", True
     caught, start = [], time.perf_counter()
     if mutant.kind == "alignment":
         r = check_request_alignment(mutant.build(), name=name)

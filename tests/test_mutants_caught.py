@@ -13,21 +13,21 @@ import torch
 import reference
 from specverify.registry import get_backend
 from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check
-from specverify.mutants import MUTANTS
+from specverify.mutants import GPUS_REQUIRED, MUTANTS
 from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.strategies import get_profile
 
 CONTROL = get_backend("cpu")   # the correct backend the mutants are variations of
-CUDA = torch.cuda.is_available()
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def profile_for(mutant):
     """The mutant's profile on the CPU: nightly sample sizes run here too for the cases it names (at the
     mutant's own fixed count where it declares one: the nightly's plan is sized for a GPU).
-    Mutants that require CUDA (the graph check is n/a on the CPU) run on the CUDA device. Failing
+    Mutants that require one or two GPUs (the GPU checks are n/a on the CPU) run on the CUDA device. Failing
     examples are not shrunk: this test asks only which check fails (tests/test_repro.py covers the
     shrunk and reduced counterexamples)."""
-    profile = replace(get_profile(mutant.profile), device="cuda" if mutant.requires == "cuda" else "cpu", shrink=False)
+    profile = replace(get_profile(mutant.profile), device="cuda" if mutant.requires else "cpu", shrink=False)
     return profile if mutant.stat_copies is None else replace(profile, stat_copies=mutant.stat_copies)
 
 
@@ -41,13 +41,16 @@ def control_for(mutant):
 
 
 def _param(name):
-    """Mutants that need CUDA carry it in their test id and are skipped, visibly, without it."""
+    """Mutants that need CUDA ("cuda": one GPU, "cuda2": two) carry it in their test id and are skipped,
+    visibly and saying how many GPUs this host has, where fewer are visible."""
     needs = MUTANTS[name].requires
     if needs is None:
         return pytest.param(name, id=name)
+    short = GPUS < GPUS_REQUIRED[needs]
     return pytest.param(name, id=f"{name}-requires-{needs}",
-                        marks=pytest.mark.skipif(not CUDA, reason=f"{name} needs {needs}: runs on a GPU machine "
-                                                                  "(ci/nightly_gpu.sh), not covered here"))
+                        marks=pytest.mark.skipif(short, reason=f"{name} needs {needs} ({GPUS_REQUIRED[needs]} GPU(s)); "
+                                                               f"this process sees {GPUS}: runs on a GPU machine, not "
+                                                               "covered here"))
 
 
 def first_catch(mutant):

@@ -19,6 +19,7 @@ from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, 
 from specverify.checks.nonfinite import NONFINITE_CASES, NONFINITE_NEEDS, check_nonfinite_rows
 from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_request_alignment, \
     check_synthetic_validation
+from specverify.checks.placement import PLACEMENT_CASES, PLACEMENT_NEEDS, check_device_placement
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
 from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha,
@@ -86,13 +87,20 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("cuda_graphs", "structural", check_cuda_graphs, GRAPH_CASES,
           "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)",
           _always(GRAPH_NEEDS)),
+    Check("device_placement", "structural", check_device_placement, PLACEMENT_CASES,
+          "outputs on the batch's device, work on the caller's stream of that device, nothing on another device "
+          "(CUDA only; other_device needs 2 GPUs)", _always(PLACEMENT_NEEDS)),
 )}
+
+# Checks of what only a CUDA device has (streams, a second GPU): planned only where the profile's device is
+# cuda, or when named; on a CPU run they could only add an n/a line to every report.
+CUDA_ONLY = frozenset({"device_placement"})
 
 
 def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
     """Every (check, case) pair of a run, in a stable order."""
     profile = profile or get_profile()
-    names = checks or list(CHECKS)
+    names = checks or [name for name in CHECKS if name not in CUDA_ONLY or profile.device == "cuda"]
     return [(name, case) for name in names for case in CHECKS[name].cases
             if not (case == "large_vocab" and not profile.large_vocabs)
             and (case not in STAT_CASE_BY_NAME or runs_on(STAT_CASE_BY_NAME[case], profile))]
@@ -118,5 +126,5 @@ def run_suite(backend, profile: Profile | None = None, checks=None, progress=Non
     return results
 
 
-__all__ = ["CHECKS", "CORE_KINDS", "FAIL", "KNOWN", "NOT_APPLICABLE", "NOT_RUN", "PASS", "Check", "CheckResult", "Needs", "check_alpha",
+__all__ = ["CHECKS", "CORE_KINDS", "CUDA_ONLY", "FAIL", "KNOWN", "NOT_APPLICABLE", "NOT_RUN", "PASS", "Check", "CheckResult", "Needs", "check_alpha",
            "check_request_alignment", "plan", "run_check", "run_suite", "statistical_test_count"]

@@ -20,6 +20,7 @@ CUDA tensors, or CPU tensors when the kernels run under TRITON_INTERPRET=1.
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 
 import torch
 
@@ -106,14 +107,34 @@ class TritonBackend(Backend):
     def __init__(self, *, block_v: int | None = None, splits: tuple[int, int] | None = None) -> None:
         self.block_v, self.splits = block_v, splits
 
+    def _outputs(self, batch: SpecBatch, method: str) -> tuple:
+        """(token_ids [B, K + 1], num_accepted [B], accepted_nodes [B, K] for "tree" else None), int64 and
+        unwritten, on the batch's device: never on "cuda", which means whichever device is current."""
+        B, K, dev = batch.num_requests, batch.max_draft, batch.device
+        nodes = torch.empty((B, K), dtype=torch.int64, device=dev) if method == "tree" else None
+        token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=dev)
+        return token_ids, torch.empty(B, dtype=torch.int64, device=dev), nodes
+
+    @staticmethod
+    def _device_guard(device: torch.device):
+        """The batch's device made current around the launches: Triton launches on the current device and
+        its current stream, whatever device the tensors live on, and the caller's current device may be
+        another GPU (SPEC 7, placement)."""
+        return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
+
     def _sample(self, batch: SpecBatch, *, method: str, noise: Noise | None, seed,
                 synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> SpecOutput:
+        outputs = self._outputs(batch, method)
+        with self._device_guard(batch.device):
+            self._launch(outputs, batch, method, noise, seed, synthetic_acceptance_rate, num_speculative_steps)
+        return SpecOutput(*outputs)
+
+    def _launch(self, outputs: tuple, batch: SpecBatch, method: str, noise: Noise | None, seed,
+                synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> None:
+        """The launches of one call, writing ``outputs`` (``_outputs``) in place."""
         B, dev = batch.num_requests, batch.device
-        K = batch.max_draft
-        token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=dev)
-        num_accepted = torch.empty(B, dtype=torch.int64, device=dev)
-        tree = dict(accepted_nodes=torch.empty((B, K), dtype=torch.int64, device=dev),
-                    tree_parents=batch.tree_parents) if method == "tree" else {}
+        token_ids, num_accepted, nodes = outputs
+        tree = dict(accepted_nodes=nodes, tree_parents=batch.tree_parents) if method == "tree" else {}
         rates = None
         if method == "synthetic":
             rates = _rates_cpu(float(synthetic_acceptance_rate), num_speculative_steps).to(dev)
@@ -128,12 +149,11 @@ class TritonBackend(Backend):
         if filtered and method in ("standard", "synthetic"):
             filtered_sample_into(token_ids, num_accepted, batch, rates=rates, block_v=self.block_v,
                                  splits=self.splits, **kwargs)
-            return SpecOutput(token_ids, num_accepted, None)
+            return
         logits = filtered_logits(batch) if filtered else batch.target_logits
         triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
                            logits, batch.draft_probs, batch.temperature, rates=rates, block=method == "block",
                            block_v=self.block_v, splits=self.splits, **tree, **kwargs)
-        return SpecOutput(token_ids, num_accepted, tree.get("accepted_nodes"))
 
     def sample_into(self, out: SpecOutput, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None,
                     seed_tensor: torch.Tensor | None = None, rates: torch.Tensor | None = None) -> None:
@@ -150,6 +170,7 @@ class TritonBackend(Backend):
             if out.accepted_nodes is None:
                 raise ValueError("sample_into: method='tree' writes out.accepted_nodes [B, K]; it is None")
             noise_kw.update(accepted_nodes=out.accepted_nodes, tree_parents=batch.tree_parents)
-        triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
-                           batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
-                           block=method == "block", block_v=self.block_v, splits=self.splits, **noise_kw)
+        with self._device_guard(out.token_ids.device):
+            triton_sample_into(out.token_ids, out.num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
+                               batch.target_logits, batch.draft_probs, batch.temperature, rates=rates,
+                               block=method == "block", block_v=self.block_v, splits=self.splits, **noise_kw)

@@ -5,13 +5,14 @@ or for ``kind == "alignment"`` the buggy alignment function itself, same signatu
 ``reference.align_draft_probs``), its bug class, the seed report it reproduces ("000".."004", "public"
 for the public advisory/precision issues, "classic" for textbook kernel bugs), and ``expected_checks``:
 the harness checks expected to catch it (at least one must, in the ci profile). ``requires`` names what a
-mutant needs to run ("cuda": a GPU; tests select it only where CUDA is available, the test id says so) and
-``control`` the correct built-in backend it is a variation of.
+mutant needs to run ("cuda": a GPU; "cuda2": two GPUs of one host; tests select it only where that many
+are visible, the test id says so) and ``control`` the correct built-in backend it is a variation of.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from specverify.checks import CHECKS
@@ -23,6 +24,10 @@ from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, Greedy
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
 CHECK_NAMES = frozenset(CHECKS) | {"request_alignment"}
+KINDS = ("sampler", "alignment", "graph", "placement")
+# What a mutant may need to run: nothing, a GPU, two GPUs of one host.
+REQUIRES = (None, "cuda", "cuda2")
+GPUS_REQUIRED = {None: 0, "cuda": 1, "cuda2": 2}
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,13 @@ class Mutant:
     seed: str
     expected_checks: tuple[str, ...]
     # "sampler": factory() is a backend; "alignment": factory is the alignment function; "graph": factory()
-    # is a backend whose bug lives only in its graph-capturable sample_into (its eager calls are correct)
+    # is a backend whose bug lives only in its graph-capturable sample_into (its eager calls are correct);
+    # "placement": factory() is a backend whose calls are correct wherever the caller's current device and
+    # stream are the batch's (SPEC 7): only a call from another device or stream shows its bug
     kind: str = "sampler"
     profile: str = "ci"    # the profile whose sample sizes catch it
     cases: tuple[str, ...] = ()  # restrict the expected checks to these cases (all when empty)
-    requires: str | None = None  # "cuda": runs only where CUDA is available (tests say so in their id)
+    requires: str | None = None  # "cuda" / "cuda2": runs only where 1 / 2 GPUs are visible (tests say so in their id)
     control: str = "cpu"         # the correct built-in backend it is a variation of
     # replicated requests per statistical case where the profile plans per position for a GPU (the
     # nightly) but the mutant runs on the CPU: a fixed count whose power its test computes
@@ -47,13 +54,13 @@ class Mutant:
         unknown = set(self.expected_checks) - CHECK_NAMES
         if unknown or not self.expected_checks:
             raise ValueError(f"mutant {self.name!r}: unknown or missing expected checks {sorted(unknown)}")
-        if self.kind not in ("sampler", "alignment", "graph"):
-            raise ValueError(f"mutant {self.name!r}: kind must be 'sampler', 'alignment' or 'graph', got {self.kind!r}")
-        if self.requires not in (None, "cuda"):
-            raise ValueError(f"mutant {self.name!r}: requires must be None or 'cuda', got {self.requires!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"mutant {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.requires not in REQUIRES:
+            raise ValueError(f"mutant {self.name!r}: requires must be one of {REQUIRES}, got {self.requires!r}")
 
     def build(self):
-        """A fresh backend (sampler, graph) or the alignment function."""
+        """A fresh backend (sampler, graph, placement) or the alignment function."""
         return self.factory if self.kind == "alignment" else self.factory()
 
 
@@ -63,6 +70,11 @@ DIFF = ("differential_injected", "differential_seeded")
 def _graph_mutant():
     from specverify.mutants.graphs import StaleDraftProbsGraph  # noqa: PLC0415
     return StaleDraftProbsGraph()
+
+
+def _placement_mutant(name: str):
+    from specverify.mutants.placement import PLACEMENT_MUTANTS  # noqa: PLC0415 (imports the Triton backend)
+    return PLACEMENT_MUTANTS[name]()
 
 
 def _sampler(cls, bug_class: str, seed: str, checks: tuple[str, ...]) -> Mutant:
@@ -176,6 +188,17 @@ _ALL += [Mutant(cls.name, cls, bug, "public", DIFF if "greedy" in cls.name else
                 DIFF + ("sequence_distribution", "token_distribution"), cases=("tree", "tree_dense_q"))
          for cls, bug in TREE_MUTANTS]
 
+# SPEC 7 placement, on the Triton sampler (vllm-project/vllm #7183): right wherever the caller's device and
+# stream are the batch's, so seen only on a GPU: the stream case on one, the other_device case on two
+_ALL += [Mutant(name, partial(_placement_mutant, name), bug, "public", ("device_placement",), kind="placement",
+                cases=(case,), requires=needs, control="triton") for name, bug, case, needs in (
+    ("outputs_on_current_device", 'outputs allocated on "cuda" (the current device), not on the batch\'s device',
+     "other_device", "cuda2"),
+    ("launch_without_device_guard", "a Triton launch without the device guard: on the caller's current device "
+     "and stream", "other_device", "cuda2"),
+    ("work_on_default_stream", "work queued on the default stream while the caller's stream is current", "stream",
+     "cuda"))]
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
-__all__ = ["CHECK_NAMES", "MUTANTS", "Mutant"]
+__all__ = ["CHECK_NAMES", "GPUS_REQUIRED", "KINDS", "MUTANTS", "REQUIRES", "Mutant"]
