@@ -4,7 +4,8 @@ A statistical case is one request replicated many times. ``plan`` decides how ma
 position needs; ``draw`` launches them in chunks whose inputs are built on the backend's device and
 counts the outputs there (``Tally``): only the counts reach the host, so memory stays flat however
 many samples are drawn, and the harness's share of the time stays small. A chain case's V-wide rows
-are built once per launch size; each launch draws fresh drafts and noise (or seeds).
+are built once per launch size; each launch draws fresh drafts (a tree with fixed drafts keeps them)
+and fresh noise (or seeds).
 
     plan(case, profile, alpha) -> Plan      copies, and per position: reach, det99 target, samples
     Tally(depth, V, device, sequences)      running counts: the token at each position j among the
@@ -218,24 +219,27 @@ def launch_size(case, copies: int, device) -> int:
 
 def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bool = False):
     """Sample ``chosen.copies`` copies of ``case`` from ``backend``; returns (Tally, Timing). Inputs are
-    built on the profile's device (drafts, noise and seeds drawn there; trees are built on the CPU); the
+    built on the profile's device (drafts, noise and seeds drawn there); the
     backend's seeded path is used where declared, except for a production-vocabulary case on the CPU,
     where drawing the seeded stream costs more than the case (injected noise, where declared)."""
     device = torch.device(profile.device)
     on_cpu = device.type == "cpu"
-    g = torch.Generator(device="cpu" if on_cpu or case.parents is not None else device).manual_seed(seed)
+    g = torch.Generator(device="cpu" if on_cpu else device).manual_seed(seed)
     declared = backend.capabilities.noise
     seeded = "seeded" in declared and not (on_cpu and case.launch_copies and "injected" in declared)
     tally, timing = Tally(case.depth, case.vocab_size, device, sequences), Timing()
     start = _clock()
-    built = None    # a chain case's rows, built once per launch size: each launch draws fresh drafts
+    # the rows, built once per launch size: a chain draws fresh drafts each launch, a tree with fixed
+    # drafts is the same batch every launch, a tree drawing its drafts per copy is built every launch
+    built = None
+    per_copy_tree = case.parents is not None and case.drafts is None
 
     def launch(n: int) -> None:
         nonlocal built
-        if case.parents is not None:
-            batch = case.batch(n, g, g.device).to(device)
-        elif built is None or built.num_requests != n:
+        if per_copy_tree or built is None or built.num_requests != n:
             batch = built = case.batch(n, g, g.device).to(device)
+        elif case.parents is not None:
+            batch = built
         else:
             batch = built.with_drafts(case.fresh_drafts(n, g).to(device))
         if seeded:

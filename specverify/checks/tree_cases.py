@@ -36,8 +36,8 @@ def proposal_rows(base: torch.Tensor, parents: list[int], tokens: torch.Tensor,
 def draw_tokens(g: torch.Generator, base: torch.Tensor, parents: list[int], copies: int,
                 without_replacement: bool) -> torch.Tensor:
     """[copies, N] tokens, node by node, each from its q_i given the siblings drawn before it."""
-    N = base.shape[0]
-    tokens = torch.zeros(copies, N, dtype=torch.int64)
+    N, base = base.shape[0], base.to(g.device)
+    tokens = torch.zeros(copies, N, dtype=torch.int64, device=g.device)
     for i in range(N):
         q_i = proposal_rows(base[: i + 1], parents[: i + 1], tokens[:, : i + 1], without_replacement)[:, i]
         tokens[:, i] = torch.multinomial(q_i, 1, generator=g).squeeze(1)
@@ -48,18 +48,19 @@ def replicated_tree_batch(g: torch.Generator, p: torch.Tensor, parents: list[int
                           copies: int, *, tokens: list[int] | None, q: torch.Tensor | None,
                           without_replacement: bool = False) -> SpecBatch:
     """``copies`` requests of the tree: fixed ``tokens`` with q [N, V] or None (one-hot), or (tokens None)
-    tokens drawn per copy from ``q`` as the base rows (see the module docstring)."""
-    N, V = p.shape[0] - 1, p.shape[1]
+    tokens drawn per copy from ``q`` as the base rows (see the module docstring). Built on the
+    generator's device."""
+    N, V, on = p.shape[0] - 1, p.shape[1], g.device
     if tokens is None:
         x = draw_tokens(g, q, parents, copies, without_replacement)
-        probs = proposal_rows(q, parents, x, without_replacement).reshape(copies * N, V).float()
+        probs = proposal_rows(q.to(on), parents, x, without_replacement).reshape(copies * N, V).float()
     else:
-        x = torch.tensor(tokens, dtype=torch.int64).repeat(copies, 1)
-        probs = None if q is None else q.float().repeat(copies, 1)
-    logits = logits_for(p, temperature if temperature > 0 else 1.0).float().repeat(copies, 1)
-    return SpecBatch(torch.full((copies,), N, dtype=torch.int64), x.flatten(), logits, probs,
-                     torch.full((copies,), float(temperature)),
-                     tree_parents=torch.tensor(parents, dtype=torch.int64).repeat(copies))
+        x = torch.tensor(tokens, dtype=torch.int64, device=on).repeat(copies, 1)
+        probs = None if q is None else q.float().to(on).repeat(copies, 1)
+    logits = logits_for(p, temperature if temperature > 0 else 1.0).float().to(on).repeat(copies, 1)
+    return SpecBatch(torch.full((copies,), N, dtype=torch.int64, device=on), x.flatten(), logits, probs,
+                     torch.full((copies,), float(temperature), device=on),
+                     tree_parents=torch.tensor(parents, dtype=torch.int64, device=on).repeat(copies))
 
 
 def averaged_sequences(p: torch.Tensor, base: torch.Tensor, parents: list[int],
