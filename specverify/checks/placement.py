@@ -8,14 +8,25 @@ guard (Triton launches on the current device and its current stream, wherever th
 queued on the default stream while the caller's stream is current.
 
 stream        one GPU, the batch on the current device d: the call made with a new stream S current
-              equals the same call made plainly on d's default stream.
-other_device  two GPUs, cuda:0 current, the batch on cuda:1: outputs on cuda:1 (the guard validates the
-              device of every output), equal to the same call on cuda:0, nothing allocated on cuda:0.
-              n/a, with the reason, where this process sees fewer than two GPUs.
+              queues all its GPU work on S and equals the same call made plainly on d's default stream.
+other_device  two GPUs, cuda:0 current, the batch on cuda:1: all GPU work on cuda:1's current stream,
+              outputs on cuda:1 (the guard validates the device of every output), equal to the same call
+              on cuda:0, nothing allocated on cuda:0. n/a, with the reason, where this process sees
+              fewer than two GPUs.
 
-A misplaced call is made to show deterministically. Let C be the caller's stream (S; cuda:1's current
-stream) and O the queue the call must not use (d's default stream; cuda:0's current stream). The
-call's tensors (batch, seeds or noise) are device buffers holding a stale call first: the same layout,
+First line, where the call's work ran (specverify.checks.streams): one call, the real inputs already in
+place and both queues drained, is made under the PyTorch profiler between marker kernels queued on the
+caller's stream and on the queue the call must not use. Every kernel, copy and memset of the call (the
+guard's included) must be on the caller's stream of the batch's device, as the trace's device and stream
+ids say; one elsewhere fails, naming the lanes and the first such event, whatever the backend syncs on
+the host. Its outputs must equal the plain call's. Where the profiler records no CUDA activity (no
+CUPTI: the markers are missing from the trace), the message says that kernel streams were not observed
+and the rounds below decide alone. The trace cannot see a copy made by the host alone, nor work queued by
+another process; work another thread of this process queued during the call would count as the call's.
+
+Second line, the race rounds: a misplaced call is made to show in the outputs. Let C be the caller's
+stream (S; cuda:1's current stream) and O the queue the call must not use (d's default stream; cuda:0's
+current stream). The call's tensors (batch, seeds or noise) are device buffers holding a stale call first: the same layout,
 other logits, drafts, temperatures, seeds and noise, so that reading it gives other tokens. Each round
 makes a warm-up call on the stale buffers, then queues on C a sleep (SLEEP_CYCLES, ~50 ms) and the real
 inputs copied device to device into the buffers (a copy from the host would wait for the sleep), calls
@@ -24,7 +35,9 @@ the backend at once and synchronises C alone (never the device) before reading t
 - round "idle": O is idle. Work queued on O runs at once, before the copy: it reads the stale call.
 - round "held": O sleeps first, longer (HOLD_CYCLES). Work queued on O runs after the outputs were read.
   The idle round alone misses a backend that waits for C on the host (to read its seeds, say) before
-  queuing on O; the held round alone misses one that waits for O.
+  queuing on O; the held round alone misses one that waits for O. Both can miss one whose host syncs
+  wait out C's sleep and O's hold before its last launches (the input validation, on C, and the Triton
+  sampler's own syncs do): the trace above sees it.
 
 The guard (runner.GuardedBackend) hands the backend private copies of the buffers, made on C behind the
 sleep; a backend working on O reads their memory before they are written. That memory holds the
@@ -36,8 +49,8 @@ other_device also reads torch.cuda.memory_stats(0) before and after each racy ca
 allocator warmed by the call on cuda:0): the count of allocations made, memory_allocated and
 memory_reserved. It sees every allocation through PyTorch's allocator on cuda:0, even one freed before
 the call returns. It cannot see memory taken outside that allocator (a library's own cudaMalloc,
-Triton's loaded modules, a CUDA context) nor a launch on cuda:0 that allocates nothing: the rounds see
-those when the outputs depend on them, and nothing here sees work whose result is never used. Peer
+Triton's loaded modules, a CUDA context) nor a launch on cuda:0 that allocates nothing: the trace sees
+such a launch (where observed), the rounds when the outputs depend on it. Peer
 access between the two GPUs is enabled where the host allows it, so that a kernel on the wrong GPU reads
 and writes across instead of faulting: a fault still fails the check, but leaves this process's CUDA
 context unusable.
@@ -54,6 +67,7 @@ import torch
 from reference import Noise, SpecBatch, SpecOutput
 from reference.batch import FIELDS
 from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable
+from specverify.checks.streams import observe
 from specverify.checks.structural import layout_batch
 from specverify.strategies import Profile
 
@@ -188,9 +202,30 @@ def _round(race: Race, bufs: CallInputs, real: CallInputs, stale: CallInputs, ho
     return got
 
 
+def _observed(race: Race, inputs: CallInputs, want: SpecOutput, where: str, keep: list) -> str:
+    """The call on ``inputs`` (on the case's device) under the profiler (streams.observe): every GPU event
+    of the call on the caller's stream, outputs equal to the plain call's. Returns what was observed."""
+    label = f"{where}, observed call"
+    try:
+        out, seen = observe(lambda: race.call(inputs), race.caller, race.other)
+    except CheckFailure as exc:
+        raise CheckFailure(f"{label}: {exc}") from None
+    keep.append(out)
+    failure = seen.failure(race.caller_name, race.other_name)
+    if failure:
+        raise CheckFailure(f"{label}: {failure}")
+    with torch.cuda.stream(race.caller):
+        why = difference(_host(out), want)
+    if why:
+        raise CheckFailure(f"{label}: the outputs (both queues drained) differ from the plain call: {why}")
+    return seen.summary(race.caller_name)
+
+
 def _rounds(race: Race, device: torch.device, real: CallInputs, stale: CallInputs, want: SpecOutput,
-            where: str, keep: list) -> None:
-    """Both rounds on ``device``; each must give ``want`` (the plain call's outputs, on the host)."""
+            where: str, keep: list) -> str:
+    """The observed call, then both rounds on ``device``; each must give ``want`` (the plain call's
+    outputs, on the host). Returns what the observed call saw."""
+    seen = _observed(race, real.to(device), want, where, keep)
     bufs, stale_src, real_src = stale.to(device), stale.to(device), real.to(device)
     hints = {False: f"it read its inputs before {race.caller_name} had written them: work not queued on "
                     f"{race.caller_name}?",
@@ -202,6 +237,7 @@ def _rounds(race: Race, device: torch.device, real: CallInputs, stale: CallInput
         if why:
             raise CheckFailure(f"{label}: the outputs read after synchronising {race.caller_name} alone differ "
                                f"from the plain call: {why} ({hints[hold]})")
+    return seen
 
 
 def _stream_case(ctx: Context, real: CallInputs, stale: CallInputs, where: str) -> str:
@@ -218,9 +254,9 @@ def _stream_case(ctx: Context, real: CallInputs, stale: CallInputs, where: str) 
             return inputs.call(ctx.backend)
 
     race = Race(call, side, default, f"the caller's stream on {device}", f"the default stream of {device}")
-    _rounds(race, device, real, stale, want, where, keep)
-    return (f"on a non-default stream of {device}: equal to the default-stream call in both rounds (default "
-            f"stream idle, then held), the inputs copied in on the caller's stream behind a sleep")
+    seen = _rounds(race, device, real, stale, want, where, keep)
+    return (f"on a non-default stream of {device}: {seen}; equal to the default-stream call in both rounds "
+            f"(default stream idle, then held), the inputs copied in on the caller's stream behind a sleep")
 
 
 def _too_few_gpus(n: int) -> str:
@@ -253,9 +289,9 @@ def _other_device_case(ctx: Context, real: CallInputs, stale: CallInputs, where:
 
         race = Race(call, torch.cuda.current_stream(1), torch.cuda.current_stream(0), "cuda:1's current stream",
                     "cuda:0's current stream", watch=0)
-        _rounds(race, torch.device("cuda:1"), real, stale, want, where, keep)
-    return ("batch on cuda:1 with cuda:0 current: outputs on cuda:1, equal to the call on cuda:0 in both rounds "
-            "(cuda:0 idle, then held), no allocation on cuda:0")
+        seen = _rounds(race, torch.device("cuda:1"), real, stale, want, where, keep)
+    return (f"batch on cuda:1 with cuda:0 current: {seen}; outputs on cuda:1, equal to the call on cuda:0 in both "
+            "rounds (cuda:0 idle, then held), no allocation on cuda:0")
 
 
 CASES = {"stream": _stream_case, "other_device": _other_device_case}
@@ -274,7 +310,7 @@ def check_device_placement(ctx: Context, case: str) -> None:
     real, stale = (placement_inputs(ctx.profile, caps, path, s) for s in (False, True))
     where = f"{case}, {path} noise, B = {real.batch.num_requests}, V = {real.batch.vocab_size}"
     ctx.result.message = f"{path} noise, " + CASES[case](ctx, real, stale, where)
-    ctx.result.samples = 2 * real.batch.num_requests    # requests compared: one racy call per round
+    ctx.result.samples = 3 * real.batch.num_requests    # requests compared: the observed call, one per round
 
 
 __all__ = ["CASES", "CallInputs", "PLACEMENT_CASES", "PLACEMENT_NEEDS", "check_device_placement", "difference",
