@@ -20,7 +20,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 NIGHTLY_REPORT = "docs/nightly/2026-11-23-h100/report.md"
-GPU_CATCHES = {"stale_draft_probs_graph": NIGHTLY_REPORT}   # the GPU report that records a GPU mutant's catch
+# the GPU report that records a GPU mutant's catch
+GPU_CATCHES = {"stale_draft_probs_graph": NIGHTLY_REPORT,
+               "work_on_default_stream": "docs/nightly/2026-11-25-h100-nightly3/mutants.log"}
 
 
 def _row(name: str) -> tuple[str, bool]:
