@@ -214,7 +214,8 @@ def main(argv=None) -> int:
                        help="worker processes the checks run in (default: auto, one per CPU core)")
     check.add_argument("--gpus", default=None, metavar="auto|N|IDS",
                        help="pin each worker to one GPU (CUDA_VISIBLE_DEVICES), spread evenly: auto (every visible "
-                            "GPU; the default with --device cuda), N (the first N), or ids '0,2' ('2,' alone)")
+                            "GPU; the default with --device cuda), N (the first N), or ids '0,2' ('2,' alone); "
+                            "a production-vocabulary statistical case is drawn in one part per GPU, summed")
     check.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                        help="a check running longer fails and its worker is killed (default: the profile's, "
                             "600 s for ci)")

@@ -29,7 +29,8 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-from specverify.checks import CHECKS, FAIL, NOT_RUN, CheckResult
+from specverify.checks import CHECKS, FAIL, NOT_RUN, PASS, CheckResult
+from specverify.checks.parts import merge_parts, parts_for
 from specverify.checks.statistical import sample_group
 from specverify.strategies import Profile
 from specverify.watch import CallState, reproducer_path
@@ -81,10 +82,10 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, fail
         request = conn.recv()
         if request is None:
             return
-        check, case = request
+        check, case, part = request
         watch.begin(check, case)
         try:
-            result = run_check(backend, check, case, profile, deviations)
+            result = run_check(backend, check, case, profile, deviations, **({"part": part} if part else {}))
         except SystemExit as exc:
             conn.send(("last", _fail(check, case, backend.name,
                                      f"the backend called sys.exit({exc.code!r}) during the check")))
@@ -140,10 +141,10 @@ class _Worker:
         self.deadline = None
         self.started = None
 
-    def send(self, index: int, check: str, case: str, timeout: float) -> None:
-        self.item, self.started = (index, check, case), time.perf_counter()
+    def send(self, index: int, check: str, case: str, part: tuple | None, timeout: float) -> None:
+        self.item, self.started = (index, check, case, part), time.perf_counter()
         self.deadline = self.started + timeout
-        self.conn.send((check, case))
+        self.conn.send((check, case, part))
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -222,7 +223,12 @@ class CheckPool:
         self._failures, self._max_failures, self.stopped = 0, max_failures, None
         # the production-vocabulary cases are the longest: started first, they do not end the run alone
         order = sorted(range(len(pairs)), key=lambda i: not pairs[i][1].startswith("large_vocab"))
-        pending = deque((i, *pairs[i]) for i in order)
+        declared = tuple(self.deviations) + tuple(getattr(self.load().capabilities, "deviations", ()))
+        split = {i: parts_for(*pairs[i], min(len(self.gpus), self.workers), declared) for i in order}
+        # a split pair is n items (its parts), dealt to any workers; the rest, one item each
+        pending = deque((i, *pairs[i], (k, split[i]) if split[i] > 1 else None)
+                        for i in order for k in range(split[i]))
+        self._parts: dict[int, dict] = {}      # index -> {part k: its result}, until every part is in
         self._queues: dict[_Worker, deque] = {}
         try:
             while pending or any(self._queues.values()) or any(w.item for w in self._live):
@@ -260,11 +266,11 @@ class CheckPool:
         queue = self._queues.setdefault(worker, deque())
         if not queue and pending:
             item = pending.popleft()
-            group = sample_group(*item[1:])
+            group = None if item[3] else sample_group(item[1], item[2])
             queue.append(item)
             if group is not None:
-                queue.extend(i for i in pending if sample_group(*i[1:]) == group)
-                kept = [i for i in pending if sample_group(*i[1:]) != group]
+                queue.extend(i for i in pending if sample_group(i[1], i[2]) == group)
+                kept = [i for i in pending if sample_group(i[1], i[2]) != group]
                 pending.clear()
                 pending.extend(kept)
         if queue:
@@ -281,17 +287,19 @@ class CheckPool:
             self._requeue(worker, pending)
         for worker in list(self._live):
             if worker.item is not None:
-                index, check, case = worker.item
+                index, check, case, _ = worker.item
                 self._record(index, _not_run(check, case, name, f"stopped while running: {self.stopped}",
                                              time.perf_counter() - worker.started), on_result)
                 worker.item = None
             worker.kill()
         self._live = []
         while pending:
-            index, check, case = pending.popleft()
+            index, check, case, _ = pending.popleft()
             self._record(index, _not_run(check, case, name, f"not run: {self.stopped}"), on_result)
 
     def _record(self, index: int, result: CheckResult, on_result) -> None:
+        if index in self.finished:      # a split pair: recorded at its first failed part, or once complete
+            return
         self.finished[index] = result
         if on_result:
             on_result(index, result)
@@ -309,7 +317,7 @@ class CheckPool:
         return worker.calls.description or "a backend call"
 
     def _collect(self, worker: _Worker, on_result) -> None:
-        index, check, case = worker.item
+        index, check, case, part = worker.item
         result, last = None, False
         if worker.conn.poll():
             try:
@@ -355,7 +363,18 @@ class CheckPool:
         if worker.conn.closed:
             self._live.remove(worker)
         result.gpu = worker.gpu
-        self._record(index, result, on_result)
+        if part is None:
+            self._record(index, result, on_result)
+            return
+        # a part: kept until its siblings are in; one that did not pass decides the pair at once
+        if result.status != PASS:
+            result.message = f"part {part[0] + 1} of {part[1]}: {result.message}"
+            self._record(index, result, on_result)
+            return
+        got = self._parts.setdefault(index, {})
+        got[part[0]] = result
+        if len(got) == part[1]:
+            self._record(index, merge_parts(check, case, self.profile, [got[k] for k in range(part[1])]), on_result)
 
     def _await_reproducer(self, worker: _Worker, check: str, case: str) -> str | None:
         """The path of the hung call's reproducer once the worker has written it (None if it cannot)."""

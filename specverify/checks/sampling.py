@@ -156,6 +156,31 @@ class Tally:
         if self.sequences is not None:
             self.sequences.update(_sequence_counts(ids, n, V))
 
+    def cpu(self) -> "Tally":
+        """The same counts on the CPU (to cross a process boundary)."""
+        copy = object.__new__(Tally)
+        copy.__dict__.update(self.__dict__)
+        copy._tokens, copy._lengths, copy._accepted_sum = (t.cpu() for t in (self._tokens, self._lengths,
+                                                                              self._accepted_sum))
+        return copy
+
+    @classmethod
+    def summed(cls, tallies: list["Tally"]) -> "Tally":
+        """One tally of every sample of ``tallies`` (the parts of one split draw, on the CPU)."""
+        first = tallies[0]
+        total = cls(first.width - 1, first.vocab_size, "cpu", first.sequences is not None)
+        for t in tallies:
+            total._tokens += t._tokens.cpu()
+            total._lengths += t._lengths.cpu()
+            total._accepted_sum += t._accepted_sum.cpu()
+            total.samples += t.samples
+            for pos, seen in t.outside.items():
+                kept = total.outside.setdefault(pos, [])
+                kept += seen[: 5 - len(kept)]
+            if total.sequences is not None:
+                total.sequences.update(t.sequences)
+        return total
+
     def tokens(self) -> torch.Tensor:
         """[depth + 1, V] int64 on the CPU."""
         return self._tokens.view(self.width, self.vocab_size).cpu()

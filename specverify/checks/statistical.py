@@ -23,7 +23,7 @@ import functools
 import hashlib
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -80,13 +80,25 @@ def case_plan(case: StatCase, profile: Profile) -> sampling.Plan:
     return sampling.plan(case, profile, check_alpha(profile), stat_copies(profile))
 
 
-def sample_case(backend, case: StatCase, profile: Profile, run_seed=0, sequences: bool = False):
+def part_copies(copies: int, part: tuple[int, int]) -> int:
+    """Copies of part k of n (0-based k): the copies dealt evenly, the first ones one more."""
+    k, n = part
+    return copies // n + (1 if k < copies % n else 0)
+
+
+def sample_case(backend, case: StatCase, profile: Profile, run_seed=0, sequences: bool = False,
+                part: tuple[int, int] | None = None):
     """The case sampled by its plan: (Tally, Timing, Plan). Raises NotApplicable where a
-    production-vocabulary case's measured speed projects it over ``profile.large_case_budget``."""
+    production-vocabulary case's measured speed projects it over ``profile.large_case_budget``.
+    ``part`` (k, n): only part k's share of the copies, from its own seed (the case's seed with the
+    part's index and count hashed in, so no two parts share a stream)."""
     chosen = case_plan(case, profile)
+    seed = _seed(case.name, profile.name, run_seed) if part is None else \
+        _seed(case.name, profile.name, run_seed, "part", *part)
+    if part is not None:
+        chosen = replace(chosen, copies=part_copies(chosen.copies, part))
     try:
-        tally, timing = sampling.draw(backend, case, profile, _seed(case.name, profile.name, run_seed), chosen,
-                                      sequences=sequences)
+        tally, timing = sampling.draw(backend, case, profile, seed, chosen, sequences=sequences)
     except sampling.OverBudget as e:
         raise NotApplicable(str(e)) from None
     return tally, timing, chosen
@@ -108,27 +120,27 @@ class Draw:
     check: str                  # the check it was drawn for
 
 
-def _drawn(ctx: Context, case: StatCase, check: str, run_seed) -> tuple[Draw, bool]:
+def _drawn(ctx: Context, case: StatCase, check: str, run_seed, part=None) -> tuple[Draw, bool]:
     """(the case's draw, whether an earlier check of this backend drew it)."""
     try:
         kept = _draws.setdefault(ctx.backend.wrapped, OrderedDict())
     except TypeError:       # a backend that cannot be weakly referenced draws for every check
         kept = OrderedDict()
-    key = (case.name, ctx.profile, run_seed)
+    key = (case.name, ctx.profile, run_seed, part)
     if key in kept:
         kept.move_to_end(key)
         draw = kept[key]
         ctx.backend.covered.update(draw.covered)
         return draw, True
     sequences = "sequence_distribution" in case.checks
-    tally, timing, chosen = sample_case(ctx.backend, case, ctx.profile, run_seed, sequences)
+    tally, timing, chosen = sample_case(ctx.backend, case, ctx.profile, run_seed, sequences, part)
     kept[key] = draw = Draw(tally, timing, chosen, frozenset(ctx.backend.covered), check)
     while len(kept) > DRAWS_KEPT:
         kept.popitem(last=False)
     return draw, False
 
 
-def _sampled(ctx: Context, case_name: str, check: str, run_seed):
+def _sampled(ctx: Context, case_name: str, check: str, run_seed, part=None):
     """The frame every statistical check shares: its alpha, then the case's draw, which the result
     records with the sampling speed (and, where an earlier check drew it, which one)."""
     case = STAT_CASE_BY_NAME[case_name]
@@ -136,7 +148,7 @@ def _sampled(ctx: Context, case_name: str, check: str, run_seed):
     limit = getattr(ctx.backend.capabilities, "max_tree_depth", None)
     if case.parents is not None and limit is not None and case.depth > limit:
         raise NotApplicable(f"the case's tree is {case.depth} deep; the backend declares at most {limit}")
-    draw, shared = _drawn(ctx, case, check, run_seed)
+    draw, shared = _drawn(ctx, case, check, run_seed, part)
     ctx.result.sampling = {**draw.plan.to_json(), **draw.timing.to_json(),
                            "drawn_for": draw.check if shared else None}
     return case, draw.tally
@@ -278,43 +290,55 @@ EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acc
               "sequence_distribution": _sequence_distribution}
 
 
-def _evaluated(ctx: Context, case_name: str, check: str, run_seed: int) -> None:
-    """Sample, evaluate, and say where the sample fell short of the plan's power target (a budget cut)."""
-    EVALUATORS[check](ctx.result, *_sampled(ctx, case_name, check, run_seed))
-    targets = (ctx.result.sampling or {}).get("target_tv") or []
-    if ctx.result.detectable_measure != "tv" or not ctx.result.detectable_by_position:
+def evaluate(result, case: StatCase, check: str, tally: sampling.Tally) -> None:
+    """The check's test on ``tally``, and where the sample fell short of the plan's power target (a
+    budget cut); ``result.sampling`` holds the plan."""
+    EVALUATORS[check](result, case, tally)
+    targets = (result.sampling or {}).get("target_tv") or []
+    if result.detectable_measure != "tv" or not result.detectable_by_position:
         return
     short = [f"position {j}: det99 {det:.4f} over the target {tv:g}"
-             for j, (det, tv) in enumerate(zip(ctx.result.detectable_by_position, targets)) if tv and det > tv]
+             for j, (det, tv) in enumerate(zip(result.detectable_by_position, targets)) if tv and det > tv]
     if short:
-        ctx.result.message += " (power short of the plan: " + "; ".join(short) + ")"
+        result.message += " (power short of the plan: " + "; ".join(short) + ")"
 
 
-def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+def _evaluated(ctx: Context, case_name: str, check: str, run_seed: int, part=None) -> None:
+    """Sample and evaluate; a part (k, n) of a split draw only samples, and hands its counts over in
+    ``result.drawn`` (specverify.checks.parts sums the parts and tests once)."""
+    case, tally = _sampled(ctx, case_name, check, run_seed, part)
+    if part is None:
+        evaluate(ctx.result, case, check, tally)
+        return
+    ctx.result.drawn = tally.cpu()
+    ctx.result.message = f"part {part[0] + 1} of {part[1]}: {ctx.result.sampling['copies']:,} copies drawn"
+
+
+def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
-    _evaluated(ctx, case_name, "token_distribution", run_seed)
+    _evaluated(ctx, case_name, "token_distribution", run_seed, part)
 
 
-def check_acceptance_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+def check_acceptance_rate(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """Acceptances at each position ~ Binomial(reached, alpha_j) (or c_j for the synthetic rule)."""
-    _evaluated(ctx, case_name, "acceptance_rate", run_seed)
+    _evaluated(ctx, case_name, "acceptance_rate", run_seed, part)
 
 
-def check_accepted_length(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+def check_accepted_length(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """Mean accepted length equals the block law's, which is at least the standard rule's."""
-    _evaluated(ctx, case_name, "accepted_length", run_seed)
+    _evaluated(ctx, case_name, "accepted_length", run_seed, part)
 
 
-def check_sequence_distribution(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+def check_sequence_distribution(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """The whole emitted sequence follows the exact joint law (not only each position's marginal)."""
-    _evaluated(ctx, case_name, "sequence_distribution", run_seed)
+    _evaluated(ctx, case_name, "sequence_distribution", run_seed, part)
 
 
-def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0) -> None:
+def check_synthetic_rate(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """Mean joint acceptance (mean num_accepted / n) equals the configured synthetic rate r."""
-    _evaluated(ctx, case_name, "synthetic_rate", run_seed)
+    _evaluated(ctx, case_name, "synthetic_rate", run_seed, part)
 
 
 __all__ = ["EVALUATORS", "STATISTICAL_CHECKS", "check_accepted_length", "check_acceptance_rate", "check_alpha",
            "check_sequence_distribution", "check_synthetic_rate",
-           "check_token_distribution", "sample_case", "sample_group", "stat_copies", "statistical_needs", "statistical_test_count"]
+           "check_token_distribution", "evaluate", "part_copies", "sample_case", "sample_group", "stat_copies", "statistical_needs", "statistical_test_count"]
