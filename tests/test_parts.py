@@ -83,7 +83,7 @@ def test_check_pool_splits_a_production_vocabulary_case_over_its_gpus():
         pool.close()
     assert result.status == PASS, result.line()
     assert result.sampling["parts"] == 2 and result.sampling["part_copies"] == [500, 500]
-    assert result.samples == 1_000 and result.gpu == "0,1"
+    assert result.samples == 1_000 and result.gpu == "0,1" and "2 parts side by side on GPUs 0,1" in result.line()
 
 
 @pytest.mark.parametrize("spec,expected", [

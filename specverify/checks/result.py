@@ -94,6 +94,8 @@ class CheckResult:
             rate, share = self.sampling["samples_per_second"], self.sampling.get("backend_share") or 0.0
             text += (f"\n      sampled {self.sampling['copies']:,} copies in {self.sampling['launches']} launch(es): "
                      f"{rate:,.0f} samples/s, {share:.0%} of the time in the backend")
+            if self.sampling.get("parts"):
+                text += f"; {self.sampling['parts']} parts side by side" + (f" on GPUs {self.gpu}" if self.gpu else "")
             if self.sampling.get("budget_cut"):
                 text += f"; budget: {self.sampling['budget_cut']}"
         if self.counterexample and self.status == FAIL:
