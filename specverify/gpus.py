@@ -5,6 +5,7 @@ accident and a host's every GPU works.
     visible_gpus() -> ["0", "1", ...]   $CUDA_VISIBLE_DEVICES if set, else one per line of `nvidia-smi -L`
     choose_gpus(spec) -> ids             "auto": every visible GPU; "N": the first N of them; "a,b,...":
                                          those ids ("2," for GPU 2 alone). A ValueError names the problem.
+    pinned_order(gpu, gpus) -> "2,0,1"   a pinned worker's CUDA_VISIBLE_DEVICES: its GPU first, then the rest
 """
 
 from __future__ import annotations
@@ -45,4 +46,12 @@ def choose_gpus(spec: str) -> list[str]:
     return visible[: int(spec)]
 
 
-__all__ = ["choose_gpus", "visible_gpus"]
+def pinned_order(gpu: str, gpus: list[str]) -> str:
+    """CUDA_VISIBLE_DEVICES of a worker pinned to ``gpu``: that GPU first (the worker's cuda:0, where
+    every default allocation and launch goes), the run's other GPUs after it, so that a check that needs
+    a second device (``device_placement[other_device]``) finds one. CUDA starts a context on a device
+    only when it is used, so the others cost nothing until then."""
+    return ",".join([gpu] + [g for g in gpus if g != gpu])
+
+
+__all__ = ["choose_gpus", "pinned_order", "visible_gpus"]

@@ -7,8 +7,9 @@
 GPU pinning (``--specverify-gpus`` or ``$SPECVERIFY_GPUS``: "auto" for every visible GPU, or a
 comma-separated list of device ids): the xdist controller resolves the list once (``nvidia-smi -L``,
 within ``$CUDA_VISIBLE_DEVICES`` if set) and passes it to the workers in ``$SPECVERIFY_GPU_LIST``;
-worker ``gwN`` sets ``CUDA_VISIBLE_DEVICES`` to GPU ``N mod count`` in ``pytest_configure``, before
-any test imports torch's CUDA state. ``--specverify-json`` writes every CheckResult of the run
+worker ``gwN`` sets ``CUDA_VISIBLE_DEVICES`` to GPU ``N mod count`` first, then the others
+(``gpus.pinned_order``: its own GPU is its cuda:0, and a placement check finds a second device), in
+``pytest_configure``, before any test imports torch's CUDA state. ``--specverify-json`` writes every CheckResult of the run
 (collected from all workers) as one JSON file, in the format of ``specverify check --json``.
 
 Loaded in every pytest run of an environment that has specverify installed, so it imports nothing
@@ -25,7 +26,7 @@ from dataclasses import replace
 
 import pytest
 
-from specverify.gpus import visible_gpus
+from specverify.gpus import pinned_order, visible_gpus
 
 GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
 RUN_ENV = "SPECVERIFY_RUN"        # "start time;directory" of the run, set by the controller for its workers
@@ -95,7 +96,7 @@ def _pin_gpu(config) -> None:
         raise pytest.UsageError(f"worker {worker}: CUDA was initialised before GPU pinning; "
                                 "CUDA_VISIBLE_DEVICES can no longer take effect")
     index = int(worker.removeprefix("gw"))
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = pinned_order(gpus[index % len(gpus)], gpus)
 
 
 def pytest_configure(config):

@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 from specverify.checks import CHECKS, FAIL, NOT_RUN, PASS, CheckResult
 from specverify.checks.parts import merge_parts, parts_for
 from specverify.checks.statistical import sample_group
+from specverify.gpus import pinned_order
 from specverify.strategies import Profile
 from specverify.watch import CallState, reproducer_path
 
@@ -51,16 +52,16 @@ class Loaded:
 
 
 def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None,
-           deviations: tuple, numbers, text, call_timeout: float, gpu: str | None = None) -> None:
+           deviations: tuple, numbers, text, call_timeout: float, visible: str | None = None) -> None:
     """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
     sys.path[:] = sys_path
-    if gpu is not None:     # before CUDA starts in this process: the only GPU it sees is its own
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if visible is not None:     # before CUDA starts in this process: its own GPU is its cuda:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     import torch  # noqa: PLC0415
-    if gpu is not None and torch.cuda.is_initialized():
-        conn.send(("load_error", f"CUDA was started before the worker was pinned to GPU {gpu}"))
+    if visible is not None and torch.cuda.is_initialized():
+        conn.send(("load_error", f"CUDA was started before the worker was pinned (CUDA_VISIBLE_DEVICES={visible})"))
         return
 
     from specverify.checks import run_check  # noqa: PLC0415
@@ -128,13 +129,14 @@ def _death(exitcode: int | None) -> str:
 
 class _Worker:
     def __init__(self, ctx, spec: str, profile: Profile, threads: int, failures_dir: str | None,
-                 deviations: tuple, call_timeout: float, gpu: str | None = None) -> None:
+                 deviations: tuple, call_timeout: float, gpu: str | None = None,
+                 visible: str | None = None) -> None:
         self.conn, child = ctx.Pipe()
         self.calls = CallState(ctx)
         self.gpu = gpu
         self.proc = ctx.Process(target=_serve, daemon=True,
                                 args=(child, spec, profile, list(sys.path), threads, failures_dir, deviations,
-                                      self.calls.numbers, self.calls.text, call_timeout, gpu))
+                                      self.calls.numbers, self.calls.text, call_timeout, visible))
         self.proc.start()
         child.close()
         self.item = None          # (index, check, case) in flight
@@ -185,7 +187,7 @@ class CheckPool:
     def _spawn(self) -> _Worker:
         gpu = min(self.gpus, key=lambda g: sum(w.gpu == g for w in self._live)) if self.gpus else None
         worker = _Worker(self._ctx, self.spec, self.profile, self.threads, self.failures_dir, self.deviations,
-                         self.call_timeout, gpu)
+                         self.call_timeout, gpu, None if gpu is None else pinned_order(gpu, self.gpus))
         limit = max(self.timeout, 120.0)
         deadline = time.perf_counter() + limit
         while not worker.conn.poll(0.2) and worker.proc.is_alive():

@@ -24,8 +24,9 @@ class PinRecorder(CpuBackend):
 
 
 def test_each_worker_runs_pinned_to_one_gpu_and_the_report_names_it(tmp_path, monkeypatch, capsys):
-    """Two GPU ids, two workers: each check ran in a worker that saw one of the ids, both ids are used,
-    and each result in the JSON names the GPU its worker was pinned to, the one that worker saw."""
+    """Two GPU ids, two workers: each check ran in a worker that saw its own id first (its cuda:0) and
+    the other after it (a placement check's second device), both ids lead a worker, and each result in
+    the JSON names the GPU its worker was pinned to."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     report = tmp_path / "run.json"
     code = main(["check", "test_gpu_pinning:PinRecorder", "--checks", "differential_injected,determinism",
@@ -33,8 +34,8 @@ def test_each_worker_runs_pinned_to_one_gpu_and_the_report_names_it(tmp_path, mo
     assert code == 0, capsys.readouterr()
     doc = json.loads(report.read_text())
     assert doc["gpus"] == ["5", "7"]
-    assert sorted((r["backend"], r["gpu"]) for r in doc["results"]) == [("pin_recorder@5", "5"),
-                                                                         ("pin_recorder@7", "7")]
+    assert sorted((r["backend"], r["gpu"]) for r in doc["results"]) == [("pin_recorder@5,7", "5"),
+                                                                         ("pin_recorder@7,5", "7")]
     assert "workers pinned to GPU(s) 5, 7" in capsys.readouterr().err
 
 

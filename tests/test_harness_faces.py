@@ -129,11 +129,11 @@ def test_record(i, worker_id):
 '''
 
 
-@pytest.mark.parametrize("spec, visible, expected", [("3,5", None, {"gw0": "3", "gw1": "5"}),
-                                                     ("auto", "4,6", {"gw0": "4", "gw1": "6"})])
+@pytest.mark.parametrize("spec, visible, expected", [("3,5", None, {"gw0": "3,5", "gw1": "5,3"}),
+                                                     ("auto", "4,6", {"gw0": "4,6", "gw1": "6,4"})])
 def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expected):
-    """Nightly sharding (one xdist worker per GPU) needs worker gwN to see only GPU N mod count, set
-    before the tests run. 'auto' resolves within $CUDA_VISIBLE_DEVICES, so this runs without a GPU:
+    """Nightly sharding (one xdist worker per GPU) needs worker gwN to see GPU N mod count first (its
+    cuda:0) and the others after it, set before the tests run. 'auto' resolves within $CUDA_VISIBLE_DEVICES, so this runs without a GPU:
     the plugin only sets the variable, and the recorded values show which worker saw which device.
     Under `pytest -n auto` the inner run starts inside a worker and inherits $PYTEST_XDIST_WORKER: it
     must still act as its own controller."""
