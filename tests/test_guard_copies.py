@@ -1,0 +1,60 @@
+"""The guard's private copies kept from call to call (specverify.checks.integrity.Copies): a statistical
+draw launches the same V-wide rows thousands of times, and the guard hands a copy it found unchanged
+over again. The reuse must never let a write through: a write on any call is caught on that call, and
+an original the caller changed is copied afresh."""
+
+import pytest
+import torch
+
+from reference import SpecBatch
+from specverify.checks.runner import CheckFailure, GuardedBackend
+from specverify.kernels.cpu import CpuBackend
+
+V = 600_000     # two rows: 1.2 M logits, over the size whose copies are kept
+
+
+class WritesOnCall(CpuBackend):
+    """Correct, but on call ``n`` (1-based) writes one logit of its input; records each call's logits."""
+
+    name = "writes_on_call"
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls, self.seen = n, 0, []
+
+    def _sample(self, batch, **kwargs):
+        self.calls += 1
+        self.seen.append(batch.target_logits)
+        out = super()._sample(batch, **kwargs)
+        if self.calls == self.n:
+            batch.target_logits[0, 7] += 1.0
+        return out
+
+
+def _batch() -> SpecBatch:
+    g = torch.Generator().manual_seed(0)
+    return SpecBatch(torch.tensor([1]), torch.tensor([3]), torch.randn(2, V, generator=g),
+                     None, torch.tensor([1.0]))
+
+
+def test_a_kept_copy_is_handed_over_again_and_a_later_write_is_caught_on_its_call():
+    """Calls 1 and 2 pass and the second gets the very copy the first was found unchanged in; the write
+    on call 3 fails call 3, naming the input."""
+    batch, backend = _batch(), WritesOnCall(3)
+    guard = GuardedBackend(backend)
+    seeds = torch.tensor([11])
+    guard(batch, seed=seeds)
+    guard(batch, seed=seeds)
+    assert backend.seen[0] is backend.seen[1] and backend.seen[0] is not batch.target_logits
+    with pytest.raises(CheckFailure, match=r"wrote into its inputs: target_logits \(1 of 1200000"):
+        guard(batch, seed=seeds)
+
+
+def test_an_original_changed_by_its_caller_is_copied_afresh():
+    """The caller's own in-place write bumps the original's version: the next call gets a fresh copy
+    holding the new values, not the kept one."""
+    batch, backend = _batch(), WritesOnCall(0)
+    guard = GuardedBackend(backend)
+    guard(batch, seed=torch.tensor([11]))
+    batch.target_logits[1, 5] = 9.0
+    guard(batch, seed=torch.tensor([11]))
+    assert float(backend.seen[1][1, 5]) == 9.0
