@@ -152,10 +152,18 @@ class SpecBatch:
             _require(lo >= 0 and hi < V, f"draft_token_ids must lie in [0, V) = [0, {V}), got values in "
                                          f"[{int(lo)}, {int(hi)}]")
             _require(not self.has_placeholders, "with_drafts: the batch has placeholder drafts")
-        copy = object.__new__(SpecBatch)
-        for name in FIELDS + ("allow_nonfinite",):
-            object.__setattr__(copy, name, draft_token_ids if name == "draft_token_ids" else getattr(self, name))
-        return copy
+        return SpecBatch.assembled({**{f: getattr(self, f) for f in FIELDS}, "draft_token_ids": draft_token_ids},
+                                   self.allow_nonfinite)
+
+    @staticmethod
+    def assembled(tensors: dict, allow_nonfinite: bool = False) -> "SpecBatch":
+        """A batch of ``tensors`` (every name of FIELDS) built without validation: only for tensors a
+        validated batch already holds, or copies of them (the caller vouches for them)."""
+        batch = object.__new__(SpecBatch)
+        for name in FIELDS:
+            object.__setattr__(batch, name, tensors[name])
+        object.__setattr__(batch, "allow_nonfinite", allow_nonfinite)
+        return batch
 
     def nonfinite_requests(self) -> torch.Tensor:
         """[B] bool: requests with a row holding NaN or +inf, or no finite entry (SPEC 3.6)."""

@@ -139,7 +139,7 @@ class _Worker:
                                       self.calls.numbers, self.calls.text, call_timeout, visible))
         self.proc.start()
         child.close()
-        self.item = None          # (index, check, case) in flight
+        self.item = None          # (index, check, case, part) in flight; part (k, n) or None
         self.deadline = None
         self.started = None
 
@@ -153,6 +153,11 @@ class _Worker:
             self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+
+
+def _group(item) -> str | None:
+    """The draw an item (index, check, case, part) shares with others; a part of a split draw shares none."""
+    return None if item[3] else sample_group(item[1], item[2])
 
 
 class CheckPool:
@@ -268,11 +273,12 @@ class CheckPool:
         queue = self._queues.setdefault(worker, deque())
         if not queue and pending:
             item = pending.popleft()
-            group = None if item[3] else sample_group(item[1], item[2])
             queue.append(item)
+            group = _group(item)
             if group is not None:
-                queue.extend(i for i in pending if sample_group(i[1], i[2]) == group)
-                kept = [i for i in pending if sample_group(i[1], i[2]) != group]
+                mine = [_group(i) == group for i in pending]
+                queue.extend(i for i, m in zip(pending, mine) if m)
+                kept = [i for i, m in zip(pending, mine) if not m]
                 pending.clear()
                 pending.extend(kept)
         if queue:

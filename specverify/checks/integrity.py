@@ -60,11 +60,7 @@ def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:
     default). Built without re-validating: the caller's batch was validated at construction, and a copy
     of valid tensors is valid."""
     copy_of = copy_of or (lambda t: None if t is None else t.clone())
-    copy = object.__new__(SpecBatch)
-    for name in FIELDS:
-        object.__setattr__(copy, name, copy_of(getattr(batch, name)))
-    object.__setattr__(copy, "allow_nonfinite", batch.allow_nonfinite)
-    return copy
+    return SpecBatch.assembled({name: copy_of(getattr(batch, name)) for name in FIELDS}, batch.allow_nonfinite)
 
 
 def _replaced(given, original) -> bool:
