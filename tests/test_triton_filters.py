@@ -118,3 +118,20 @@ def test_filter_cut_divergence_is_ambiguous_only_when_the_reference_makes_it():
     assert "filter cut" in cmp.divergences[0].decision
     fourth = reference.SpecOutput(torch.tensor([[3]]), torch.tensor([0]))
     assert [d.ambiguous for d in compare_to_reference(batch, fourth, noise).divergences] == [False]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("V", [10, 61, 300])
+def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, monkeypatch):
+    """A row with at most RANK_N gathered tokens is cut by ranking them against each other, not by the
+    NC-way search: both must give the same record (cut value and index, Z', the way it was found), on rows
+    gathered whole (V = 10, 61) and, with the small capacity, from a bracket (V = 300)."""
+    if V == 300:
+        monkeypatch.setattr(triton_filter, "CAP", 64)
+        monkeypatch.setattr(triton_filter, "NS", 32)
+        monkeypatch.setattr(triton_filter, "CH", 4)
+    batch = _rows(7 + V, 24, V, device)
+    ranked = _records(batch)
+    monkeypatch.setattr(triton_filter, "RANK_N", 0)
+    searched = _records(batch)
+    assert torch.equal(ranked, searched), (ranked != searched).nonzero().tolist()

@@ -199,7 +199,7 @@ def compact(buf_ptr, counts_ptr, stride_counts, n_regions, region, BLOCK_R: tl.c
 
 
 @triton.jit
-def _unpack(buf_ptr, i, live, inv_t, m):
+def unpack(buf_ptr, i, live, inv_t, m):
     """(valid, key, index, e) of gathered slots i."""
     packed = tl.load(buf_ptr + i, mask=live, other=NONE)
     valid = packed != NONE
@@ -216,7 +216,7 @@ def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.co
     mass = tl.zeros([BLOCK_R, NC], tl.int64)
     for start in range(0, n, BLOCK_R):
         i = start + tl.arange(0, BLOCK_R)
-        valid, key, idx, e = _unpack(buf_ptr, i, i < n, inv_t, m)
+        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
         if BY_INDEX:
             ge = (valid & (key == key_eq))[:, None] & (idx.to(tl.int64)[:, None] >= cand[None, :])
         else:
@@ -284,14 +284,21 @@ def resolve(buf_ptr, n, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, 
                                                       ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
                                                       True, False, NC, BLOCK_R)
             cut_idx = idx.to(tl.int32)
+    return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
+                                                     BLOCK_R), w_k, c_k
+
+
+@triton.jit
+def gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_R: tl.constexpr):
+    """Z': the (min-p) mass above the bracket plus that of the gathered tokens the cut keeps."""
     z = w_hi_mp
     cut_val = key_value(cut_key.to(tl.int32))
     for start in range(0, n, BLOCK_R):
         i = start + tl.arange(0, BLOCK_R)
-        valid, key, idx, e = _unpack(buf_ptr, i, i < n, inv_t, m)
+        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
         keep, e = kept(tl.where(valid, key_value(key), float("-inf")), idx, cut_val, cut_idx, floor, inv_t, m)
         z += tl.sum(tl.where(valid & keep, weight(e), 0), axis=0)
-    return ok, cut_key, cut_idx, z, w_k, c_k
+    return z
 
 
 @triton.jit

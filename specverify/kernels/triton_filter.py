@@ -32,7 +32,8 @@ batch-invariant. A strided sample of NS logits is tallied on two grids of drops 
 bracket [lo, hi) of order keys that should hold the top-k crossing (the k-th largest logit) or, with top-k
 off, the top-p crossing (where the sorted mass reaches top_p), with a wide margin. One read of the row sums
 count and mass at and above hi, the min-p mass, and gathers the bracket's tokens. The resolve launch searches
-the gathered tokens for the crossings, NC candidate keys a step, exactly. Where min-p alone decides the cut
+the gathered tokens for the crossings, NC candidate keys a step, exactly; at most RANK_N gathered tokens
+are ranked against each other instead (``triton_rank``), with the same result. Where min-p alone decides the cut
 (it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
 that program narrows the interval alone (NC candidate keys per read of the row), gathers it and searches it
 the same way.
@@ -51,6 +52,7 @@ from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compac
                                            pick, resolve, slow_cut, sweep, weight)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
+from specverify.kernels.triton_rank import rank_cut
 
 NPART = tl.constexpr(8)   # partial sums per (row, split)
 CAP = 8192       # tokens gathered per row
@@ -66,6 +68,9 @@ BLOCK_READ, READ_WARPS = 256, 4
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
 # step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
 NC_GPU = 8
+# the most gathered tokens a row's cut is ranked over at once (``triton_rank``; 0: always search): a
+# [RANK_N, RANK_N] comparison a row, registers of a streaming kernel's size at 64
+RANK_N = 64
 
 
 @triton.jit
@@ -121,6 +126,7 @@ def _cut_kernel(
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
+    RANK_N: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -140,7 +146,7 @@ def _cut_kernel(
             _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
     else:
         _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
-                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB)
+                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N)
 
 
 @triton.jit
@@ -178,7 +184,7 @@ def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS
 @triton.jit
 def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t,
             m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-            BLOCK_FB: tl.constexpr):
+            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr):
     """Stage 2: the row's record (an unfiltered row's keeps everything, with pass 1's sum)."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -202,10 +208,18 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
         z_w = w_mp
         if (k_on | p_on) & ~alone:
             n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
-            # no token lies above the row's largest logit: a narrower interval, fewer search steps
-            ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above), c_hi, w_hi,
-                                                      w_hi_mp, w_all, k, k_on, top_p, p_on, floor, V, inv_t, m, NC,
-                                                      BLOCK_R)
+            if RANK_N > 0:
+                few = (n >= 0) & (n <= RANK_N)
+            else:
+                few = False
+            if few:
+                ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on,
+                                                           floor, V, inv_t, m, RANK_N)
+            else:
+                # no token lies above the row's largest logit: a narrower interval, fewer search steps
+                ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above), c_hi,
+                                                          w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on, floor, V, inv_t,
+                                                          m, NC, BLOCK_R)
             if ok & (n >= 0):
                 cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
             else:
@@ -257,7 +271,7 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int):
+            cap: int, ns: int, ch: int, programs: int, rank_n: int):
     """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
     keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
     tiles = triton.cdiv(V, block_v)
@@ -273,7 +287,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
                 BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128,
-                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), num_warps=warps)
+                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     words = B * K1 * (2 + sf * NPART.value + cap)
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
@@ -295,7 +309,8 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
     step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
-    CAP, NS, CH and READ_PROGRAMS are read here, so that a test can shrink them to reach the sample and slow paths."""
+    CAP, NS, CH, READ_PROGRAMS and RANK_N are read here, so that a test can shrink them to reach the sample and
+    slow paths, or turn ranking off."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -303,7 +318,8 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     given = tuple(f for f in filters if f is not None)
     rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                   meta1["num_warps"], tuple(f is not None for f in filters),
-                                                  tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS)
+                                                  tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
+                                                  RANK_N)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record = _work(logits.device, stream, words, B * K1)

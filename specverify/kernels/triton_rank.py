@@ -1,0 +1,53 @@
+"""The cut of a row whose bracket gathered few tokens (``triton_filter``'s record launch calls it in place of
+``triton_cut.resolve``, with the same arguments and results): each gathered token's place in the order comes
+from comparing it with every other gathered token at once, one step where the search takes a tally a step.
+A row of a small vocabulary is gathered whole, so its cut is always found this way.
+
+    rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, RANK_N)
+        buf_ptr    n <= RANK_N gathered tokens (int64, key << 32 | 2**32 - 1 - index), as ``sweep`` stores them
+        c_hi, w_hi, w_hi_mp   count, mass and min-p mass of the row's tokens above the bracket
+        -> (ok, cut key, cut index, Z', mass top-k kept, count top-k kept), as ``resolve`` returns them
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import KMAX, gathered_kept_mass, unpack, weight
+
+
+@triton.jit
+def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, RANK_N: tl.constexpr):
+    """``resolve`` for at most RANK_N gathered tokens, with the same results: each token's place in the order
+    comes from comparing it with every other gathered token at once, where the search takes a tally a step.
+    Top-k keeps a token with fewer than k tokens of larger key; top-p keeps one whose preceding kept mass is
+    below the target (the shortest prefix that reaches it)."""
+    i = tl.arange(0, RANK_N)
+    valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
+    key = key.to(tl.int64)
+    w = tl.where(valid, weight(e), 0)
+    # [a, b]: token b comes before token a (a larger key; the same key at a lower index)
+    larger = valid[None, :] & (key[None, :] > key[:, None])
+    ahead = larger | (valid[None, :] & (key[None, :] == key[:, None]) & (idx[None, :] < idx[:, None]))
+    keep = valid
+    c_k = c_hi + tl.sum(valid.to(tl.int64), axis=0)
+    ok = c_k > c_hi
+    w_in = tl.sum(w, axis=0)
+    if k_on:
+        ok = ok & (c_hi < k) & (c_k >= k)
+        keep = keep & (c_hi + tl.sum(larger.to(tl.int64), axis=1) < k)
+        c_k = c_hi + tl.sum(keep.to(tl.int64), axis=0)
+        w_in = tl.sum(tl.where(keep, w, 0), axis=0)
+        w_k = w_hi + w_in
+    if p_on:
+        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        ok = ok & (w_hi < target) & (w_hi + w_in >= target)
+        keep = keep & (w_hi + tl.sum(tl.where(ahead & keep[None, :], w[None, :], 0), axis=1) < target)
+    # the kept prefix ends at its smallest key; a tie group it splits ends at its last kept index
+    cut_key = tl.min(tl.where(keep, key, KMAX), axis=0)
+    split = tl.sum((valid & ~keep & (key == cut_key)).to(tl.int32), axis=0) > 0
+    last = tl.max(tl.where(keep & (key == cut_key), idx, -1), axis=0)
+    cut_idx = tl.where(split, last, V).to(tl.int32)
+    return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
+                                                     RANK_N), w_k, c_k
