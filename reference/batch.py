@@ -83,6 +83,27 @@ class SpecBatch:
 
     def __post_init__(self) -> None:
         self.validate()
+        self._mark_valid()
+
+    # ---- what has been validated -----------------------------------------------
+    def _versions(self) -> tuple:
+        """Each tensor's (version, address): torch bumps the version on every in-place write through it."""
+        return tuple(None if t is None else (t._version, t.data_ptr()) for t in (getattr(self, f) for f in FIELDS))
+
+    def _mark_valid(self) -> None:
+        object.__setattr__(self, "_valid_at", self._versions())
+
+    def validate_again(self) -> None:
+        """``validate`` once more, unless the batch is unchanged since it was last validated."""
+        if not self.unchanged_since_validated():
+            self.validate()
+            self._mark_valid()
+
+    def unchanged_since_validated(self) -> bool:
+        """True when no tensor of the batch has been written through torch, or replaced, since the batch
+        was validated (a write by a kernel through a raw pointer is not seen: the harness's guard compares
+        the inputs after every call)."""
+        return getattr(self, "_valid_at", None) == self._versions()
 
     # ---- derived sizes -------------------------------------------------------
     @property
@@ -153,16 +174,20 @@ class SpecBatch:
                                          f"[{int(lo)}, {int(hi)}]")
             _require(not self.has_placeholders, "with_drafts: the batch has placeholder drafts")
         return SpecBatch.assembled({**{f: getattr(self, f) for f in FIELDS}, "draft_token_ids": draft_token_ids},
-                                   self.allow_nonfinite)
+                                   self.allow_nonfinite, valid=self.unchanged_since_validated())
 
     @staticmethod
-    def assembled(tensors: dict, allow_nonfinite: bool = False) -> "SpecBatch":
+    def assembled(tensors: dict, allow_nonfinite: bool = False, valid: bool = False) -> "SpecBatch":
         """A batch of ``tensors`` (every name of FIELDS) built without validation: only for tensors a
-        validated batch already holds, or copies of them (the caller vouches for them)."""
+        validated batch already holds, or copies of them (the caller vouches for them). ``valid``: the
+        batch counts as validated now (a call does not validate it again while it is unchanged); pass
+        it only where the source batch is ``unchanged_since_validated``."""
         batch = object.__new__(SpecBatch)
         for name in FIELDS:
             object.__setattr__(batch, name, tensors[name])
         object.__setattr__(batch, "allow_nonfinite", allow_nonfinite)
+        if valid:
+            batch._mark_valid()
         return batch
 
     def nonfinite_requests(self) -> torch.Tensor:

@@ -49,7 +49,7 @@ def validate_call(batch: SpecBatch, method: str, synthetic_acceptance_rate, num_
     """Errors for the settings of one call, shared by every backend."""
     if not isinstance(batch, SpecBatch):
         raise ValueError(f"batch must be a reference.SpecBatch, got {type(batch).__name__}")
-    batch.validate()   # again: its tensors may have been changed in place since construction
+    batch.validate_again()   # its tensors may have been written in place since construction
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if batch.tree_parents is not None and method != "tree":

@@ -58,3 +58,34 @@ def test_an_original_changed_by_its_caller_is_copied_afresh():
     batch.target_logits[1, 5] = 9.0
     guard(batch, seed=torch.tensor([11]))
     assert float(backend.seen[1][1, 5]) == 9.0
+
+
+def test_a_batch_unchanged_since_validation_is_not_scanned_again_on_each_call(monkeypatch):
+    """A statistical draw calls thousands of times with rows validated once: the backend's call validates
+    a batch again only once a tensor of it was written through torch, and the guard's copies count as
+    validated while the caller's batch is unchanged."""
+    import reference.batch as batch_module  # noqa: PLC0415
+
+    scans = []
+    real = batch_module._range
+    monkeypatch.setattr(batch_module, "_range", lambda values, rows=False: scans.append(values.shape) or
+                        real(values, rows))
+    batch, backend = _batch(), CpuBackend()
+    guard = GuardedBackend(backend)
+    scans.clear()
+    for _ in range(3):
+        guard(batch, seed=torch.tensor([11]))
+        backend(batch, seed=torch.tensor([11]))
+    assert scans == []
+    batch.target_logits[0, 5] = 2.0
+    backend(batch, seed=torch.tensor([11]))
+    assert (2, V) in scans
+
+
+def test_a_nan_written_by_the_caller_after_construction_is_refused_by_the_guarded_call():
+    """Skipping validation must not let a bad input through: the caller's in-place NaN makes the batch
+    unvalidated, its copy with it, and the backend's call names the NaN."""
+    batch = _batch()
+    batch.target_logits[1, 9] = float("nan")
+    with pytest.raises(ValueError, match="target_logits contains NaN"):
+        GuardedBackend(CpuBackend())(batch, seed=torch.tensor([11]))

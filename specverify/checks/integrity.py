@@ -58,9 +58,10 @@ class Copies:
 def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:
     """A copy of ``batch`` sharing no memory with it (``copy_of``: how to copy a tensor, ``clone`` by
     default). Built without re-validating: the caller's batch was validated at construction, and a copy
-    of valid tensors is valid."""
+    of valid tensors is valid (validated already, for a call, where the caller's is unchanged since)."""
     copy_of = copy_of or (lambda t: None if t is None else t.clone())
-    return SpecBatch.assembled({name: copy_of(getattr(batch, name)) for name in FIELDS}, batch.allow_nonfinite)
+    return SpecBatch.assembled({name: copy_of(getattr(batch, name)) for name in FIELDS}, batch.allow_nonfinite,
+                               valid=batch.unchanged_since_validated())
 
 
 def _replaced(given, original) -> bool:
