@@ -160,20 +160,21 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
         return problems + [f"num_accepted shape {tuple(n.shape)}, expected [{B}]"]
     if ids.is_floating_point() or n.is_floating_point() or ids.dtype == torch.bool:
         return problems
-    # chains are checked where the batch lives, with one host sync when all is well (a statistical check
-    # makes thousands of calls); trees, and outputs on another device, on the host
-    on_device = batch.tree_parents is None and ids.device == n.device == batch.device
+    # checked where the batch lives, with one host sync when all is well (a statistical check makes
+    # thousands of calls); outputs on another device on the host
+    on_device = ids.device == n.device == batch.device
     where = batch.device if on_device else torch.device("cpu")
     ids, n = ids.to(where).long(), n.to(where).long()
     k = batch.num_draft_tokens.to(where)
     pos = torch.arange(ids.shape[1], device=where)
     emitted = pos[None, :] <= n[:, None]
     accepted = pos[None, :] < n[:, None]
-    T, paths = batch.num_drafts, {}
+    T, flagged, paths = batch.num_drafts, None, {}
     if batch.tree_parents is not None:   # SPEC 3.8: the accepted tokens are the path's, not the slots'
-        drafts, paths = path_tokens(batch, out.accepted_nodes, torch.minimum(n.clamp(min=0), k), ids.shape[1])
+        drafts, flagged, describe = path_tokens(batch, out.accepted_nodes, torch.minimum(n.clamp(min=0), k),
+                                                ids.shape[1])
         if drafts is None:
-            return problems + [paths[-1]]
+            return problems + [describe()[-1]]
     elif T:
         slot = (batch.draft_offsets().to(where)[:-1, None] + pos[None, :]).clamp(max=T - 1)
         drafts = torch.where(pos[None, :] < k[:, None], batch.draft_token_ids.to(where)[slot], -2)
@@ -184,12 +185,14 @@ def output_problems(batch: SpecBatch, out, device: torch.device | None = None, l
     not_drafts = (accepted & (ids != drafts)).any(1)
     not_padded = (~emitted & (ids != -1)).any(1)
     bad = bad_count | out_of_range | not_drafts | not_padded
+    if flagged is not None:
+        bad = bad | flagged
     if on_device and not bool(bad.any()):
         return problems
+    if flagged is not None and bool(flagged.any()):
+        paths = describe()
     ids, n, k, drafts, bad, bad_count, out_of_range, not_drafts, not_padded = (
         t.cpu() for t in (ids, n, k, drafts, bad, bad_count, out_of_range, not_drafts, not_padded))
-    if paths:
-        bad[list(paths)] = True
     for b in bad.nonzero().flatten().tolist():
         a = int(n[b])
         if bool(bad_count[b]):
