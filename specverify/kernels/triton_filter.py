@@ -69,7 +69,8 @@ BLOCK_READ, READ_WARPS = 256, 4
 # step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
 NC_GPU = 8
 # the most gathered tokens a row's cut is ranked over at once (``triton_rank``; 0: always search): a
-# [RANK_N, RANK_N] comparison a row, registers of a streaming kernel's size at 64
+# [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
+# and the slow path, whose registers leave few programs an SM
 RANK_N = 64
 
 
@@ -126,7 +127,7 @@ def _cut_kernel(
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
-    RANK_N: tl.constexpr,
+    RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -146,7 +147,7 @@ def _cut_kernel(
             _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
     else:
         _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
-                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N)
+                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK)
 
 
 @triton.jit
@@ -184,7 +185,7 @@ def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS
 @triton.jit
 def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t,
             m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr):
+            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr):
     """Stage 2: the row's record (an unfiltered row's keeps everything, with pass 1's sum)."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -208,26 +209,27 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
         z_w = w_mp
         if (k_on | p_on) & ~alone:
             n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
-            if RANK_N > 0:
-                few = (n >= 0) & (n <= RANK_N)
+            if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
+                ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
+                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
+                how = how + 1
             else:
-                few = False
-            if few:
-                ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on,
-                                                           floor, V, inv_t, m, RANK_N)
-            else:
-                # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above), c_hi,
-                                                          w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on, floor, V, inv_t,
-                                                          m, NC, BLOCK_R)
-            if ok & (n >= 0):
-                cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
-            else:
-                cut_key, cut_idx = slow_cut(row_ptr, V, buf, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi,
-                                            w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB)
-                cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
-                z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
-                how = how + 2
+                if (n > 0) & (n <= RANK_N):
+                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
+                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
+                else:
+                    # no token lies above the row's largest logit: a narrower interval, fewer search steps
+                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above),
+                                                              c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on, floor,
+                                                              V, inv_t, m, NC, BLOCK_R)
+                if ok & (n >= 0):
+                    cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
+                else:
+                    cut_key, cut_idx = slow_cut(row_ptr, V, buf, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi,
+                                                w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB)
+                    cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
+                    z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
+                    how = how + 2
         floor_out = floor
         z_out = z_w.to(tl.float32) / MASS_ONE
     if live:
@@ -278,7 +280,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
     block_f = max(2, triton.next_power_of_2(sf))
-    if V <= cap:        # a short row is gathered whole: every split's region holds its chunk
+    whole = V <= cap
+    if whole:           # a short row is gathered whole: every split's region holds its chunk
         cap = block_f * max(16, triton.next_power_of_2(chunk))
     # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
     # ones on the GPU; the results are the same integers either way
@@ -287,7 +290,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
                 BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128,
-                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n, num_warps=warps)
+                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n,
+                RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     words = B * K1 * (2 + sf * NPART.value + cap)
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta

@@ -3,8 +3,8 @@
 from comparing it with every other gathered token at once, one step where the search takes a tally a step.
 A row of a small vocabulary is gathered whole, so its cut is always found this way.
 
-    rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, RANK_N)
-        buf_ptr    n <= RANK_N gathered tokens (int64, key << 32 | 2**32 - 1 - index), as ``sweep`` stores them
+    rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, BLOCK_N)
+        buf_ptr    n <= BLOCK_N gathered tokens (int64, key << 32 | 2**32 - 1 - index), as ``sweep`` stores them
         c_hi, w_hi, w_hi_mp   count, mass and min-p mass of the row's tokens above the bracket
         -> (ok, cut key, cut index, Z', mass top-k kept, count top-k kept), as ``resolve`` returns them
 """
@@ -18,12 +18,13 @@ from specverify.kernels.triton_cut import KMAX, gathered_kept_mass, unpack, weig
 
 
 @triton.jit
-def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, RANK_N: tl.constexpr):
-    """``resolve`` for at most RANK_N gathered tokens, with the same results: each token's place in the order
+def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m, BLOCK_N: tl.constexpr):
+    """``resolve`` for at most BLOCK_N gathered tokens, with the same results: each token's place in the order
     comes from comparing it with every other gathered token at once, where the search takes a tally a step.
     Top-k keeps a token with fewer than k tokens of larger key; top-p keeps one whose preceding kept mass is
-    below the target (the shortest prefix that reaches it)."""
-    i = tl.arange(0, RANK_N)
+    below the target (the shortest prefix that reaches it; a target under one unit keeps the first token).
+    A row gathered whole always finds its cut here (ok)."""
+    i = tl.arange(0, BLOCK_N)
     valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
     key = key.to(tl.int64)
     w = tl.where(valid, weight(e), 0)
@@ -41,7 +42,7 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
         w_in = tl.sum(tl.where(keep, w, 0), axis=0)
         w_k = w_hi + w_in
     if p_on:
-        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        target = tl.maximum((top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64), 1)
         ok = ok & (w_hi < target) & (w_hi + w_in >= target)
         keep = keep & (w_hi + tl.sum(tl.where(ahead & keep[None, :], w[None, :], 0), axis=1) < target)
     # the kept prefix ends at its smallest key; a tie group it splits ends at its last kept index
@@ -50,4 +51,4 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     last = tl.max(tl.where(keep & (key == cut_key), idx, -1), axis=0)
     cut_idx = tl.where(split, last, V).to(tl.int32)
     return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
-                                                     RANK_N), w_k, c_k
+                                                     BLOCK_N), w_k, c_k
