@@ -34,8 +34,9 @@ from specverify.checks import stats
 from specverify.strategies import Profile
 
 LAUNCH_BYTES = 4 << 30     # a device launch's inputs at most this large (logits, q, injected noise)
-LAUNCH_COPIES = 1 << 16    # and at most this many copies: a kernel that finds its request offsets by
-                           # summing the draft counts before it (ours does) costs O(B^2) in one launch
+LAUNCH_COPIES = 1 << 18    # and at most this many copies: each launch costs the harness about 10 ms of
+                           # host work, and a kernel that finds its request offsets by summing the draft
+                           # counts before it costs O(B^2) in one launch (ours reads appended offsets)
 _clock = time.perf_counter   # the sampling's clock (tests stand in for it)
 PROBE_COPIES = 4   # copies of the first launch of a case with a cost budget: it measures the backend's speed
 PROBE_SLACK = 4.0  # a probe projecting over this many budgets ends the case before a full launch
