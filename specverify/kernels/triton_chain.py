@@ -161,7 +161,8 @@ def _decide_race_kernel(
         # residual masses S_i of the mass pass; the residual at tau is scaled by w_tau
         k_blk, w_next = block_weights(hole, p_x, q_x, k_b, BLOCK_K)
         ss = tl.arange(0, BLOCK_S)
-        mmask = (jj + 1 < k_blk)[:, None] & (ss < S1)[None, :]
+        # a greedy request has no block and the mass pass wrote nothing for it: nothing to read
+        mmask = (jj + 1 < tl.where(greedy, 0, k_blk))[:, None] & (ss < S1)[None, :]
         s_next = tl.sum(tl.load(part_mass_ptr + (b * K1 + jj + 1)[:, None] * S1 + ss[None, :], mask=mmask,
                                 other=0.0), axis=1)
         h = tl.where(s_next > 0.0, s_next / tl.where(s_next > 0.0, s_next + (1.0 - w_next), 1.0), 0.0)
