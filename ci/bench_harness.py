@@ -145,11 +145,16 @@ def table(results: list[dict]) -> str:
 STATISTICAL = "token_distribution,acceptance_rate,synthetic_rate,accepted_length,sequence_distribution"
 
 
+def _rate(rate) -> str:
+    return "-" if rate is None else f"{rate:,.0f}"
+
+
 def samples_table(report: dict) -> str:
     """Markdown: each statistical check's sampling speed and power, from a check run's JSON report."""
     lines = [f"backend `{report['backend']}`, profile `{report['profile']}`, device {report['device']}", "",
-             "| check | copies | launches | samples/s | backend share | det99 (worst position) | budget cut | s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+             "| check | copies | launches | samples/s | after the first launch | backend share | "
+             "det99 (worst position) | budget cut | s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in report["results"]:
         s = r.get("sampling")
         if not s:
@@ -157,7 +162,8 @@ def samples_table(report: dict) -> str:
         det = r.get("detectable")
         det = f"{float(det):.4f} {r.get('detectable_measure') or ''}" if det not in (None, "inf") else "-"
         lines.append(f"| {r['check']}[{r['case']}] | {s['copies']:,} | {s['launches']:,} | "
-                     f"{s['samples_per_second'] or 0:,.0f} | {s['backend_share'] or 0:.0%} | {det} | "
+                     f"{s['samples_per_second'] or 0:,.0f} | {_rate(s.get('steady_samples_per_second'))} | "
+                     f"{s['backend_share'] or 0:.0%} | {det} | "
                      f"{'yes' if s.get('budget_cut') else ''} | {r['seconds']:.1f} |")
     return "\n".join(lines)
 

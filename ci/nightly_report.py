@@ -83,8 +83,8 @@ def power_section(results: list) -> list[str]:
     rows = [r for r in results if r.get("sampling") and r.get("detectable_by_position")]
     if not rows:
         return ["No statistical check recorded its sampling."]
-    lines = ["| check | case | copies | samples/s | backend share | det99 by position | target met |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = ["| check | case | copies | samples/s | after the first launch | backend share | det99 by position | "
+             "target met |", "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     short = []
     for r in rows:
         s, det = r["sampling"], [float(x) for x in r["detectable_by_position"]]
@@ -94,12 +94,14 @@ def power_section(results: list) -> list[str]:
             met = "yes" if not misses else "**no**: " + ", ".join(f"position {j} {d:.4f} > {t:g}" for j, d, t in misses)
             if misses:
                 short.append(f"{r['case']}" + (f" ({s['budget_cut']})" if s.get("budget_cut") else ""))
+        steady = s.get("steady_samples_per_second")
         lines.append(f"| {r['check']} | {r['case']} | {s.get('copies', 0):,} | {s.get('samples_per_second') or 0:,.0f} | "
-                     f"{s.get('backend_share') or 0:.2f} | {', '.join(f'{d:.4f}' for d in det)} "
+                     f"{'-' if steady is None else f'{steady:,.0f}'} | {s.get('backend_share') or 0:.2f} | {', '.join(f'{d:.4f}' for d in det)} "
                      f"{r.get('detectable_measure') or ''} | {met} |")
     speeds = [r["sampling"].get("samples_per_second") or 0 for r in rows]
     lines += ["", f"Samples/s per check: {min(speeds):,.0f} to {max(speeds):,.0f} (each check shares the GPU with the "
-                  "other workers' checks). token_distribution cases short of their det99 target: "
+                  "other workers' checks; the first launch of a case compiles its kernels in the worker, and the "
+                  "next column leaves it out). token_distribution cases short of their det99 target: "
               + ("; ".join(short) if short else "none") + "."]
     return lines
 

@@ -213,3 +213,20 @@ def test_planned_copies_reach_each_position_short_only_four_deviations_below_the
     assert mean - sampling.REACH_Z * sd >= samples - 1e-6
     below = c - 1
     assert below * r - sampling.REACH_Z * (below * r * (1 - r)) ** 0.5 < samples
+
+
+def test_the_steady_rate_leaves_out_the_first_launch(monkeypatch):
+    """A case's first launch compiles the backend's kernels in a fresh worker: seconds, where a launch of
+    the same copies takes milliseconds after it. The JSON states the rate after the first launch beside
+    the whole draw's, so that a short draw's speed is not its compile time. Here the clock reads 1 s
+    more at each reading, except 100 s more when the first launch ends."""
+    readings = iter([0, 1] + [101 + k for k in range(10 ** 4)])
+    monkeypatch.setattr(sampling, "_clock", lambda: next(readings))
+    case = STAT_CASE_BY_NAME["dense_q"]
+    profile = replace(get_profile("ci"), stat_copies=1_000, large_case_budget=None)
+    _, timing = sampling.draw(CpuBackend(), replace(case, launch_copies=250), profile, 1,
+                              sampling.Plan(1_000, tuple(sampling.reach(case)), (None,) * (case.depth + 1)))
+    got = timing.to_json()
+    assert got["launches"] == 4 and got["samples_per_second"] < 10
+    assert got["steady_samples_per_second"] == 750 / (timing.total_seconds - timing.first_seconds)
+    assert got["steady_samples_per_second"] > 5 * got["samples_per_second"]

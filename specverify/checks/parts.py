@@ -49,6 +49,9 @@ def _merged_timing(parts: list[CheckResult]) -> dict:
     return {"copies": copies, "launches": sum(g.get("launches", 0) for g in got),
             "budget_cut": "; ".join(cuts) or None,
             "samples_per_second": copies / seconds if seconds > 0 else None,
+            # parts draw side by side: their steady rates add
+            "steady_samples_per_second": None if any(g.get("steady_samples_per_second") is None for g in got)
+            else sum(g["steady_samples_per_second"] for g in got),
             "backend_share": backend / busy if busy > 0 else None,
             "backend_seconds": round(backend, 4), "seconds": round(seconds, 4), "drawn_for": None,
             "parts": len(parts), "part_copies": [g.get("copies", 0) for g in got]}

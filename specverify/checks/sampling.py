@@ -218,12 +218,16 @@ class Timing:
     backend_seconds: float = 0.0
     total_seconds: float = 0.0
     budget_cut: str | None = None   # why fewer copies than planned were drawn
+    first_copies: int = 0           # the first launch's copies and wall time: it compiles the backend's
+    first_seconds: float = 0.0      # kernels for the case's shapes in a fresh process
 
     def to_json(self) -> dict:
         rate = self.copies / self.total_seconds if self.total_seconds > 0 else None
         share = self.backend_seconds / self.total_seconds if self.total_seconds > 0 else None
+        later = self.total_seconds - self.first_seconds
+        steady = (self.copies - self.first_copies) / later if self.launches > 1 and later > 0 else None
         return {"copies": self.copies, "launches": self.launches, "budget_cut": self.budget_cut,
-                "samples_per_second": rate,
+                "samples_per_second": rate, "steady_samples_per_second": steady,
                 "backend_share": share, "backend_seconds": round(self.backend_seconds, 4),
                 "seconds": round(self.total_seconds, 4)}
 
@@ -295,6 +299,8 @@ def draw(backend, case, profile: Profile, seed: int, chosen: Plan, sequences: bo
             break
         n = min(PROBE_COPIES if probing and timing.launches == 0 else full, copies - timing.copies)
         began = _clock()
+        if timing.launches == 1:    # the first launch and its counting are over
+            timing.first_copies, timing.first_seconds = timing.copies, began - start
         launch(n)
         if timed or not probing or timing.launches > 2 or timing.copies >= copies:
             continue
