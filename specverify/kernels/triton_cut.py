@@ -134,16 +134,17 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 
 
 @triton.jit
-def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, HAS_M: tl.constexpr,
+def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
           BLOCK_V: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, (count, mass) in [lo, hi), the
-    whole mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``). Per
-    lane sums, no reduction in the loop but for a tile that holds bracket tokens (none without a bracket)."""
+    whole mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each
+    to the slot an atomic add on slot_ptr (int64, zero on entry, this program's alone) hands it, in no
+    particular order. Per lane sums: no reduction in the loop (a tile's reduction to place its bracket
+    tokens in order cost a third of the read)."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_in, c_mp = zi, zi, zi
     w_hi, w_hi_mp, w_in, w_all, w_mp = zl, zl, zl, zl, zl
-    n_buf = tl.zeros([], tl.int32)
     gather = lo < hi
     for start in range(lo_v, hi_v, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
@@ -165,12 +166,9 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, HAS_M: 
             c_mp += mp.to(tl.int32)
             w_mp += tl.where(mp, w, 0)
         if gather:
-            n = tl.sum(inside.to(tl.int32), axis=0)
-            if n > 0:
-                at = n_buf + tl.cumsum(inside.to(tl.int32), 0) - 1
-                packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
-                tl.store(buf_ptr + at, packed, mask=inside & (at < region))
-                n_buf += n
+            at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
+            packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+            tl.store(buf_ptr + at, packed, mask=inside & (at < region))
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if HAS_M:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
