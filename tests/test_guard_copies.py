@@ -3,10 +3,13 @@ draw launches the same V-wide rows thousands of times, and the guard hands a cop
 over again. The reuse must never let a write through: a write on any call is caught on that call, and
 an original the caller changed is copied afresh."""
 
+import os
+from dataclasses import replace
+
 import pytest
 import torch
 
-from reference import SpecBatch
+from reference import SpecBatch, SpecOutput
 from specverify.checks.runner import CheckFailure, GuardedBackend
 from specverify.kernels.cpu import CpuBackend
 
@@ -89,3 +92,41 @@ def test_a_nan_written_by_the_caller_after_construction_is_refused_by_the_guarde
     batch.target_logits[1, 9] = float("nan")
     with pytest.raises(ValueError, match="target_logits contains NaN"):
         GuardedBackend(CpuBackend())(batch, seed=torch.tensor([11]))
+
+
+_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+
+
+class WritesOnDevice(WritesOnCall):
+    """WritesOnCall for a batch on any device: the CPU backend samples a CPU copy of it, and the write
+    goes into the input the guard handed over, where it lives."""
+
+    capabilities = replace(CpuBackend.capabilities, devices=frozenset({"cpu", "cuda"}))
+
+    def _sample(self, batch, **kwargs):
+        self.calls += 1
+        self.seen.append(batch.target_logits)
+        out = CpuBackend._sample(self, batch.to("cpu"), **kwargs)
+        if self.calls == self.n:
+            batch.target_logits[0, 7] += 1.0
+        return SpecOutput(out.token_ids.to(batch.device), out.num_accepted.to(batch.device))
+
+
+def test_a_write_into_a_fingerprinted_copy_is_caught_on_its_call(monkeypatch):
+    """On a GPU the guard checks a large copy by its fingerprint, taken when the copy was made, instead of
+    comparing it with the original. The kept copy is handed over again after a clean call, and the
+    write on call 3 still fails call 3, with the message the comparison gives. Without a GPU the CPU
+    stands in (the kernel runs under the Triton interpreter)."""
+    from specverify.checks import integrity  # noqa: PLC0415
+
+    device = "cuda" if _GPU else "cpu"
+    monkeypatch.setattr(integrity, "FINGERPRINTED", (device,))
+    batch, backend = _batch().to(device), WritesOnDevice(3)
+    guard = GuardedBackend(backend)
+    seeds = torch.tensor([11], device=device)
+    guard(batch, seed=seeds)
+    assert guard._copies.print_of(backend.seen[0]) is not None
+    guard(batch, seed=seeds)
+    assert backend.seen[0] is backend.seen[1]
+    with pytest.raises(CheckFailure, match=r"wrote into its inputs: target_logits \(1 of 1200000"):
+        guard(batch, seed=seeds)

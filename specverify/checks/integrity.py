@@ -2,8 +2,8 @@
 
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
     Copies                -> private copies of large float inputs, kept from call to call
-    written_inputs(pairs) -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
-                             caller's original); [] when none changed
+    written_inputs(pairs, print_of) -> ["name (how it changed)", ...] for pairs (name, the copy handed
+                             over, the caller's original); [] when none changed
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ import torch
 
 from reference import SpecBatch
 from reference.batch import FIELDS
+from specverify.kernels.fingerprint import fingerprint
 
 
 REUSED_ELEMENTS = 1 << 20    # private copies of float tensors this large reuse their memory
+# and, on these devices, are checked after a call by their fingerprint: one read of the copy, where the
+# comparison with the original reads both and writes a mask (half the GPU time of a V = 262,144 draw)
+FINGERPRINTED = ("cuda",)
 
 
 class Copies:
@@ -23,11 +27,13 @@ class Copies:
     again while the original is the same tensor, unchanged since (its version counter: the caller's
     in-place writes bump it, and the backend never holds the original); otherwise a kept buffer of the
     same layout is overwritten (on the CPU a fresh allocation costs its page faults again). A backend's
-    outputs (int64) cannot be views of these float copies."""
+    outputs (int64) cannot be views of these float copies. On a FINGERPRINTED device each copy's
+    fingerprint is taken as it is made (``print_of``), for the check after the call."""
 
     def __init__(self) -> None:
         self._free: dict = {}       # layout -> a buffer no call holds
         self._verified: dict = {}   # id(original) -> (original, its version, the copy found equal to it)
+        self._prints: dict = {}     # id(copy) -> (copy, its fingerprint when made)
 
     @staticmethod
     def _key(t: torch.Tensor):
@@ -45,7 +51,17 @@ class Copies:
         if original is t and version == t._version:
             return copy
         buffer = self._free.pop(self._key(t), None)
-        return t.clone() if buffer is None else buffer.copy_(t)
+        copy = t.clone() if buffer is None else buffer.copy_(t)
+        if copy.device.type in FINGERPRINTED:
+            made = fingerprint(copy)
+            if made is not None:
+                self._prints[id(copy)] = (copy, made)
+        return copy
+
+    def print_of(self, copy) -> torch.Tensor | None:
+        """The fingerprint ``copy`` had when this object made it, or None."""
+        kept = self._prints.get(id(copy))
+        return kept[1] if kept is not None and kept[0] is copy else None
 
     def give_back(self, pairs) -> None:
         """(name, copy, original) of a call whose copies were all found equal to their originals."""
@@ -53,6 +69,8 @@ class Copies:
             self._free[self._key(previous[2])] = previous[2]
         self._verified = {id(original): (original, original._version, copy)
                           for _, copy, original in pairs if self._kept(copy) and self._kept(original)}
+        live = {id(v[2]) for v in self._verified.values()} | {id(b) for b in self._free.values()}
+        self._prints = {k: v for k, v in self._prints.items() if k in live}
 
 
 def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:
@@ -96,28 +114,35 @@ def _changed(name: str, given, original) -> str | None:
     return f"{name} ({diff} of {original.numel()} elements changed)" if diff else None
 
 
-def _maybe_changed(pairs) -> bool:
+def _maybe_changed(pairs, print_of) -> bool:
     """False when no input of ``pairs`` (name, given copy, original) changed: one host sync for them all, as
-    a statistical check makes thousands of calls. True sends every pair to ``_changed`` for the message."""
+    a statistical check makes thousands of calls. True sends every pair to ``_changed`` for the message.
+    A copy with a fingerprint from when it was made is checked by its fingerprint now."""
     flags = []
     for _, given, original in pairs:
         if original is None and given is None:
             continue
         if _replaced(given, original) or given.device != original.device:
             return True
-        if given.device.type == "cpu":      # no sync to save there, and torch.equal is the fastest compare
+        made = print_of(given)
+        now = None if made is None else fingerprint(given)
+        if now is not None:
+            flag = (now != made).reshape(1)
+        elif given.device.type == "cpu":      # no sync to save there, and torch.equal is the fastest compare
             if torch.equal(_bits(given), _bits(original)):
                 continue
             return True
-        flag = _differs(given, original).any().reshape(1)
+        else:
+            flag = _differs(given, original).any().reshape(1)
         flags.append(flag.to(flags[0].device) if flags else flag)
     return bool(torch.cat(flags).any()) if flags else False
 
 
-def written_inputs(pairs) -> list[str]:
+def written_inputs(pairs, print_of=lambda copy: None) -> list[str]:
     """What the backend wrote into its inputs: one host sync when nothing changed (the common case, and a
-    statistical check makes thousands of calls), a message per changed input otherwise."""
-    return [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs) else []
+    statistical check makes thousands of calls), a message per changed input otherwise. ``print_of``:
+    a copy's fingerprint when it was made (``Copies.print_of``), or None."""
+    return [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs, print_of) else []
 
 
 __all__ = ["Copies", "private_batch", "written_inputs"]
