@@ -3,7 +3,8 @@
     python ci/sanitizer_driver.py                      # once without the sanitizer: warms Triton's cache
     compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitizer_driver.py
 
-Paths: standard / greedy / mixed / synthetic / block rules (the block rule's residual-mass launch), injected and seeded noise, float32 / bfloat16 /
+Paths: standard / greedy / mixed / synthetic / block rules (the block rule's residual-mass launch), target
+filters (the cut's launches: ranked, searched and bracketed rows), injected and seeded noise, float32 / bfloat16 /
 float16 logits, dense and one-hot (None) drafters, V not a multiple of the block, zero-draft requests
 (first, middle, last, all), B = 0 and B = 1, forced split-V launch plans (several splits per row, so the
 partial merge and the atomic rendezvous run), and the two probe kernels of tests/triton_probes.py
@@ -30,6 +31,7 @@ from reference.philox import request_seeds  # noqa: E402
 from reference.sample import synthetic_rates_f32  # noqa: E402
 from specverify.checks.differential import compare_to_reference  # noqa: E402
 from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
+from specverify.kernels.triton_sampler import TritonBackend  # noqa: E402
 from triton_probes import negative_log, seeded_noise  # noqa: E402
 
 
@@ -74,9 +76,39 @@ CASES = [
 ]
 
 
+# target filters (SPEC 3.4) through the backend, so the cut's launches run: counts, V, method. V = 8 is
+# ranked whole (a record launch without the search), V = 1,003 gathered whole and searched or ranked,
+# V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
+# logits
+FILTERED = [([2, 0, 3, 1], 8, "standard"), ([1, 2, 0], 1_003, "standard"), ([2, 1], 20_011, "standard"),
+            ([3, 1, 2], 1_003, "block")]
+
+
+def filtered_calls(g, device: str) -> int:
+    """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
+    errors = 0
+    for counts, V, method in FILTERED:
+        plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
+        B = plain.num_requests
+        pick = lambda options: [options[b % len(options)] for b in range(B)]  # noqa: E731
+        batch = SpecBatch(plain.num_draft_tokens, plain.draft_token_ids, plain.target_logits, plain.draft_probs,
+                          plain.temperature, torch.tensor(pick([3, 0, 50, 1])), torch.tensor(pick([0.9, 1.0, 0.5])),
+                          torch.tensor(pick([0.0, 0.05, 0.1, 0.0])))
+        seeds = request_seeds(4321 + V, B)
+        out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
+        cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
+                                   Noise.from_seeds(seeds, batch.num_draft_tokens, V), method=method)
+        print(f"B={B} V={V} filtered {method} seeded: {cmp.decisions} decisions, {len(cmp.real)} real / "
+              f"{len(cmp.ambiguous)} ambiguous divergences", flush=True)
+        if cmp.real:
+            print(f"  ERROR: {cmp.real[0]}", flush=True)
+            errors += 1
+    return errors
+
+
 def run(device: str) -> int:
     g = torch.Generator().manual_seed(2026)
-    errors = 0
+    errors = filtered_calls(g, device)
     for counts, V, dtype, drafter, greedy, method, launch in CASES:
         batch = batch_of(g, counts, V, dtype, drafter, greedy)
         B, K = batch.num_requests, batch.max_draft
@@ -128,7 +160,8 @@ def main() -> int:
     args = ap.parse_args()
     start = time.perf_counter()
     errors = run(args.device)
-    print(f"sanitizer driver: {len(CASES)} cases x 2 noise paths + 2 helper kernels, {errors} error(s), "
+    print(f"sanitizer driver: {len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels, "
+          f"{errors} error(s), "
           f"{time.perf_counter() - start:.1f}s", flush=True)
     return 1 if errors else 0
 
