@@ -112,7 +112,7 @@ def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
     row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
     ss = tl.arange(0, BLOCK_S)
     # pass 1 writes no partials for a row past k_b: nothing to read there
-    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=(ss < S1) & (j <= k_b),
+    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < tl.where(j <= k_b, S1, 0),
                          other=float("-inf")), axis=0)
     return (j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor,
             1.0 / tl.where(temperature == 0.0, 1.0, temperature), pick(row_max, j, jj), pick(row_sum, j, jj),
