@@ -8,7 +8,7 @@
         batch.temperature [B] float32; noise.uniform [T] float32, noise.exponential [B, V] float32, or
         seed (int or [B] int64 tensor) for the in-kernel Philox stream (reference.philox's);
         batch.top_k / top_p / min_p [B] or None: SPEC 3.4 in float32 (``triton_filter``): pass 1, the cut
-            launch, then pass 2 reading the cut; the block and tree rules run on ``filtered_logits``
+            launches, then pass 2 reading the cut; the block and tree rules run on ``filtered_logits``
         -> token_ids [B, max k_b + 1] int64, num_accepted [B] int64, on the batch's device
     sample_into(out, batch, method=, noise=, seed_tensor=, rates=)   the graph-capturable entry: writes out
         in place; seed_tensor [B] int64 request seeds, rates [n >= K] float32 synthetic conditional rates;
@@ -99,8 +99,8 @@ class TritonBackend(Backend):
                "draft_probs read only at the draft token and along the rejected row",
                "tree: one program per request walks the tree; one pass over the row per rejected sibling "
                "that another sibling follows (the residual's mass), then a split race",
-               "target filters: float32 cuts by a search over values, no sort (not in sample_into); block and "
-               "tree rules on -inf-masked logits",
+               "target filters: float32 cuts by a search over values or a rank of a few candidates, no sort "
+               "(not in sample_into); block and tree rules on -inf-masked logits",
                "cpu only under TRITON_INTERPRET=1"),
     )
 
