@@ -89,8 +89,10 @@ def philox4x32_numpy(c0, c1, c2, c3, k0, k1, rounds: int = ROUNDS):
 
 
 def bits_to_uniform(bits: torch.Tensor) -> torch.Tensor:
-    """uint32 bits (in int64) -> float32 in (0, 1), the same 23-bit grid the kernels use."""
-    return (bits >> 9).to(torch.float32).add_(0.5).mul_(2.0 ** -23)   # in place: [B, V] is large
+    """uint32 bits (in int64) -> float32 in (0, 1), the same 23-bit grid the kernels use. ``bits`` is
+    shifted in place and should not be used after: [B, V] is large, and a shifted copy is one more
+    int64 array to allocate."""
+    return bits.bitwise_right_shift_(9).to(torch.float32).add_(0.5).mul_(2.0 ** -23)
 
 
 # Elements per block of the stream: the arrays of one block stay in the CPU's cache.
