@@ -125,7 +125,7 @@ def test_a_write_into_a_fingerprinted_copy_is_caught_on_its_call(monkeypatch):
     guard = GuardedBackend(backend)
     seeds = torch.tensor([11], device=device)
     guard(batch, seed=seeds)
-    assert guard._copies.print_of(backend.seen[0]) is not None
+    assert guard._copies.fingerprint_of(backend.seen[0]) is not None
     guard(batch, seed=seeds)
     assert backend.seen[0] is backend.seen[1]
     with pytest.raises(CheckFailure, match=r"wrote into its inputs: target_logits \(1 of 1200000"):

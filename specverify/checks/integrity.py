@@ -2,8 +2,9 @@
 
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
     Copies                -> private copies of large float inputs, kept from call to call
-    written_inputs(pairs, print_of) -> ["name (how it changed)", ...] for pairs (name, the copy handed
-                             over, the caller's original); [] when none changed
+    written_inputs(pairs, fingerprint_of)
+                          -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
+                             caller's original); [] when none changed
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ class Copies:
     in-place writes bump it, and the backend never holds the original); otherwise a kept buffer of the
     same layout is overwritten (on the CPU a fresh allocation costs its page faults again). A backend's
     outputs (int64) cannot be views of these float copies. On a FINGERPRINTED device each copy's
-    fingerprint is taken as it is made (``print_of``), for the check after the call."""
+    fingerprint is taken as it is made (``fingerprint_of``), for the check after the call."""
 
     def __init__(self) -> None:
         self._free: dict = {}       # layout -> a buffer no call holds
         self._verified: dict = {}   # id(original) -> (original, its version, the copy found equal to it)
-        self._prints: dict = {}     # id(copy) -> (copy, its fingerprint when made)
+        self._fingerprints: dict = {}   # id(copy) -> (copy, its fingerprint when made)
 
     @staticmethod
     def _key(t: torch.Tensor):
@@ -55,12 +56,12 @@ class Copies:
         if copy.device.type in FINGERPRINTED:
             made = fingerprint(copy)
             if made is not None:
-                self._prints[id(copy)] = (copy, made)
+                self._fingerprints[id(copy)] = (copy, made)
         return copy
 
-    def print_of(self, copy) -> torch.Tensor | None:
+    def fingerprint_of(self, copy) -> torch.Tensor | None:
         """The fingerprint ``copy`` had when this object made it, or None."""
-        kept = self._prints.get(id(copy))
+        kept = self._fingerprints.get(id(copy))
         return kept[1] if kept is not None and kept[0] is copy else None
 
     def give_back(self, pairs) -> None:
@@ -70,7 +71,7 @@ class Copies:
         self._verified = {id(original): (original, original._version, copy)
                           for _, copy, original in pairs if self._kept(copy) and self._kept(original)}
         live = {id(v[2]) for v in self._verified.values()} | {id(b) for b in self._free.values()}
-        self._prints = {k: v for k, v in self._prints.items() if k in live}
+        self._fingerprints = {k: v for k, v in self._fingerprints.items() if k in live}
 
 
 def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:
@@ -114,7 +115,7 @@ def _changed(name: str, given, original) -> str | None:
     return f"{name} ({diff} of {original.numel()} elements changed)" if diff else None
 
 
-def _maybe_changed(pairs, print_of) -> bool:
+def _maybe_changed(pairs, fingerprint_of) -> bool:
     """False when no input of ``pairs`` (name, given copy, original) changed: one host sync for them all, as
     a statistical check makes thousands of calls. True sends every pair to ``_changed`` for the message.
     A copy with a fingerprint from when it was made is checked by its fingerprint now."""
@@ -124,7 +125,7 @@ def _maybe_changed(pairs, print_of) -> bool:
             continue
         if _replaced(given, original) or given.device != original.device:
             return True
-        made = print_of(given)
+        made = fingerprint_of(given)
         now = None if made is None else fingerprint(given)
         if now is not None:
             flag = (now != made).reshape(1)
@@ -138,11 +139,11 @@ def _maybe_changed(pairs, print_of) -> bool:
     return bool(torch.cat(flags).any()) if flags else False
 
 
-def written_inputs(pairs, print_of=lambda copy: None) -> list[str]:
+def written_inputs(pairs, fingerprint_of=lambda copy: None) -> list[str]:
     """What the backend wrote into its inputs: one host sync when nothing changed (the common case, and a
-    statistical check makes thousands of calls), a message per changed input otherwise. ``print_of``:
-    a copy's fingerprint when it was made (``Copies.print_of``), or None."""
-    return [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs, print_of) else []
+    statistical check makes thousands of calls), a message per changed input otherwise. ``fingerprint_of``:
+    a copy's fingerprint when it was made (``Copies.fingerprint_of``), or None."""
+    return [c for c in (_changed(*pair) for pair in pairs) if c] if _maybe_changed(pairs, fingerprint_of) else []
 
 
 __all__ = ["Copies", "private_batch", "written_inputs"]

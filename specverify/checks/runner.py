@@ -274,7 +274,7 @@ class GuardedBackend:
                       ("noise.exponential", given_noise.exponential, noise.exponential)]
         if isinstance(seed, torch.Tensor):
             pairs.append(("seed", given_seed, seed))
-        written = written_inputs(pairs, self._copies.print_of)
+        written = written_inputs(pairs, self._copies.fingerprint_of)
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
