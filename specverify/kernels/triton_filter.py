@@ -54,7 +54,7 @@ from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_rank import rank_cut
 
-NPART = tl.constexpr(9)   # partial sums per (row, split), then the split's gather slot counter
+NPART = tl.constexpr(8)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket
@@ -166,22 +166,21 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 @triton.jit
 def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr, CAP: tl.constexpr,
           BLOCK_V: tl.constexpr):
-    """Stage 1 for this program's split: the sweep's eight sums to work, its bracket tokens to its region
-    (the ninth word counts them as they are placed)."""
+    """Stage 1 for this program's split: the sweep's sums to work, its bracket tokens to its region (the
+    fourth word, their count, counts them as they are placed)."""
     split = tl.program_id(2)
     lo, hi = _bounds(work_ptr, rid, V, CAP)
     lo_v = split * chunk
     buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
     mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
-    tl.store(mine + 8, tl.zeros([], tl.int64))
+    tl.store(mine + 3, tl.zeros([], tl.int64))
     tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
-    c_hi, w_hi, w_hi_mp, c_in, w_in, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, mine + 8, HAS_M,
+    c_hi, w_hi, w_hi_mp, w_in, w_all, c_mp, w_mp = sweep(
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, mine + 3, HAS_M,
         BLOCK_V)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
-    tl.store(mine + 3, c_in)
     tl.store(mine + 4, w_in)
     tl.store(mine + 5, w_all)
     tl.store(mine + 6, c_mp)
