@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
 # GPU), the CUDA-graph property and its mutant, compute-sanitizer (memcheck, initcheck, racecheck), the
-# GPU benchmark (quick mode), FlashInfer's chain sampler through its adapter when FlashInfer is
-# importable, and a report with plots.
+# GPU benchmark (quick mode), each statistical case's sampling rate alone, FlashInfer's chain sampler
+# through its adapter when FlashInfer is importable, and a report with plots.
 #
 #   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
 #
@@ -86,6 +86,9 @@ fi
 # shellcheck disable=SC2086
 step bench bench.log "$PY" ci/bench_gpu.py ${BENCH_ARGS:---quick} --json "$RESULTS/bench.json" \
   --markdown "$RESULTS/bench.md"
+
+# ---- 5a. each statistical case's draw alone, warm: the suite's rates are shared between its workers ----
+step rates rates.log "$PY" ci/sampling_rates.py --json "$RESULTS/rates.json" --markdown "$RESULTS/rates.md"
 
 # ---- 5b. third-party kernels, when importable (docs/kernels.md records each) ----------------------
 if "$PY" -c 'import flashinfer.sampling' > /dev/null 2>&1; then

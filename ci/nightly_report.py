@@ -3,8 +3,8 @@ benchmark results, and PNG plots (matplotlib optional: without it the report say
 
     python ci/nightly_report.py RESULTS_DIR [--elapsed SECONDS] [--copies N]
 
-Reads RESULTS_DIR/{suite.json, steps.tsv, env.txt, mutants.log, sanitizer-*.log, bench.json, bench.md}
-(whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The distribution plots come
+Reads RESULTS_DIR/{suite.json, steps.tsv, env.txt, mutants.log, sanitizer-*.log, bench.json, bench.md,
+rates.md} (whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The distribution plots come
 from a fresh launch of the Triton backend on the statistical cases (--copies replicated requests).
 """
 
@@ -239,6 +239,9 @@ def main() -> int:
     lines += ["## Statistical power and speed", ""]
     lines += power_section(json.loads(suite)["results"]) if suite else ["No suite.json."]
     lines.append("")
+    rates = _read(os.path.join(d, "rates.md"))
+    lines += ["### Each case alone (ci/sampling_rates.py)", "",
+              rates.strip() if rates else "No rates table (see rates.log).", ""]
 
     lines += ["## CUDA graphs", ""]
     if suite:
