@@ -116,6 +116,26 @@ def pytest_configure(config):
         os.environ[RUN_ENV] = f"{time.time()};{directory}"
 
 
+def _runs_suite(config) -> bool:
+    return any("specverify.suite" in a or "specverify/suite" in a for a in config.args)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if _runs_suite(config):
+        from specverify.schedule import order_items  # noqa: PLC0415
+        order_items(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under --dist loadgroup, the suite's long draws start first and nothing waits behind them
+    (``specverify.schedule``); any other run keeps xdist's scheduler."""
+    if not _runs_suite(config):
+        return None
+    from specverify.schedule import make_scheduler  # noqa: PLC0415
+    return make_scheduler(config, log)
+
+
 def pytest_runtest_logreport(report):
     if report.when != "call":
         return

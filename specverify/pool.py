@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from specverify.checks import CHECKS, FAIL, NOT_RUN, PASS, CheckResult
+from specverify.checks.cases import long_draw
 from specverify.checks.parts import merge_parts, parts_for
 from specverify.checks.statistical import sample_group
 from specverify.gpus import pinned_order
@@ -229,7 +230,7 @@ class CheckPool:
         self.finished: dict[int, CheckResult] = {}
         self._failures, self._max_failures, self.stopped = 0, max_failures, None
         # the production-vocabulary cases are the longest: started first, they do not end the run alone
-        order = sorted(range(len(pairs)), key=lambda i: not pairs[i][1].startswith("large_vocab"))
+        order = sorted(range(len(pairs)), key=lambda i: -long_draw(pairs[i][1]))
         declared = tuple(self.deviations) + tuple(getattr(self.load().capabilities, "deviations", ()))
         split = {i: parts_for(*pairs[i], min(len(self.gpus), self.workers), declared) for i in order}
         # a split pair is n items (its parts), dealt to any workers; the rest, one item each

@@ -307,6 +307,13 @@ STAT_CASES += (
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}
 
 
+def long_draw(case: str) -> int:
+    """A sort key for starting the longest pairs first: the vocabulary of a production-vocabulary
+    statistical case (its draw runs for minutes on the nightly profile), 0 for any other case."""
+    found = STAT_CASE_BY_NAME.get(case)
+    return found.vocab_size if found is not None and found.launch_copies else 0
+
+
 def runs_on(case: StatCase, profile) -> bool:
     """Whether a profile's plan holds ``case``: every case but those kept for large-vocabulary profiles."""
     return not case.large_vocabs_only or bool(profile.large_vocabs)
