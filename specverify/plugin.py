@@ -108,6 +108,10 @@ def pytest_configure(config):
     # it is installed, and without it the mark does nothing
     config.addinivalue_line("markers", "xdist_group(name): run under --dist loadgroup in one xdist worker")
     config._specverify_start = time.perf_counter()
+    if _runs_suite(config):
+        # the suite's long draws are collected first (``specverify.schedule``): xdist keeps that order
+        from specverify.schedule import keep_collection_order  # noqa: PLC0415
+        keep_collection_order(config)
     if not getattr(config, "workerinput", None):
         # one clock and one directory for the whole run: xdist workers inherit them
         # (created only when a hang is written there)
@@ -124,16 +128,6 @@ def pytest_collection_modifyitems(session, config, items):
     if _runs_suite(config):
         from specverify.schedule import order_items  # noqa: PLC0415
         order_items(items)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """Under --dist loadgroup, the suite's long draws start first and nothing waits behind them
-    (``specverify.schedule``); any other run keeps xdist's scheduler."""
-    if not _runs_suite(config):
-        return None
-    from specverify.schedule import make_scheduler  # noqa: PLC0415
-    return make_scheduler(config, log)
 
 
 def pytest_runtest_logreport(report):

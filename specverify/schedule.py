@@ -1,14 +1,17 @@
-"""The suite's order under pytest-xdist: the production-vocabulary draws first, each alone on its worker.
+"""The suite's order under pytest-xdist: the production-vocabulary draws first.
 
 Under ``--dist loadgroup`` xdist hands out work units (a statistical case's checks are one unit) in
-collection order, larger units first, and queues more units behind a worker's running one while it has
-at most two tests pending. A production-vocabulary draw runs for minutes on the nightly profile, so one
-that starts late ends the run late, and a unit queued behind it waits out the draw. ``LongFirst`` keeps
-the collection order, in which ``order_items`` puts the long units first, and queues nothing behind a
-long unit while other work is left.
+order, and by default sorts them by their test count first, so the two single-test draws of minutes
+(V = 262,144 and 151,936) went out after every grouped case and ended the run late. For the shipped
+suite the plugin keeps the collection's order (``keep_collection_order``), in which ``order_items``
+puts the long draws first, longest first.
 
-    order_items(items)                 in place: the long pairs first, longest first, the rest as collected
-    make_scheduler(config, log)        a LongFirst scheduler under --dist loadgroup, else None (xdist's own)
+Each worker then starts with a long draw and one unit queued behind it. That unit waits out the draw,
+but it cannot be left out: an xdist worker runs an item only once it holds the next one (or the
+shutdown), for fixture teardown, so a draw with nothing behind it would not start until the end.
+
+    order_items(items)               in place: the long pairs first, longest first, the rest as collected
+    keep_collection_order(config)    turn off xdist's sort of units by test count, where xdist has it
 """
 
 from __future__ import annotations
@@ -27,28 +30,10 @@ def order_items(items: list) -> None:
     items.sort(key=lambda item: -long_draw(_case(item) or ""))
 
 
-def make_scheduler(config, log):
-    """xdist's loadgroup scheduler, with the long units started first and nothing queued behind them."""
-    if config.getoption("dist", None) != "loadgroup":
-        return None
-    from xdist.scheduler import LoadGroupScheduling  # noqa: PLC0415 - only under xdist
-
-    class LongFirst(LoadGroupScheduling):
-        def __init__(self, config, log=None) -> None:
-            super().__init__(config, log)
-            # xdist sorts units by their test count unless told not to; the collection's order is ours
-            if hasattr(config.option, "loadscopereorder"):
-                config.option.loadscopereorder = False
-
-        def _reschedule(self, node) -> None:
-            if self.workqueue and running_long(self.assigned_work.get(node, {})):
-                return
-            super()._reschedule(node)
-
-    return LongFirst(config, log)
-
-
-def running_long(assigned: dict) -> bool:
-    """Whether a worker's assigned units ({scope: {nodeid: done}}) hold a long unit not yet done. Under
-    loadgroup a statistical case's scope is its group, the case's name."""
-    return any(long_draw(scope) and not all(done.values()) for scope, done in assigned.items())
+def keep_collection_order(config) -> bool:
+    """Hand out xdist's loadscope and loadgroup units in collection order; False where this xdist has no
+    such setting (it then sorts them by test count)."""
+    if not hasattr(config.option, "loadscopereorder"):
+        return False
+    config.option.loadscopereorder = False
+    return True

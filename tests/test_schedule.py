@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specverify.schedule import make_scheduler, order_items, running_long
+from specverify.schedule import keep_collection_order, order_items
 
 pytest.importorskip("xdist")
 
@@ -40,40 +40,48 @@ class _Node:
         self.shutting_down = True
 
 
-def _config(dist="loadgroup", workers=2):
-    option = SimpleNamespace(loadscopereorder=True, dist=dist)
-    return SimpleNamespace(option=option, getoption=lambda name, default=None: getattr(option, name, default),
-                           getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None)
-
-
 def _ids(names):
+    """Node ids as the suite collects them: a statistical pair carries its case as its xdist group."""
     return [f"{SUITE}[{n}]" + (f"@{n.split('[')[1][:-1]}" if n.startswith(("token", "acceptance")) else "")
             for n in names]
 
 
-def test_no_unit_is_queued_behind_a_running_long_draw():
-    """xdist queues more units on a worker while it has at most two tests pending: behind a draw of
-    minutes they would wait it out while other workers run dry. The long draws go to two workers with
-    nothing behind them; the short units go to the others; a long worker takes more work once its
-    draw is done."""
-    collection = _ids(["token_distribution[large_vocab_262k]", "token_distribution[large_vocab_tiles]",
-                       "differential_injected[standard]", "differential_injected[block]",
-                       "token_distribution[dense_q]", "acceptance_rate[dense_q]", "empty_batch[none]",
-                       "repeated_calls[random]"])
-    sched = make_scheduler(_config(workers=4), None)
+def test_xdist_hands_out_the_long_draws_first_with_one_unit_behind_each():
+    """xdist sorts loadgroup units by test count unless told not to, which sent the single-test draws of
+    minutes out last. With the suite's setting the first units out are the long draws, on two
+    workers, and each holds exactly one unit behind it: a worker runs an item only once it holds the
+    next, so a draw with nothing behind it would wait for the run's shutdown."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    option = SimpleNamespace(loadscopereorder=True, dist="loadgroup")
+    config = SimpleNamespace(option=option, getvalue=lambda name: ["4*popen"] if name == "tx" else None)
+    assert keep_collection_order(config) and option.loadscopereorder is False
+    names = ["token_distribution[large_vocab_262k]", "token_distribution[large_vocab_tiles]",
+             "differential_injected[standard]", "differential_injected[block]", "token_distribution[dense_q]",
+             "acceptance_rate[dense_q]", "empty_batch[none]", "repeated_calls[random]", "output_structure[random]"]
+    sched = LoadGroupScheduling(config)
     nodes = [_Node(f"gw{i}") for i in range(4)]
     for node in nodes:
         sched.add_node(node)
-        sched.add_node_collection(node, collection)
+        sched.add_node_collection(node, _ids(names))
     sched.schedule()
-    assert nodes[0].sent == [0] and nodes[1].sent == [1]      # a long draw each, nothing behind it
-    assert sorted(nodes[2].sent + nodes[3].sent) == [2, 3, 4, 5, 6]
-    assert running_long(sched.assigned_work[nodes[0]])
-    sched.mark_test_complete(nodes[0], 0)
-    assert not running_long(sched.assigned_work[nodes[0]])
-    assert nodes[0].sent == [0, 7]                              # free again: it takes the last unit
+    first = [node.sent[0] for node in nodes]
+    assert first[:2] == [0, 1]                      # the long draws start at once
+    assert [len(sched.assigned_work[n]) for n in nodes[:2]] == [2, 2]   # one unit queued behind each
 
 
-def test_other_distribution_modes_keep_xdist_scheduler():
-    """Only --dist loadgroup is reordered: a plain ``pytest -n auto`` keeps xdist's own load scheduler."""
-    assert make_scheduler(_config(dist="load"), None) is None
+def test_without_the_setting_xdist_sends_the_long_draws_out_late():
+    """The control: xdist's default order (units by test count) starts a grouped case first, so the
+    test above fails where the setting is lost."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True, dist="loadgroup"),
+                             getvalue=lambda name: ["2*popen"] if name == "tx" else None)
+    names = ["token_distribution[large_vocab_262k]", "token_distribution[dense_q]", "acceptance_rate[dense_q]"]
+    sched = LoadGroupScheduling(config)
+    nodes = [_Node(f"gw{i}") for i in range(2)]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, _ids(names))
+    sched.schedule()
+    assert nodes[0].sent[:2] == [1, 2]
