@@ -46,42 +46,39 @@ def _ids(names):
             for n in names]
 
 
+def _scheduled(names, workers, reorder):
+    """xdist's loadgroup scheduler after its first hand-out of the suite's ``names`` to ``workers`` nodes."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True, dist="loadgroup"),
+                             getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None)
+    if not reorder:
+        assert keep_collection_order(config) and config.option.loadscopereorder is False
+    sched = LoadGroupScheduling(config)
+    nodes = [_Node(f"gw{i}") for i in range(workers)]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, _ids(names))
+    sched.schedule()
+    return sched, nodes
+
+
 def test_xdist_hands_out_the_long_draws_first_with_one_unit_behind_each():
     """xdist sorts loadgroup units by test count unless told not to, which sent the single-test draws of
     minutes out last. With the suite's setting the first units out are the long draws, on two
     workers, and each holds exactly one unit behind it: a worker runs an item only once it holds the
     next, so a draw with nothing behind it would wait for the run's shutdown."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    option = SimpleNamespace(loadscopereorder=True, dist="loadgroup")
-    config = SimpleNamespace(option=option, getvalue=lambda name: ["4*popen"] if name == "tx" else None)
-    assert keep_collection_order(config) and option.loadscopereorder is False
     names = ["token_distribution[large_vocab_262k]", "token_distribution[large_vocab_tiles]",
              "differential_injected[standard]", "differential_injected[block]", "token_distribution[dense_q]",
              "acceptance_rate[dense_q]", "empty_batch[none]", "repeated_calls[random]", "output_structure[random]"]
-    sched = LoadGroupScheduling(config)
-    nodes = [_Node(f"gw{i}") for i in range(4)]
-    for node in nodes:
-        sched.add_node(node)
-        sched.add_node_collection(node, _ids(names))
-    sched.schedule()
-    first = [node.sent[0] for node in nodes]
-    assert first[:2] == [0, 1]                      # the long draws start at once
+    sched, nodes = _scheduled(names, 4, reorder=False)
+    assert [node.sent[0] for node in nodes][:2] == [0, 1]                # the long draws start at once
     assert [len(sched.assigned_work[n]) for n in nodes[:2]] == [2, 2]   # one unit queued behind each
 
 
 def test_without_the_setting_xdist_sends_the_long_draws_out_late():
     """The control: xdist's default order (units by test count) starts a grouped case first, so the
     test above fails where the setting is lost."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True, dist="loadgroup"),
-                             getvalue=lambda name: ["2*popen"] if name == "tx" else None)
     names = ["token_distribution[large_vocab_262k]", "token_distribution[dense_q]", "acceptance_rate[dense_q]"]
-    sched = LoadGroupScheduling(config)
-    nodes = [_Node(f"gw{i}") for i in range(2)]
-    for node in nodes:
-        sched.add_node(node)
-        sched.add_node_collection(node, _ids(names))
-    sched.schedule()
+    _, nodes = _scheduled(names, 2, reorder=True)
     assert nodes[0].sent[:2] == [1, 2]
