@@ -95,7 +95,7 @@ PROFILES = {
     "nightly": Profile("nightly", examples=60, max_requests=64, max_vocab=4_096, max_draft=6,
                        detect_tv=0.001, detect_tv_later=0.002, family_alpha=1e-3, device="cuda",
                        check_timeout=1800.0,
-                       call_timeout=300.0, deadline=3600.0, large_case_budget=240.0, large_case_copies=None,
+                       call_timeout=300.0, deadline=3600.0, large_case_budget=270.0, large_case_copies=None,
                        replicated_copies=20_000,
                        bulk_requests=1_024, bulk_examples=6,
                        large_vocabs=(32_000, 151_936, 262_144), large_requests=8),
