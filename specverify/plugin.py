@@ -112,12 +112,23 @@ def pytest_configure(config):
         # the suite's long draws are collected first (``specverify.schedule``): xdist keeps that order
         from specverify.schedule import keep_collection_order  # noqa: PLC0415
         keep_collection_order(config)
+        _share_cores(config)
     if not getattr(config, "workerinput", None):
         # one clock and one directory for the whole run: xdist workers inherit them
         # (created only when a hang is written there)
         import tempfile  # noqa: PLC0415
         directory = os.path.join(tempfile.gettempdir(), f"specverify-run-{os.getpid()}-{time.time_ns()}")
         os.environ[RUN_ENV] = f"{time.time()};{directory}"
+
+
+def _share_cores(config) -> None:
+    """An xdist worker of the suite takes its share of the cores for torch's intra-op threads, as the
+    CLI's workers do: each taking them all oversubscribes the machine, and a production-vocabulary draw
+    then measures itself over its budget."""
+    workers = (getattr(config, "workerinput", None) or {}).get("workercount")
+    if workers:
+        import torch  # noqa: PLC0415
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def _runs_suite(config) -> bool:

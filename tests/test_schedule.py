@@ -82,3 +82,27 @@ def test_without_the_setting_xdist_sends_the_long_draws_out_late():
     names = ["token_distribution[large_vocab_262k]", "token_distribution[dense_q]", "acceptance_rate[dense_q]"]
     _, nodes = _scheduled(names, 2, reorder=True)
     assert nodes[0].sent[:2] == [1, 2]
+
+
+def test_a_suite_worker_takes_its_share_of_the_cores(monkeypatch):
+    """Each xdist worker taking every core for torch's threads oversubscribed a 2-core machine: the
+    V = 151,936 draw then measured itself over its budget and became n/a. A worker of n takes
+    cores / n threads (at least one), as the CLI's workers do; the controller is left alone."""
+    import os
+
+    import torch
+
+    from specverify.plugin import _share_cores
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    try:
+        _share_cores(SimpleNamespace(workerinput={"workercount": 4}))
+        assert torch.get_num_threads() == 2
+        _share_cores(SimpleNamespace(workerinput={"workercount": 16}))
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(3)
+        _share_cores(SimpleNamespace())           # the controller, or a run without xdist
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
