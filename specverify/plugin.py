@@ -12,6 +12,10 @@ worker ``gwN`` sets ``CUDA_VISIBLE_DEVICES`` to GPU ``N mod count`` first, then 
 ``pytest_configure``, before any test imports torch's CUDA state. ``--specverify-json`` writes every CheckResult of the run
 (collected from all workers) as one JSON file, in the format of ``specverify check --json``.
 
+For the shipped suite, the production-vocabulary draws are collected first and xdist keeps that
+order (``specverify.schedule``), and each xdist worker takes its share of the cores for torch's
+threads.
+
 Loaded in every pytest run of an environment that has specverify installed, so it imports nothing
 heavy at module level.
 """
