@@ -42,6 +42,18 @@ def test_plan_without_later_targets_keeps_the_profiles_copies_and_caps():
     assert capped.copies == ci.large_case_copies and capped.fixed
 
 
+def test_a_fixed_count_keeps_the_cases_caps_where_the_profile_keeps_them():
+    """A profile that fixes the count (``stat_copies``) for its small cases kept drawing it at V = 151,936
+    too: the float64 reference drew 2,000 copies there (26 s of the CPU test run) against its
+    profile's cap of 250. The caps hold as without a fixed count; the nightly profile lifts them."""
+    ci = replace(get_profile("ci"), stat_copies=2_000, large_case_copies=250)
+    assert case_plan(STAT_CASE_BY_NAME["dense_q"], ci).copies == 2_000
+    assert case_plan(STAT_CASE_BY_NAME["large_vocab_tiles"], ci).copies == 250
+    assert case_plan(STAT_CASE_BY_NAME["tile_boundary"], ci).copies == STAT_CASE_BY_NAME["tile_boundary"].max_copies
+    nightly = replace(get_profile("nightly"), stat_copies=1_000_000)
+    assert case_plan(STAT_CASE_BY_NAME["large_vocab_tiles"], nightly).copies == 1_000_000
+
+
 def test_reach_is_the_exact_probability_of_reaching_each_position():
     """reach_0 = 1 and reach_{j+1} = reach_j * P(accept at j | reached j), from the exact law."""
     case = STAT_CASE_BY_NAME["dense_q"]

@@ -84,16 +84,17 @@ def position_dof(case, j: int) -> int:
 
 def plan(case, profile: Profile, alpha: float, position0_copies: int | None = None) -> Plan:
     """The copies of ``case`` under ``profile``. ``position0_copies``: the count that gives position 0 its
-    target in every case (``statistical.stat_copies``), used where later positions are not planned."""
+    target in every case (``statistical.stat_copies``), used where later positions are not planned. A
+    count the profile fixes (``stat_copies``) keeps the cases' caps on such a profile too."""
     reached = reach(case)
     if profile.stat_copies is not None:
-        return Plan(profile.stat_copies, tuple(reached), (None,) * len(reached), fixed=True)
+        copies = profile.stat_copies if profile.detect_tv_later is not None else _capped(case, profile,
+                                                                                         profile.stat_copies)
+        return Plan(copies, tuple(reached), (None,) * len(reached), fixed=True)
     if profile.detect_tv_later is None:
-        copies, fixed = position0_copies, False
-        caps = [c for c in (case.max_copies, case.launch_copies and profile.large_case_copies) if c]
-        if caps and min(caps) < copies:
-            copies, fixed = min(caps), True
-        return Plan(copies, tuple(reached), (profile.detect_tv,) + (None,) * (len(reached) - 1), fixed)
+        copies = _capped(case, profile, position0_copies)
+        return Plan(copies, tuple(reached), (profile.detect_tv,) + (None,) * (len(reached) - 1),
+                    copies < position0_copies)
     targets = (profile.detect_tv,) + (profile.detect_tv_later,) * case.depth
     need = 1
     for j, (r, tv) in enumerate(zip(reached, targets)):
@@ -101,6 +102,13 @@ def plan(case, profile: Profile, alpha: float, position0_copies: int | None = No
             samples = stats.min_num_samples_for_chi2_tv_test(tv, position_dof(case, j), alpha / (case.depth + 1))
             need = max(need, copies_reaching(samples, r))
     return Plan(round_up_to_one_significant_digit(need), tuple(reached), targets)
+
+
+def _capped(case, profile: Profile, copies: int) -> int:
+    """``copies`` under the case's own cap and, for a production-vocabulary case, the profile's: a
+    profile without a target for later positions keeps them (memory and time at large V)."""
+    caps = [c for c in (case.max_copies, case.launch_copies and profile.large_case_copies) if c]
+    return min([copies] + caps)
 
 
 REACH_Z = 4.0   # the plan's margin on a position's random reach: short with probability about 3e-5
