@@ -162,6 +162,9 @@ def main() -> int:
     ap.add_argument("--check-includes", action="store_true")
     ap.add_argument("--max-mib", type=float, default=MAX_MIB)
     args = ap.parse_args()
+    if not args.wheel.is_file():
+        sys.exit(f"no wheel at {args.wheel}: fetch it first, e.g. `python3 -m pip download --no-deps "
+                 f"flashinfer-python==0.7.2.post1 -d {args.wheel.parent}`")
     if args.out.resolve() == args.wheel.parent.resolve():
         sys.exit("--out must not be the registry wheel's folder (its old wheels are removed)")
     args.out.mkdir(parents=True, exist_ok=True)
