@@ -2,7 +2,7 @@
 
 Under ``--dist loadgroup`` xdist hands out work units (a statistical case's checks are one unit) in
 order, and by default sorts them by their test count first, so the two single-test draws of minutes
-(V = 262,144 and 151,936) went out after every grouped case and ended the run late. For the shipped
+(V = 262,144 and 151,936) go out after every grouped case and end the run late. For the shipped
 suite the plugin keeps the collection's order (``keep_collection_order``), in which ``order_items``
 puts the long draws first, longest first.
 

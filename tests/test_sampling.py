@@ -43,9 +43,9 @@ def test_plan_without_later_targets_keeps_the_profiles_copies_and_caps():
 
 
 def test_a_fixed_count_keeps_the_cases_caps_where_the_profile_keeps_them():
-    """A profile that fixes the count (``stat_copies``) for its small cases kept drawing it at V = 151,936
-    too: the float64 reference drew 2,000 copies there (26 s of the CPU test run) against its
-    profile's cap of 250. The caps hold as without a fixed count; the nightly profile lifts them."""
+    """A profile that fixes the count (``stat_copies``) for its small cases, as the float64 reference's
+    CPU test profile does, still caps the production-vocabulary case at its ``large_case_copies`` and a
+    capped case at its own cap: a fixed count is for the cheap cases. The nightly profile lifts the caps."""
     ci = replace(get_profile("ci"), stat_copies=2_000, large_case_copies=250)
     assert case_plan(STAT_CASE_BY_NAME["dense_q"], ci).copies == 2_000
     assert case_plan(STAT_CASE_BY_NAME["large_vocab_tiles"], ci).copies == 250

@@ -64,8 +64,8 @@ def _scheduled(names, workers, reorder):
 
 
 def test_xdist_hands_out_the_long_draws_first_with_one_unit_behind_each():
-    """xdist sorts loadgroup units by test count unless told not to, which sent the single-test draws of
-    minutes out last. With the suite's setting the first units out are the long draws, on two
+    """xdist sorts loadgroup units by test count unless told not to, which sends the single-test draws
+    of minutes out last. With the suite's setting the first units out are the long draws, on two
     workers, and each holds exactly one unit behind it: a worker runs an item only once it holds the
     next, so a draw with nothing behind it would wait for the run's shutdown."""
     names = ["token_distribution[large_vocab_262k]", "token_distribution[large_vocab_tiles]",
@@ -85,9 +85,9 @@ def test_without_the_setting_xdist_sends_the_long_draws_out_late():
 
 
 def test_a_suite_worker_takes_its_share_of_the_cores(monkeypatch):
-    """Each xdist worker taking every core for torch's threads oversubscribed a 2-core machine: the
-    V = 151,936 draw then measured itself over its budget and became n/a. A worker of n takes
-    cores / n threads (at least one), as the CLI's workers do; the controller is left alone."""
+    """Each xdist worker taking every core for torch's threads oversubscribes a small machine, and the
+    V = 151,936 draw then measures itself over its budget (an n/a). A worker of n takes cores / n
+    threads (at least one), as the CLI's workers do; the controller is left alone."""
     import os
 
     import torch
