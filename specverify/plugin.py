@@ -13,8 +13,8 @@ worker ``gwN`` sets ``CUDA_VISIBLE_DEVICES`` to GPU ``N mod count`` first, then 
 (collected from all workers) as one JSON file, in the format of ``specverify check --json``.
 
 For the shipped suite, the production-vocabulary draws are collected first and xdist keeps that
-order (``specverify.schedule``), and each xdist worker takes its share of the cores for torch's
-threads.
+order (``specverify.schedule``), and on a CPU profile each xdist worker takes its share of the
+cores for torch's threads.
 
 Loaded in every pytest run of an environment that has specverify installed, so it imports nothing
 heavy at module level.
@@ -126,11 +126,16 @@ def pytest_configure(config):
 
 
 def _share_cores(config) -> None:
-    """An xdist worker of the suite takes its share of the cores for torch's intra-op threads, as the
-    CLI's workers do: each taking them all oversubscribes the machine, and a production-vocabulary draw
-    then measures itself over its budget."""
+    """On a CPU profile, an xdist worker of the suite takes its share of the cores for torch's intra-op
+    threads, as the CLI's workers do: the backends compute on those cores, so each worker taking them
+    all oversubscribes the machine, and a production-vocabulary draw then measures itself over its
+    budget. On a GPU profile the cores only do the host's work, and a worker keeps torch's default."""
     workers = (getattr(config, "workerinput", None) or {}).get("workercount")
-    if workers:
+    if not workers:
+        return
+    from specverify.strategies import get_profile  # noqa: PLC0415
+    device = config.getoption("--specverify-device") or get_profile(config.getoption("--specverify-profile")).device
+    if device == "cpu":
         import torch  # noqa: PLC0415
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 

@@ -84,10 +84,17 @@ def test_without_the_setting_xdist_sends_the_long_draws_out_late():
     assert nodes[0].sent[:2] == [1, 2]
 
 
-def test_a_suite_worker_takes_its_share_of_the_cores(monkeypatch):
+def _worker(workers=None, profile="ci", device=None):
+    options = {"--specverify-profile": profile, "--specverify-device": device}
+    return SimpleNamespace(workerinput={} if workers is None else {"workercount": workers},
+                           getoption=lambda name: options[name])
+
+
+def test_a_suite_worker_takes_its_share_of_the_cores_on_a_cpu_profile(monkeypatch):
     """Each xdist worker taking every core for torch's threads oversubscribes a small machine, and the
-    V = 151,936 draw then measures itself over its budget (an n/a). A worker of n takes cores / n
-    threads (at least one), as the CLI's workers do; the controller is left alone."""
+    V = 151,936 draw then measures itself over its budget (an n/a). On a CPU profile a worker of n
+    takes cores / n threads (at least one), as the CLI's workers do; the controller, and a worker of a
+    GPU profile (whose cores only do the host's work), keep theirs."""
     import os
 
     import torch
@@ -97,12 +104,16 @@ def test_a_suite_worker_takes_its_share_of_the_cores(monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     try:
-        _share_cores(SimpleNamespace(workerinput={"workercount": 4}))
+        _share_cores(_worker(4))
         assert torch.get_num_threads() == 2
-        _share_cores(SimpleNamespace(workerinput={"workercount": 16}))
+        _share_cores(_worker(16))
         assert torch.get_num_threads() == 1
         torch.set_num_threads(3)
-        _share_cores(SimpleNamespace())           # the controller, or a run without xdist
+        _share_cores(_worker())                       # the controller, or a run without xdist
+        _share_cores(_worker(4, profile="nightly"))   # CUDA
+        _share_cores(_worker(4, profile="ci", device="cuda"))
         assert torch.get_num_threads() == 3
+        _share_cores(_worker(2, profile="nightly", device="cpu"))
+        assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
