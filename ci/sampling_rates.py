@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,11 +42,6 @@ def peak_bandwidth(device: str) -> float | None:
     return next((bw for key, bw in PEAK_BYTES_PER_S.items() if key in device_name(device)), None)
 
 
-def _sync(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def input_bytes(case) -> int:
     """Bytes a copy's V-wide inputs take as float32: its target rows and draft rows (a bf16 case less)."""
     draft_rows = case.k if case.q is not None else 0
@@ -59,12 +53,9 @@ def measure(backend, case, profile, copies: int) -> dict:
     sequences = "sequence_distribution" in case.checks
     warm = sampling.Plan(sampling.launch_size(case, copies, profile.device), tuple(sampling.reach(case)),
                          (None,) * (case.depth + 1))
-    sampling.draw(backend, case, profile, 1, warm, sequences)
-    _sync(profile.device)
-    timed = replace(warm, copies=copies)
-    start = time.perf_counter()
-    _, timing = sampling.draw(backend, case, profile, 2, timed, sequences)
-    wall = time.perf_counter() - start
+    sampling.draw(backend, case, profile, 1, warm, sequences)    # a draw ends synchronized with its device
+    _, timing = sampling.draw(backend, case, profile, 2, replace(warm, copies=copies), sequences)
+    wall = timing.total_seconds
     return {"case": case.name, "vocab_size": case.vocab_size, "copies": copies, "launches": timing.launches,
             "seconds": round(wall, 4), "samples_per_second": copies / wall,
             "backend_share": timing.backend_seconds / wall, "input_bytes_per_copy": input_bytes(case),
