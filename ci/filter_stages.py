@@ -1,10 +1,13 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
-    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096]
+    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
-``triton_filter.READ_PROGRAMS`` (stage 1's split target) for each row of output. Prints; asserts nothing.
+``triton_filter.READ_PROGRAMS`` (stage 1's split target) for each row of output. ``--whole`` times the
+whole filtered call instead, three ways: eager (CUDA events around each call), the host's wall clock per
+call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone). Prints; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -47,21 +51,69 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
     return {k: statistics.median(v) for k, v in times.items()}, int((record.view(6, -1)[5] == 2).sum())
 
 
+def whole_call(sets, filters, calls: int = 200) -> dict:
+    """{eager, host, graph: median (graph: mean) us per call} on ``sets``: filtered, or the unfiltered call
+    where ``filters`` is None."""
+    from reference import SpecBatch  # noqa: PLC0415
+    from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: PLC0415
+
+    def call(s):
+        if filters is None:
+            s.fused()
+            return
+        filtered_sample_into(s.token_ids, s.num_accepted, SpecBatch(s.num_draft, s.drafts, s.logits, s.q,
+                                                                    s.temperature, *filters),
+                             uniform=s.uniform, exponential=s.exponential)
+    out = dict(eager=bench_gpu.time_calls(call, sets) * 1e6)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i in range(calls):
+        call(sets[i % len(sets)])
+    out["host"] = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call(sets[0])       # the work space is allocated outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        call(sets[0])
+    for _ in range(5):
+        graph.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        graph.replay()
+    b.record()
+    b.synchronize()
+    out["graph"] = a.elapsed_time(b) * 1000 / calls
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--B", type=int, default=128)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--programs", default=str(triton_filter.READ_PROGRAMS))
+    ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
     args = ap.parse_args()
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
     for programs in map(int, args.programs.split(",")):
         triton_filter.READ_PROGRAMS = programs
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
             if setting is None:
+                if args.whole:
+                    shown = ", ".join(f"{k} {v:.1f}" for k, v in whole_call(sets, None).items())
+                    print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             on = (setting[0] > 0, setting[1] < 1, setting[2] > 0)
             filters = tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
                             for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
+            if args.whole:
+                shown = ", ".join(f"{k} {v:.1f}" for k, v in whole_call(sets, filters).items())
+                print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
+                continue
             times, slow = stage_times(sets, filters)
             shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
             print(f"programs {programs} {name:20s} slow rows {slow}: {shown} (us)", flush=True)
