@@ -1,19 +1,24 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
     python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole]
+                               [--few ROWS,SAMPLE,SEARCH,NC,WARPS,SPLITS ...] [--profile]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
-``triton_filter.READ_PROGRAMS`` (stage 1's split target) for each row of output. ``--whole`` times the
+``triton_filter.READ_PROGRAMS`` (stage 1's split target) and ``--few`` ``triton_filter.FEW_ROWS`` (the plan for
+few rows) for each row of output. ``--whole`` times the
 whole filtered call instead, three ways: eager (CUDA events around each call), the host's wall clock per
-call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone). Prints; asserts
-nothing.
+call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds the
+host's heaviest functions. Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import itertools
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -51,20 +56,36 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
     return {k: statistics.median(v) for k, v in times.items()}, int((record.view(6, -1)[5] == 2).sum())
 
 
-def whole_call(sets, filters, calls: int = 200) -> dict:
+def host_profile(call, sets, calls: int = 400) -> None:
+    """Prints the host's heaviest functions over ``calls`` calls (cProfile, by own time)."""
+    profile = cProfile.Profile()
+    torch.cuda.synchronize()
+    profile.enable()
+    for i in range(calls):
+        call(sets[i % len(sets)])
+    profile.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(14)
+
+
+def whole_call(sets, filters, calls: int = 200, profile: bool = False) -> dict:
     """{eager, host, graph: median (graph: mean) us per call} on ``sets``: filtered, or the unfiltered call
     where ``filters`` is None."""
     from reference import SpecBatch  # noqa: PLC0415
     from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: PLC0415
 
+    batches = {id(s): SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *(filters or (None,) * 3))
+               for s in sets}
+
     def call(s):
         if filters is None:
             s.fused()
             return
-        filtered_sample_into(s.token_ids, s.num_accepted, SpecBatch(s.num_draft, s.drafts, s.logits, s.q,
-                                                                    s.temperature, *filters),
-                             uniform=s.uniform, exponential=s.exponential)
+        filtered_sample_into(s.token_ids, s.num_accepted, batches[id(s)], uniform=s.uniform,
+                             exponential=s.exponential)
     out = dict(eager=bench_gpu.time_calls(call, sets) * 1e6)
+    if profile:
+        host_profile(call, sets)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for i in range(calls):
@@ -97,26 +118,32 @@ def main() -> None:
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--programs", default=str(triton_filter.READ_PROGRAMS))
     ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
+    ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
+    ap.add_argument("--few", nargs="*", default=[",".join(map(str, triton_filter.FEW_ROWS))])
     args = ap.parse_args()
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
-    for programs in map(int, args.programs.split(",")):
+    for programs, few in itertools.product(map(int, args.programs.split(",")), args.few):
         triton_filter.READ_PROGRAMS = programs
+        triton_filter.FEW_ROWS = triton_filter.FewRows(*map(int, few.split(",")))
+        print(f"programs {programs}, {triton_filter.FEW_ROWS}", flush=True)
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
             if setting is None:
                 if args.whole:
-                    shown = ", ".join(f"{k} {v:.1f}" for k, v in whole_call(sets, None).items())
+                    times = whole_call(sets, None, profile=args.profile)
+                    shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             on = (setting[0] > 0, setting[1] < 1, setting[2] > 0)
             filters = tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
                             for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
             if args.whole:
-                shown = ", ".join(f"{k} {v:.1f}" for k, v in whole_call(sets, filters).items())
+                times = whole_call(sets, filters, profile=args.profile)
+                shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
                 print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             times, slow = stage_times(sets, filters)
             shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
-            print(f"programs {programs} {name:20s} slow rows {slow}: {shown} (us)", flush=True)
+            print(f"stages B={args.B} {name:20s} slow rows {slow}: {shown} (us)", flush=True)
 
 
 if __name__ == "__main__":

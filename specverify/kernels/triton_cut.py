@@ -185,11 +185,14 @@ def compact(buf_ptr, counts_ptr, stride_counts, n_regions, region, BLOCK_R: tl.c
     for r in range(n_regions):
         got = tl.load(counts_ptr + r * stride_counts)
         over = tl.maximum(over, (got > region).to(tl.int32))
-        if r > 0:               # a move down never overwrites a slot still to be read
+        if r > 0:               # a move down never overwrites a slot of a later region
             for start in range(0, tl.minimum(got, region), BLOCK_R):
                 i = start + tl.arange(0, BLOCK_R)
                 live = i < got
-                tl.store(buf_ptr + n + i, tl.load(buf_ptr + r * region + i, mask=live), mask=live)
+                moved = tl.load(buf_ptr + r * region + i, mask=live)
+                # a tile's destination can overlap its own source: every thread loads before any stores
+                tl.debug_barrier()
+                tl.store(buf_ptr + n + i, moved, mask=live)
         n += tl.minimum(got, region)
     return tl.where(over > 0, -1, n)
 
