@@ -1,22 +1,19 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
-    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole]
-                               [--few ROWS,SAMPLE,SEARCH,NC,WARPS,SPLITS ...] [--profile]
+    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile]]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
-``triton_filter.READ_PROGRAMS`` (stage 1's split target) and ``--few`` ``triton_filter.FEW_ROWS`` (the plan for
-few rows) for each row of output. ``--whole`` times the
+``triton_filter.READ_PROGRAMS`` (stage 1's split target) for each row of output. ``--whole`` times the
 whole filtered call instead, three ways: eager (CUDA events around each call), the host's wall clock per
-call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds the
-host's heaviest functions. Prints; asserts nothing.
+call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds
+the host's heaviest functions. Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import itertools
 import os
 import pstats
 import statistics
@@ -119,13 +116,11 @@ def main() -> None:
     ap.add_argument("--programs", default=str(triton_filter.READ_PROGRAMS))
     ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
     ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
-    ap.add_argument("--few", nargs="*", default=[",".join(map(str, triton_filter.FEW_ROWS))])
     args = ap.parse_args()
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
-    for programs, few in itertools.product(map(int, args.programs.split(",")), args.few):
+    for programs in map(int, args.programs.split(",")):
         triton_filter.READ_PROGRAMS = programs
-        triton_filter.FEW_ROWS = triton_filter.FewRows(*map(int, few.split(",")))
-        print(f"programs {programs}, {triton_filter.FEW_ROWS}", flush=True)
+        print(f"programs {programs}", flush=True)
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
             if setting is None:
                 if args.whole:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import NamedTuple
 
 import torch
 import triton
@@ -74,21 +73,6 @@ NC_GPU = 8
 # [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
 # and the slow path, whose registers leave few programs an SM
 RANK_N = 64
-
-
-class FewRows(NamedTuple):
-    """The plan where at most ``rows`` rows are filtered: the GPU is mostly idle and each stage's time is one
-    program's chain of dependent steps, so stages 0 and 2 take wider tiles and more warps (fewer steps), and
-    stage 1 more splits (a shorter stretch of row each)."""
-    rows: int
-    sample_block: int       # stage 0's tile of the sample
-    search_block: int       # stage 2's tile of the gathered tokens
-    nc: int                 # stage 2's candidate keys a search step
-    warps: int              # stages 0 and 2
-    splits: int             # stage 1's most splits a row
-
-
-FEW_ROWS = FewRows(rows=64, sample_block=256, search_block=256, nc=8, warps=8, splits=16)
 
 
 @triton.jit
@@ -294,14 +278,11 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int, rank_n: int, few: FewRows):
-    """(id, SF, chunk, region, work words, metas of stages 0, 1, 2) of a cut launch: at most MAX_SPLITS splits
-    per row (``few.splits`` for few rows; each keeps cap / next_pow2(SF) gathered tokens), whole tiles per
-    split."""
+            cap: int, ns: int, ch: int, programs: int, rank_n: int):
+    """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
+    keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
     tiles = triton.cdiv(V, block_v)
-    small = B * K1 <= few.rows
-    splits = few.splits if small else MAX_SPLITS
-    chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), splits, tiles)) * block_v
+    chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
     block_f = max(2, triton.next_power_of_2(sf))
     whole = V <= cap
@@ -310,20 +291,16 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
     # ones on the GPU; the results are the same integers either way
     wide = _INTERPRETED
-    search, sample, nc = ((1024, 1024, 64) if wide else (few.search_block, few.sample_block, few.nc) if small
-                          else (256, 256, NC_GPU))
     meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG,
-                NC=nc, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
-                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, search),
-                BLOCK_SAMPLE=min(ns, sample), BLOCK_FB=1024 if wide else 128,
+                NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
+                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
+                BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128,
                 BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     words = B * K1 * (2 + sf * NPART.value + cap)
-    row_meta = dict(meta, num_warps=few.warps) if small and not wide else meta
-    metas = (row_meta, dict(meta, num_warps=min(warps, READ_WARPS)), row_meta)
-    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, metas
+    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
@@ -342,25 +319,26 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
     step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
-    CAP, NS, CH, READ_PROGRAMS, RANK_N and FEW_ROWS are read here, so that a test can shrink them to reach the
-    sample and slow paths, or turn ranking off, and a probe can try other plans."""
+    CAP, NS, CH, READ_PROGRAMS and RANK_N are read here, so that a test can shrink them to reach the sample and
+    slow paths, or turn ranking off."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
     filters = (top_k, top_p, min_p)
     given = tuple(f for f in filters if f is not None)
-    rid, sf, chunk, region, words, metas = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
-                                                   meta1["num_warps"], tuple(f is not None for f in filters),
-                                                   tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                   RANK_N, FEW_ROWS)
+    rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
+                                                  meta1["num_warps"], tuple(f is not None for f in filters),
+                                                  tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
+                                                  RANK_N)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
     # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
+    metas = (meta, dict(meta, num_warps=min(meta["num_warps"], READ_WARPS)), meta)
     steps = tuple((_cut_kernel, (B, K1, splits), args, dict(m, STAGE=stage), key and key + (stage,), stream)
-                  for stage, (splits, m) in enumerate(zip((1, sf, 1), metas)) if stage or V > m["CAP"])
+                  for stage, (splits, m) in enumerate(zip((1, sf, 1), metas)) if stage or V > meta["CAP"])
     return steps, record[:6 * B * K1]
 
 
