@@ -135,3 +135,23 @@ def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, monkeypatc
     monkeypatch.setattr(triton_filter, "RANK_N", 0)
     searched = _records(batch)
     assert torch.equal(ranked, searched), (ranked != searched).nonzero().tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_search_over_the_scratch_gives_the_cut_of_searching_every_token(device, monkeypatch):
+    """Once few gathered tokens lie in the search's interval, its later steps tally a copy of those alone
+    and carry what lies above as a constant: the records (cut value and index, Z', the way found) must be
+    those of tallying every gathered token at every step. Ranking is off so that every row is searched;
+    the small capacity sends rows down the bracket and the slow path, which searches too."""
+    monkeypatch.setattr(triton_filter, "CAP", 64)
+    monkeypatch.setattr(triton_filter, "NS", 32)
+    monkeypatch.setattr(triton_filter, "CH", 4)
+    monkeypatch.setattr(triton_filter, "RANK_N", 0)
+    for seed, V in ((11, 300), (12, 61)):
+        batch = _rows(seed, 24, V, device)
+        scratch = _records(batch)
+        monkeypatch.setattr(triton_filter, "SCRATCH_SHARE", 0)
+        everything = _records(batch)
+        monkeypatch.setattr(triton_filter, "SCRATCH_SHARE", 4)
+        assert set(scratch[5].tolist()) >= {1.0, 2.0} or V < 64, scratch[5]
+        assert torch.equal(scratch, everything), (seed, (scratch != everything).nonzero().tolist())

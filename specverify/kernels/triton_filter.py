@@ -18,7 +18,8 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  they read pass 1's split partials for the row max, sum and largest logit
     top_k_ptr [B] int64, top_p_ptr [B] float32/64, min_p_ptr [B] float32/64 (read when HAS_K/P/M)
     work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R, SF, NPART] partial sums; [R, CAP] gathered
-                                 tokens, split s in slots [s region, (s + 1) region)
+                                 tokens, split s in slots [s region, (s + 1) region); [R, SCRATCH] the search's
+                                 scratch (``triton_search``)
     record_ptr [6, R] float32 (out)
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
@@ -26,13 +27,14 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                  STAGE 1  grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
                  STAGE 2  grid (B, K1)       the record
 
-How a row's cut is found (``triton_cut``). Masses are fixed point (``MASS_ONE`` per unit of exp(l / T - max)),
-so every sum is exact and independent of the split and tile plan: the result is deterministic and
+How a row's cut is found (``triton_cut``, ``triton_search``). Masses are fixed point (``MASS_ONE`` per unit
+of exp(l / T - max)), so every sum is exact and independent of the split and tile plan: the result is deterministic and
 batch-invariant. A strided sample of NS logits is tallied on two grids of drops from the row max, giving a
 bracket [lo, hi) of order keys that should hold the top-k crossing (the k-th largest logit) or, with top-k
 off, the top-p crossing (where the sorted mass reaches top_p), with a wide margin. One read of the row sums
 count and mass at and above hi, the min-p mass, and gathers the bracket's tokens. The resolve launch searches
-the gathered tokens for the crossings, NC candidate keys a step, exactly; at most RANK_N gathered tokens
+the gathered tokens for the crossings, NC candidate keys a step, exactly (once few enough lie in the
+interval, a step tallies only those, copied to a scratch); at most RANK_N gathered tokens
 are ranked against each other instead (``triton_rank``), with the same result. Where min-p alone decides the cut
 (it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
 that program narrows the interval alone (NC candidate keys per read of the row), gathers it and searches it
@@ -48,11 +50,12 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, kept, kept_mass, order_key,
-                                           pick, resolve, slow_cut, sweep, weight)
+from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, kept, order_key, pick,
+                                           sweep, weight)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_rank import rank_cut
+from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
 NPART = tl.constexpr(8)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 CAP = 8192       # tokens gathered per row
@@ -73,6 +76,8 @@ NC_GPU = 8
 # [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
 # and the slow path, whose registers leave few programs an SM
 RANK_N = 64
+# the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens)
+SCRATCH_SHARE = 4
 
 
 @triton.jit
@@ -129,7 +134,7 @@ def _cut_kernel(
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
-    RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
+    RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -149,7 +154,7 @@ def _cut_kernel(
             _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
     else:
         _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
-                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK)
+                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
 
 
 @triton.jit
@@ -190,7 +195,8 @@ def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS
 @triton.jit
 def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t,
             m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr):
+            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
+            SCRATCH: tl.constexpr):
     """Stage 2: the row's record (an unfiltered row's keeps everything, with pass 1's sum)."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -202,6 +208,8 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
         lo, hi = _bounds(work_ptr, rid, V, CAP)
         parts = work_ptr + 2 * NR + rid * SF * NPART
         buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP
+        # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
+        scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
             _total(parts, 2, SF, BLOCK_F)
         c_in, w_in, w_all = _total(parts, 3, SF, BLOCK_F), _total(parts, 4, SF, BLOCK_F), \
@@ -224,14 +232,16 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), lo, tl.minimum(hi, above),
-                                                              c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p, p_on, floor,
-                                                              V, inv_t, m, NC, BLOCK_R)
+                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
+                                                              tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
+                                                              k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
+                                                              SCRATCH)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
-                    cut_key, cut_idx = slow_cut(row_ptr, V, buf, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi,
-                                                w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB)
+                    cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
+                                                c_hi, w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB,
+                                                SCRATCH)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
                     z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
                     how = how + 2
@@ -278,7 +288,7 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int, rank_n: int):
+            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int):
     """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
     keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
     tiles = triton.cdiv(V, block_v)
@@ -299,7 +309,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
-    words = B * K1 * (2 + sf * NPART.value + cap)
+    meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
+    words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
 
 
@@ -319,8 +330,8 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
     step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
-    CAP, NS, CH, READ_PROGRAMS and RANK_N are read here, so that a test can shrink them to reach the sample and
-    slow paths, or turn ranking off."""
+    CAP, NS, CH, READ_PROGRAMS, RANK_N and SCRATCH_SHARE are read here, so that a test can shrink them to reach
+    the sample and slow paths, or turn ranking or the search's scratch off."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -329,7 +340,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                   meta1["num_warps"], tuple(f is not None for f in filters),
                                                   tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                  RANK_N)
+                                                  RANK_N, SCRATCH_SHARE)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record = _work(logits.device, stream, words, B * K1)

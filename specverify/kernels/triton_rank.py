@@ -1,5 +1,5 @@
 """The cut of a row whose bracket gathered few tokens (``triton_filter``'s record launch calls it in place of
-``triton_cut.resolve``, with the same arguments and results): each gathered token's place in the order comes
+``triton_search.resolve``, with the same arguments and results): each gathered token's place in the order comes
 from comparing it with every other gathered token at once, one step where the search takes a tally a step.
 A row of a small vocabulary is gathered whole, so its cut is always found this way.
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, gathered_kept_mass, unpack, weight
+from specverify.kernels.triton_cut import KMAX, unpack, weight
+from specverify.kernels.triton_search import gathered_kept_mass
 
 
 @triton.jit

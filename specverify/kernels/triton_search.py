@@ -1,0 +1,275 @@
+"""The search half of the target-filter cut (SPEC 3.4): from the tokens ``triton_cut.sweep`` gathered, or from
+the whole row when the bracket missed, each row's cut. ``@triton.jit`` functions on one row (``row_ptr``, V
+entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
+index) at ``buf_ptr``:
+
+    resolve(...)      the cut from the n gathered tokens, or ok = False
+    gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
+    slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
+
+Searches are NC-way: NC keys split the interval, one tally counts (and weighs) what lies at or above each,
+and the interval shrinks to the piece where the target is crossed. Once the interval holds few enough of
+the tokens, they are copied to the row's scratch (``scr_at`` slots past ``buf_ptr``, SCRATCH of them) and
+later steps tally that copy alone, with what lies above the interval carried as a constant.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import KMAX, KMIN, NONE, key_value, kept, order_key, pick, unpack, weight
+
+
+@triton.jit
+def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(count, mass) of the n gathered tokens with keys at or above each candidate; BY_INDEX: of those whose
+    key is key_eq, with indices at or above each candidate."""
+    cnt = tl.zeros([BLOCK_R, NC], tl.int32)
+    mass = tl.zeros([BLOCK_R, NC], tl.int64)
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
+        if BY_INDEX:
+            ge = (valid & (key == key_eq))[:, None] & (idx.to(tl.int64)[:, None] >= cand[None, :])
+        else:
+            ge = valid[:, None] & (key.to(tl.int64)[:, None] >= cand[None, :])
+        cnt += ge.to(tl.int32)
+        mass += tl.where(ge, weight(e)[:, None], 0)
+    return tl.sum(cnt, axis=0).to(tl.int64), tl.sum(mass, axis=0)
+
+
+@triton.jit
+def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCRATCH: tl.constexpr,
+                  BLOCK_R: tl.constexpr):
+    """Copy the tokens of src[0, n) with keys in [a, b) (BY_INDEX: with key key_eq and indices in [a, b)) to
+    dst in order, at most SCRATCH of them; returns how many were copied. dst may be src: each token moves
+    down or stays."""
+    copied = tl.zeros([], tl.int64)
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        packed = tl.load(src_ptr + i, mask=i < n, other=NONE)
+        key = packed >> 32      # the int32 key, sign and all
+        if BY_INDEX:
+            idx = 4294967295 - (packed & 4294967295)
+            inside = (packed != NONE) & (key == key_eq) & (idx >= a) & (idx < b)
+        else:
+            inside = (packed != NONE) & (key >= a) & (key < b)
+        at = copied + tl.cumsum(inside.to(tl.int64), 0) - 1
+        # in place, a tile's destination can overlap its own source: every thread loads before any stores
+        tl.debug_barrier()
+        tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
+        copied += tl.sum(inside.to(tl.int64), axis=0)
+    return tl.minimum(copied, SCRATCH)
+
+
+@triton.jit
+def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
+          BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr):
+    """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
+    ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
+    does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
+    tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
+    tokens stay): F(c) is then their tally plus F(b) at the move."""
+    jv = tl.arange(0, NC) + 1
+    shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
+    n_src = n + shift
+    c_off, w_off = shift, shift         # F(b) when they moved
+    for _ in range(32):     # at least 2 candidates a step: 32 steps cover 2**32 keys
+        if b - a > 1:
+            cand = a + ((b - a) * jv) // (NC + 1)
+            cnt, mass = _tally(buf_ptr + shift, n_src, cand, key_eq, inv_t, m, BY_INDEX, NC, BLOCK_R)
+            cnt, mass = cnt + c_off, mass + w_off
+            if BY_MASS:
+                n_ge = tl.sum((base + mass >= target).to(tl.int32), axis=0)
+            else:
+                n_ge = tl.sum((base + cnt >= target).to(tl.int32), axis=0)
+            up, down = n_ge > 0, n_ge < NC
+            a, ca, wa = tl.where(up, pick(cand, n_ge, jv), a), tl.where(up, pick(cnt, n_ge, jv), ca), \
+                tl.where(up, pick(mass, n_ge, jv), wa)
+            b, cb, wb = tl.where(down, pick(cand, n_ge + 1, jv), b), tl.where(down, pick(cnt, n_ge + 1, jv), cb), \
+                tl.where(down, pick(mass, n_ge + 1, jv), wb)
+            if (b - a > 1) & (ca - cb < SCRATCH) & (2 * (ca - cb) <= n_src):
+                n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
+                                      BLOCK_R)
+                shift = scr_at + tl.zeros([], tl.int64)
+                c_off, w_off = cb, wb
+    return a, ca, wa, cb, wb
+
+
+@triton.jit
+def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
+            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr):
+    """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
+    w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
+    cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own."""
+    c_in, w_in = _tally(buf_ptr, n, tl.zeros([NC], tl.int64) + lo, 0, inv_t, m, False, NC, BLOCK_R)
+    n_in, w_all_in = pick(c_in, 0, tl.arange(0, NC)), pick(w_in, 0, tl.arange(0, NC))
+    ok = n_in > 0
+    c_k = c_hi + n_in
+    cut_key = lo
+    cut_idx = tl.zeros([], tl.int32) + V
+    zero = tl.zeros([], tl.int64)
+    if k_on:
+        ok = ok & (c_hi < k) & (c_k >= k)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, lo, hi, n_in, w_all_in, zero, zero,
+                                                      k - c_hi, zero, 0, inv_t, m, False, False, NC, BLOCK_R, SCRATCH)
+        c_k, w_k = c_hi + c_at, w_hi + w_at
+        w_all_in = w_at
+    if p_on:
+        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, cut_key, hi, c_k - c_hi, w_all_in, zero,
+                                                      zero, target - w_hi, zero, 0, inv_t, m, False, True, NC, BLOCK_R,
+                                                      SCRATCH)
+        # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
+        ties = c_at - c_above
+        e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
+        # a key that is no token's (a failed search: not ok) weighs nothing here
+        w_c = tl.maximum(weight(tl.where((cut_key > KMIN) & (e_c <= 1.0), e_c, 0.0)), 1)
+        n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
+        if n_kept < ties:
+            idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, zero, zero + V, ties, zero, zero, zero,
+                                                      ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
+                                                      True, False, NC, BLOCK_R, SCRATCH)
+            cut_idx = idx.to(tl.int32)
+    return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
+                                                     BLOCK_R), w_k, c_k
+
+
+@triton.jit
+def gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_R: tl.constexpr):
+    """Z': the (min-p) mass above the bracket plus that of the gathered tokens the cut keeps."""
+    z = w_hi_mp
+    cut_val = key_value(cut_key.to(tl.int32))
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
+        keep, e = kept(tl.where(valid, key_value(key), float("-inf")), idx, cut_val, cut_idx, floor, inv_t, m)
+        z += tl.sum(tl.where(valid & keep, weight(e), 0), axis=0)
+    return z
+
+
+@triton.jit
+def _at_keys(row_ptr, V, inv_t, m, cand, NC: tl.constexpr, BLOCK: tl.constexpr):
+    """Count and mass of the row at or above each of the NC candidate keys (one read)."""
+    cnt = tl.zeros([NC], tl.int64)
+    mass = tl.zeros([NC], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < V
+        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        ge = mask[:, None] & (order_key(logit)[:, None] >= cand[None, :])
+        cnt += tl.sum(ge.to(tl.int64), axis=0)
+        mass += tl.sum(tl.where(ge, weight(tl.exp(logit * inv_t - m))[:, None], 0), axis=0)
+    return cnt, mass
+
+
+@triton.jit
+def _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, CAP: tl.constexpr,
+            NC: tl.constexpr, BLOCK: tl.constexpr):
+    """Shrink [a, b), F(a) >= target > F(b) with F the count (or mass) at or above a key, until it holds at
+    most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways."""
+    jv = tl.arange(0, NC) + 1
+    for _ in range(16):
+        if (b - a > 1) & (ca - cb > CAP):
+            cand = a + ((b - a) * jv) // (NC + 1)
+            cc, cw = _at_keys(row_ptr, V, inv_t, m, cand, NC, BLOCK)
+            if BY_MASS:
+                n_ge = tl.sum((cw >= target).to(tl.int32), axis=0)
+            else:
+                n_ge = tl.sum((cc >= target).to(tl.int32), axis=0)
+            # the last candidate still at or above target, and the first below it
+            a, ca, wa = (tl.where(n_ge > 0, pick(cand, n_ge, jv), a), tl.where(n_ge > 0, pick(cc, n_ge, jv), ca),
+                         tl.where(n_ge > 0, pick(cw, n_ge, jv), wa))
+            b, cb, wb = (tl.where(n_ge < NC, pick(cand, n_ge + 1, jv), b),
+                         tl.where(n_ge < NC, pick(cc, n_ge + 1, jv), cb),
+                         tl.where(n_ge < NC, pick(cw, n_ge + 1, jv), wb))
+    return a, b, ca, wa, cb, wb
+
+
+@triton.jit
+def _gather(row_ptr, V, a, b, buf_ptr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    """Gather the tokens with keys in [a, b) in index order (at most CAP); returns how many there are."""
+    n_buf = tl.zeros([], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        key = order_key(tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32))
+        inside = (offs < V) & (key >= a) & (key < b)
+        at = n_buf + tl.cumsum(inside.to(tl.int64), 0) - 1
+        tl.store(buf_ptr + at, (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64)),
+                 mask=inside & (at < CAP))
+        n_buf += tl.sum(inside.to(tl.int64), axis=0)
+    return n_buf
+
+
+@triton.jit
+def _nth_index(row_ptr, V, key_c, n, BLOCK: tl.constexpr):
+    """The index of the n-th token (n >= 1, in index order) whose order key is key_c."""
+    seen = tl.zeros([], tl.int64)
+    found = tl.zeros([], tl.int32)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        eq = (offs < V) & (order_key(tl.load(row_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)) == key_c)
+        hit = eq & (seen + tl.cumsum(eq.to(tl.int64), 0) == n)
+        found += tl.sum(tl.where(hit, offs, 0), axis=0)
+        seen += tl.sum(eq.to(tl.int64), axis=0)
+    return found
+
+
+@triton.jit
+def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr):
+    """Z' by the per-token test itself (one read): the slow path's kept mass."""
+    acc = tl.zeros([BLOCK], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        logit = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        keep, e = kept(logit, offs, cut_val, cut_idx, floor, inv_t, m)
+        acc += tl.where(keep, weight(e), 0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, c_lo,
+             w_lo, w_all, CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr):
+    """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
+    target), then top-p's, each narrowed from the sweep's counts at lo and hi, then gathered and sorted;
+    a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
+    index of its last kept token)."""
+    cut_key = tl.full([], KMIN, tl.int64)
+    cut_idx = tl.zeros([], tl.int32) + V
+    w_k = w_all
+    c_k = tl.zeros([], tl.int64) + V
+    if k_on:
+        up, mid = c_hi >= k, c_lo >= k
+        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
+            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
+        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
+            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK)
+        if ca - cb > CAP:       # one key: its whole tie group is kept
+            cut_key, w_k, c_k = a, wa, ca
+        else:
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
+                                                         a, b, cb, wb, wb, w_all, k, True, top_p, False, floor, V,
+                                                         inv_t, m, NC, BLOCK, SCRATCH)
+    if p_on:
+        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
+        up, mid = w_hi >= target, w_lo >= target
+        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
+            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
+        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
+            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
+        if k_on:                # top-p keeps a prefix of what top-k kept
+            a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK)
+        if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
+            w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
+            n_tie = tl.minimum(tl.maximum((target - wb + w_c - 1) // tl.maximum(w_c, 1), 1), ca - cb)
+            cut_key = a
+            cut_idx = tl.where(n_tie < ca - cb, _nth_index(row_ptr, V, a.to(tl.int32), n_tie, BLOCK), V)
+        else:
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
+                                                         a, b, cb, wb, wb, w_k, k, False, top_p, True, floor, V,
+                                                         inv_t, m, NC, BLOCK, SCRATCH)
+    return cut_key, cut_idx
