@@ -9,7 +9,7 @@ requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l 
     sweep(...)        one read of [lo_v, hi_v): seven of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
                       stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
     compact(...)      the gathered tokens of every split, moved to follow each other
-    unpack(...)       (valid, key, index, e) of gathered slots
+    unpack(...)       (valid, key, index, e) of gathered slots; decode(...) the same of loaded ones
 
 Masses are fixed point: ``MASS_ONE`` per unit of e, so sums are exact integers whatever the order.
 """
@@ -58,16 +58,28 @@ def pick(values, at, pos):
 
 
 @triton.jit
+def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
+    NS / CH chunks spread evenly from the row's start to its end."""
+    i = start + tl.arange(0, BLOCK_R)
+    pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
+    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
 def _sample_tally(row_ptr, V, cand, inv_t, m, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
                   BLOCK_R: tl.constexpr):
     """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand."""
     cnt = tl.zeros([BLOCK_R, NG], tl.float32)
     s1 = tl.zeros([BLOCK_R, NG], tl.float32)
     s2 = tl.zeros([BLOCK_R, NG], tl.float32)
+    # the loads run two tiles ahead of the tallies, as in ``sweep``
+    ahead1 = _sample_tile(row_ptr, V, 0, inv_t, NS, CH, BLOCK_R)
+    ahead2 = _sample_tile(row_ptr, V, BLOCK_R, inv_t, NS, CH, BLOCK_R)
     for start in range(0, NS, BLOCK_R):
-        i = start + tl.arange(0, BLOCK_R)
-        pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
-        x = tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+        x = ahead1
+        ahead1 = ahead2
+        ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
         e = tl.exp(x - m)
         ge = x[:, None] >= cand[None, :]
         cnt += ge.to(tl.float32)
@@ -131,6 +143,13 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 
 
 @triton.jit
+def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
+    """[BLOCK_V] float32 logits from start (-inf at and past hi_v)."""
+    offs = start + tl.arange(0, BLOCK_V)
+    return tl.load(row_ptr + offs, mask=offs < hi_v, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
           BLOCK_V: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the mass in [lo, hi), the whole
@@ -143,10 +162,16 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_pt
     c_hi, c_mp = zi, zi
     w_hi, w_hi_mp, w_in, w_all, w_mp = zl, zl, zl, zl, zl
     gather = lo < hi
+    # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
+    ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
+    ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
+    ahead3 = _tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
     for start in range(lo_v, hi_v, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < hi_v
-        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        logit = ahead1
+        ahead1, ahead2 = ahead2, ahead3
+        ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
         key = order_key(logit)
         e = tl.exp(logit * inv_t - m)
         w = weight(e)
@@ -191,13 +216,19 @@ def compact(buf_ptr, counts_ptr, stride_counts, n_regions, region, BLOCK_R: tl.c
                 tl.debug_barrier()
                 tl.store(buf_ptr + n + i, moved, mask=live)
         n += tl.minimum(got, region)
+    tl.debug_barrier()          # what any thread moved is in place before any thread reads it
     return tl.where(over > 0, -1, n)
 
 
 @triton.jit
 def unpack(buf_ptr, i, live, inv_t, m):
     """(valid, key, index, e) of gathered slots i."""
-    packed = tl.load(buf_ptr + i, mask=live, other=NONE)
+    return decode(tl.load(buf_ptr + i, mask=live, other=NONE), inv_t, m)
+
+
+@triton.jit
+def decode(packed, inv_t, m):
+    """(valid, key, index, e) of gathered tokens as loaded (NONE: an empty slot)."""
     valid = packed != NONE
     key = (packed >> 32).to(tl.int32)
     e = tl.where(valid, tl.exp(key_value(key) * inv_t - m), 0.0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, KMIN, NONE, key_value, kept, order_key, pick, unpack, weight
+from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, unpack, weight
 
 
 @triton.jit
@@ -27,9 +27,12 @@ def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.co
     key is key_eq, with indices at or above each candidate."""
     cnt = tl.zeros([BLOCK_R, NC], tl.int32)
     mass = tl.zeros([BLOCK_R, NC], tl.int64)
+    # the next tile's load is in flight while this one is tallied
+    ahead = tl.load(buf_ptr + tl.arange(0, BLOCK_R), mask=tl.arange(0, BLOCK_R) < n, other=NONE)
     for start in range(0, n, BLOCK_R):
-        i = start + tl.arange(0, BLOCK_R)
-        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
+        valid, key, idx, e = decode(ahead, inv_t, m)
+        i = start + BLOCK_R + tl.arange(0, BLOCK_R)
+        ahead = tl.load(buf_ptr + i, mask=i < n, other=NONE)
         if BY_INDEX:
             ge = (valid & (key == key_eq))[:, None] & (idx.to(tl.int64)[:, None] >= cand[None, :])
         else:
@@ -60,6 +63,7 @@ def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCR
         tl.debug_barrier()
         tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
         copied += tl.sum(inside.to(tl.int64), axis=0)
+    tl.debug_barrier()          # what any thread copied is in place before any thread tallies it
     return tl.minimum(copied, SCRATCH)
 
 
