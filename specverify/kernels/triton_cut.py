@@ -6,7 +6,7 @@ requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l 
     order_key(v) / key_value(key)    float32 <-> int32 keys ordered as the floats (-0.0 is +0.0)
     kept(l, idx, cut_val, cut_idx, floor, inv_t, m) -> (keep, e = exp(l / T - m))
     bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
-    sweep(...)        one read of [lo_v, hi_v): seven of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
+    sweep(...)        one read of [lo_v, hi_v): six of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
                       stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
     compact(...)      the gathered tokens of every split, moved to follow each other
     unpack(...)       (valid, key, index, e) of gathered slots; decode(...) the same of loaded ones
@@ -152,15 +152,15 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
           BLOCK_V: tl.constexpr):
-    """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the mass in [lo, hi), the whole
-    mass, the min-p (count, mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to
+    """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
+    mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to
     the slot an atomic add on slot_ptr (int64, zero on entry, this program's alone) hands it, in no
     particular order, so that slot_ptr ends holding their count. Per lane sums: no reduction in the loop
     (a tile's reduction to place its bracket tokens in order cost a third of the read)."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
-    w_hi, w_hi_mp, w_in, w_all, w_mp = zl, zl, zl, zl, zl
+    w_hi, w_hi_mp, w_all, w_mp = zl, zl, zl, zl
     gather = lo < hi
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
     ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
@@ -179,7 +179,6 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_pt
         inside = mask & (key >= lo) & ~ge
         c_hi += ge.to(tl.int32)
         w_hi += tl.where(ge, w, 0)
-        w_in += tl.where(inside, w, 0)
         w_all += w
         if HAS_M:
             mp = mask & (e >= floor)
@@ -195,7 +194,7 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_pt
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
     else:                       # no min-p: every token passes its test
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
-    return tl.sum(c_hi, 0).to(tl.int64), w_hi_s, w_hi_mp_s, tl.sum(w_in, 0), w_all_s, c_mp_s, w_mp_s
+    return tl.sum(c_hi, 0).to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s
 
 
 @triton.jit

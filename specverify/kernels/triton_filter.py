@@ -57,7 +57,7 @@ from specverify.kernels.triton_math import request_offset, row_norms, scratch_vi
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
-NPART = tl.constexpr(8)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
+NPART = tl.constexpr(7)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket
@@ -180,16 +180,15 @@ def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS
     mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
     tl.store(mine + 3, tl.zeros([], tl.int64))
     tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
-    c_hi, w_hi, w_hi_mp, w_in, w_all, c_mp, w_mp = sweep(
+    c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, mine + 3, HAS_M,
         BLOCK_V)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
-    tl.store(mine + 4, w_in)
-    tl.store(mine + 5, w_all)
-    tl.store(mine + 6, c_mp)
-    tl.store(mine + 7, w_mp)
+    tl.store(mine + 4, w_all)
+    tl.store(mine + 5, c_mp)
+    tl.store(mine + 6, w_mp)
 
 
 @triton.jit
@@ -212,9 +211,8 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
         scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
             _total(parts, 2, SF, BLOCK_F)
-        c_in, w_in, w_all = _total(parts, 3, SF, BLOCK_F), _total(parts, 4, SF, BLOCK_F), \
-            _total(parts, 5, SF, BLOCK_F)
-        c_mp, w_mp = _total(parts, 6, SF, BLOCK_F), _total(parts, 7, SF, BLOCK_F)
+        w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
+            _total(parts, 6, SF, BLOCK_F)
         # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of its
         # tokens weighs at least the floor, so the mass before the last one is below the target)
         lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
@@ -240,8 +238,7 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
                     cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, c_hi + c_in, w_hi + w_in, w_all, CAP, NC, BLOCK_FB,
-                                                SCRATCH)
+                                                c_hi, w_hi, w_all, CAP, NC, BLOCK_FB, SCRATCH)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
                     z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
                     how = how + 2

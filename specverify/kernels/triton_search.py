@@ -43,6 +43,19 @@ def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.co
 
 
 @triton.jit
+def _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R: tl.constexpr):
+    """(count, mass) of the n gathered tokens, all of which lie in the interval they were gathered from."""
+    cnt = tl.zeros([BLOCK_R], tl.int64)
+    mass = tl.zeros([BLOCK_R], tl.int64)
+    for start in range(0, n, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
+        cnt += valid.to(tl.int64)
+        mass += tl.where(valid, weight(e), 0)
+    return tl.sum(cnt, axis=0), tl.sum(mass, axis=0)
+
+
+@triton.jit
 def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCRATCH: tl.constexpr,
                   BLOCK_R: tl.constexpr):
     """Copy the tokens of src[0, n) with keys in [a, b) (BY_INDEX: with key key_eq and indices in [a, b)) to
@@ -107,8 +120,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own."""
-    c_in, w_in = _tally(buf_ptr, n, tl.zeros([NC], tl.int64) + lo, 0, inv_t, m, False, NC, BLOCK_R)
-    n_in, w_all_in = pick(c_in, 0, tl.arange(0, NC)), pick(w_in, 0, tl.arange(0, NC))
+    n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
     ok = n_in > 0
     c_k = c_hi + n_in
     cut_key = lo
@@ -234,16 +246,19 @@ def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr
 
 
 @triton.jit
-def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, c_lo,
-             w_lo, w_all, CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr):
+def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, w_all,
+             CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr):
     """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
-    target), then top-p's, each narrowed from the sweep's counts at lo and hi, then gathered and sorted;
+    target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
     a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
     index of its last kept token)."""
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
     w_k = w_all
     c_k = tl.zeros([], tl.int64) + V
+    # the count and mass at or above lo: the sweep sums only those above hi (one more read, on this path alone)
+    c_lo, w_lo = _at_keys(row_ptr, V, inv_t, m, tl.zeros([NC], tl.int64) + lo, NC, BLOCK)
+    c_lo, w_lo = pick(c_lo, 0, tl.arange(0, NC)), pick(w_lo, 0, tl.arange(0, NC))
     if k_on:
         up, mid = c_hi >= k, c_lo >= k
         a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
