@@ -153,10 +153,29 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
           BLOCK_V: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
-    mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to
-    the slot an atomic add on slot_ptr (int64, zero on entry, this program's alone) hands it, in no
-    particular order, so that slot_ptr ends holding their count. Per lane sums: no reduction in the loop
-    (a tile's reduction to place its bracket tokens in order cost a third of the read)."""
+    mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
+    slot_ptr (int64, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
+    ends holding their count. A row whose min-p is off (floor 0: every token passes) takes the loop without
+    the min-p sums, which are a fifth of the read's instructions."""
+    if HAS_M:
+        if floor > 0.0:
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                buf_ptr, region, slot_ptr, True, BLOCK_V)
+        else:
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                buf_ptr, region, slot_ptr, False, BLOCK_V)
+    else:
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
+                                                            region, slot_ptr, False, BLOCK_V)
+    return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
+
+
+@triton.jit
+def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
+               BLOCK_V: tl.constexpr):
+    """``sweep``'s loop, with the min-p sums (HAS_M) or without (every token passes). Per lane sums: no
+    reduction in the loop (a tile's reduction to place its bracket tokens in order cost a third of the
+    read)."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
