@@ -137,7 +137,9 @@ def _share_cores(config) -> None:
     device = config.getoption("--specverify-device") or get_profile(config.getoption("--specverify-profile")).device
     if device == "cpu":
         import torch  # noqa: PLC0415
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+        from specverify.pool import thread_share  # noqa: PLC0415
+        torch.set_num_threads(thread_share(int(workers)))
 
 
 def _runs_suite(config) -> bool:

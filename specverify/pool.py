@@ -161,6 +161,12 @@ def _group(item) -> str | None:
     return None if item[3] else sample_group(item[1], item[2])
 
 
+def thread_share(workers: int) -> int:
+    """torch intra-op threads for each of ``workers`` processes computing side by side on this machine's
+    cores: each takes its share, so that together they do not oversubscribe the cores."""
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 class CheckPool:
     """Runs (check, case) pairs of one backend in ``workers`` child processes, each check under
     ``timeout`` seconds and each backend call under ``call_timeout`` (at most ``timeout``). With ``gpus``
@@ -182,7 +188,7 @@ class CheckPool:
         self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
         self.deviations = tuple(deviations)  # declared by the run, besides the backend's own
         self.gpus = list(gpus or [])
-        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        self.threads = thread_share(workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["specverify._worker_preload"])
         self._live: list[_Worker] = []
