@@ -273,16 +273,19 @@ def compare_to_reference(batch: SpecBatch, got: SpecOutput, noise: Noise, *, met
                        for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
     if divergences and batch.has_filters:
         paths = _paths(got) if method == "tree" else [None] * batch.num_requests
-        divergences = [d if d.ambiguous else _cut_excuse(batch, noise, d, paths[d.request], kwargs, tol)
+        cuts_seen: dict = {}
+        divergences = [d if d.ambiguous else _cut_excuse(batch, noise, d, paths[d.request], kwargs, tol, cuts_seen)
                        for d in divergences]
     decisions = int(batch.num_draft_tokens.sum()) + batch.num_requests
     return Comparison(decisions, divergences)
 
 
-def _cut_excuse(batch: SpecBatch, noise: Noise, d: Divergence, path, call: dict, tol: float) -> Divergence:
+def _cut_excuse(batch: SpecBatch, noise: Noise, d: Divergence, path, call: dict, tol: float,
+                cuts_seen: dict) -> Divergence:
     """``d`` excused as a filter-cut ambiguity (SPEC 4.1) when the reference, given an admissible kept set at
-    one row of the request, emits the backend's tokens; ``d`` itself otherwise."""
-    found = explained_by_cut(batch, noise, d.request, d.got, path, call, tol)
+    one row of the request, emits the backend's tokens; ``d`` itself otherwise (``cuts_seen`` as
+    ``explained_by_cut`` takes it)."""
+    found = explained_by_cut(batch, noise, d.request, d.got, path, call, tol, cuts_seen)
     if found is None:
         return d
     margin, row = found

@@ -70,20 +70,24 @@ def _admissible(order: torch.Tensor, n: int, distance: torch.Tensor) -> list[tup
 
 
 def explained_by_cut(batch: SpecBatch, noise: Noise, b: int, got: list, got_path: list | None, call: dict,
-                     tol: float):
-    """(margin, row) when an admissible kept set at one row of request b gives the backend's output, else None."""
+                     tol: float, cuts_seen: dict | None = None):
+    """(margin, row) when an admissible kept set at one row of request b gives the backend's output, else None.
+    ``cuts_seen``: a dict shared by the calls on one batch, so that rows repeated across its requests (a
+    replicated batch's copies) have their cuts found once."""
     cpu = batch.to("cpu")
     temperature = float(cpu.temperature[b])
     settings = [None if f is None else f[b].item() for f in (cpu.top_k, cpu.top_p, cpu.min_p)]
     if temperature == 0 or not cpu.has_filters or (cpu.allow_nonfinite and bool(cpu.nonfinite_requests()[b])):
         return None
+    start, end = cpu.logit_offsets()[b:b + 2].tolist()
+    logits = cpu.target_logits[start:end].double()
+    cuts_seen = {} if cuts_seen is None else cuts_seen
+    cuts = [_row_cut(logits[row], temperature, settings, tol, cuts_seen) for row in range(logits.shape[0])]
+    # no row has another admissible kept set: nothing to re-run (the common case of a real divergence)
+    if not any(options for _, _, options in cuts):
+        return None
     one = torch.tensor([b])
     sub, sub_noise = select_requests(cpu, one), noise.select(cpu, one)
-    logits = sub.target_logits.double()
-    cuts = []
-    for row in range(logits.shape[0]):
-        order, n, distance = near_cut(target_probs(logits[row], temperature), *settings, tol)
-        cuts.append((order, n, _admissible(order, n, distance)))
     masked = torch.stack([_masked(logits[r], order, n) for r, (order, n, _) in enumerate(cuts)])
     for row, (order, _, options) in enumerate(cuts):
         for n_alt, margin in options:
@@ -97,6 +101,15 @@ def explained_by_cut(batch: SpecBatch, noise: Noise, b: int, got: list, got_path
             if out.emitted()[0] == got and (got_path is None or path == got_path):
                 return margin, row
     return None
+
+
+def _row_cut(logits: torch.Tensor, temperature: float, settings: list, tol: float, cuts_seen: dict) -> tuple:
+    """(order, kept n, admissible options) of one float64 row of logits, from ``cuts_seen`` when seen."""
+    key = (logits.numpy().tobytes(), temperature, tuple(settings), tol)
+    if key not in cuts_seen:
+        order, n, distance = near_cut(target_probs(logits, temperature), *settings, tol)
+        cuts_seen[key] = (order, n, _admissible(order, n, distance))
+    return cuts_seen[key]
 
 
 def _masked(logits: torch.Tensor, order: torch.Tensor, n: int) -> torch.Tensor:
