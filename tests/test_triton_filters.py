@@ -9,6 +9,7 @@ send almost every row through the bracket, so these tests shrink the gather capa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -82,6 +83,34 @@ def test_cut_records_do_not_depend_on_the_launch_plan(device):
     default = _records(batch)
     tiled = _records(batch, block_v=16, splits=(5, 2))
     assert torch.equal(default[:4], tiled[:4])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gather, monkeypatch):
+    """A batch of few rows is cut in one launch, where each split finds the row's bracket itself and the last
+    split to finish writes the record: the records (cut value and index, Z', the way found) must be those of
+    the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
+    gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
+    three)."""
+    for seed, V in ((11, 160), (4, 40)):
+        rows = _rows(seed, 4, V, device)
+        # request 0 proposes 3 drafts: its rows 1-3 are live, the rows past k_b of the others are not
+        batch = dataclasses.replace(rows, num_draft_tokens=torch.tensor([3, 0, 0, 0], device=device),
+                                    draft_token_ids=torch.zeros(3, dtype=torch.int64, device=device),
+                                    target_logits=torch.cat([rows.target_logits[:1].expand(3, V), rows.target_logits]))
+        # narrow tiles: several splits a row, so the last split is not the only one
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 0)
+        three = _records(batch, block_v=32)
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 10 ** 6)
+        # the three launches left their sums and tokens in the work space: a record written before every split
+        # is done must not find them there
+        for work, _, _ in triton_filter._buffers.values():
+            work.fill_(1 << 40)
+        one = _records(batch, block_v=32)
+        live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])
+        assert torch.equal(one[:, live], three[:, live]), (one != three).nonzero().tolist()
+        # unfiltered rows, the gathered bracket's search and the slow path (V = 160), rows gathered whole (V = 40)
+        assert set(three[5, live].tolist()) == ({0.0, 1.0, 2.0} if V == 160 else {0.0, 1.0})
 
 
 @pytest.mark.parametrize("device", DEVICES)

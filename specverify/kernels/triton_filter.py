@@ -21,11 +21,15 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  tokens, split s in slots [s region, (s + 1) region); [R, SCRATCH] the search's
                                  scratch (``triton_search``)
     record_ptr [6, R] float32 (out)
+    tickets_ptr [R] int32        the one-launch plan's count of a row's splits done (zero between calls)
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
                  STAGE 1  grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
                  STAGE 2  grid (B, K1)       the record
+                 STAGE 3  grid (B, K1, SF)   all three in one launch, for a batch of few rows: every split
+                                             finds the row's bracket itself, reads its part, and the last
+                                             split of the row to finish writes the record
 
 How a row's cut is found (``triton_cut``, ``triton_search``). Masses are fixed point (``MASS_ONE`` per unit
 of exp(l / T - max)), so every sum is exact and independent of the split and tile plan: the result is deterministic and
@@ -78,6 +82,9 @@ NC_GPU = 8
 RANK_N = 64
 # the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens)
 SCRATCH_SHARE = 4
+# a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
+# the GPU's SMs once, so each split's own bracket costs no more time than one program's
+ONE_LAUNCH_ROWS = 8
 
 
 @triton.jit
@@ -129,7 +136,7 @@ def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
 @triton.jit(do_not_specialize=["V", "K1", "S1", "n_part", "ints_at", "stats_at", "SF", "chunk", "region"])
 def _cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
-    work_ptr, record_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
+    work_ptr, record_ptr, tickets_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
     STAGE: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr,
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
@@ -139,7 +146,10 @@ def _cut_kernel(
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
     row, split by split (a kernel of its own, so that its registers, and so the programs an SM holds, are a
-    streaming kernel's); 2, grid (B, K1), each row's record from the sums and the gathered tokens."""
+    streaming kernel's); 2, grid (B, K1), each row's record from the sums and the gathered tokens. Or 3,
+    grid (B, K1, SF), the one-launch plan of a few rows: each launch costs the host more than a few rows
+    cost the GPU, so every split computes the bracket (the same integers: the same sample, the same code)
+    instead of a launch before it, and the row's last split to finish its read writes the record."""
     live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
         logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
         K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
@@ -151,10 +161,31 @@ def _cut_kernel(
             tl.store(work_ptr + 2 * rid + 1, hi)
     elif STAGE == 1:
         if live & on:
-            _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
+            lo, hi = _bounds(work_ptr, rid, V, CAP)
+            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
+    elif STAGE == 2:
+        lo = tl.full([], KMIN, tl.int64)
+        hi = tl.full([], KMAX, tl.int64)
+        if live & on:
+            lo, hi = _bounds(work_ptr, rid, V, CAP)
+        _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
+                floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
     else:
-        _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
-                inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
+        if live & on:
+            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
+            # every thread's stores are issued before the release that publishes them to the last split
+            tl.debug_barrier()
+            done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
+            if done == SF - 1:
+                tl.store(tickets_ptr + rid, 0)
+                _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p,
+                        p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK,
+                        ONLY_RANK, SCRATCH)
+        elif tl.program_id(2) == 0:
+            _record(row_ptr, rid, NR, live, on, tl.full([], KMIN, tl.int64), tl.full([], KMAX, tl.int64), work_ptr,
+                    record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F,
+                    BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
 
 
 @triton.jit
@@ -169,12 +200,11 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 
 @triton.jit
-def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr, CAP: tl.constexpr,
-          BLOCK_V: tl.constexpr):
-    """Stage 1 for this program's split: the sweep's sums to work, its bracket tokens to its region (the
-    fourth word, their count, counts them as they are placed)."""
+def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr,
+          CAP: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
+    tokens to its region (the fourth word, their count, counts them as they are placed)."""
     split = tl.program_id(2)
-    lo, hi = _bounds(work_ptr, rid, V, CAP)
     lo_v = split * chunk
     buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
     mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
@@ -192,11 +222,12 @@ def _read(row_ptr, rid, NR, work_ptr, V, SF, chunk, region, inv_t, m, floor, HAS
 
 
 @triton.jit
-def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t,
-            m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
+def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
+            inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
             SCRATCH: tl.constexpr):
-    """Stage 2: the row's record (an unfiltered row's keeps everything, with pass 1's sum)."""
+    """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
+    everything, with pass 1's sum)."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
@@ -204,7 +235,6 @@ def _record(row_ptr, rid, NR, live, on, work_ptr, record_ptr, V, SF, region, k, 
     z_out = z
     how = tl.zeros([], tl.int32)
     if live & on:
-        lo, hi = _bounds(work_ptr, rid, V, CAP)
         parts = work_ptr + 2 * NR + rid * SF * NPART
         buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP
         # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
@@ -312,23 +342,26 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
-    """The cut launches' int64 work space and float32 records, one pair per (thread, device, stream), grown as
-    needed."""
+    """The cut launches' int64 work space, float32 records and int32 tickets (zero: the one-launch plan leaves
+    them so), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
-    work, record = _buffers.get(key, (None, None))
+    work, record, tickets = _buffers.get(key, (None, None, None))
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record = torch.empty(6 * rows, dtype=torch.float32, device=device)
-    _buffers[key] = (work, record)
-    return work, record
+    if tickets is None or tickets.numel() < rows:
+        tickets = torch.zeros(rows, dtype=torch.int32, device=device)
+    _buffers[key] = (work, record, tickets)
+    return work, record, tickets
 
 
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
-    """(the three launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1
-    step, whose arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request).
-    CAP, NS, CH, READ_PROGRAMS, RANK_N and SCRATCH_SHARE are read here, so that a test can shrink them to reach
-    the sample and slow paths, or turn ranking or the search's scratch off."""
+    """(the launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1 step, whose
+    arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request). Three
+    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE and
+    ONE_LAUNCH_ROWS are read here, so that a test can shrink them to reach the sample and slow paths, turn
+    ranking or the search's scratch off, or choose the plan."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -340,11 +373,15 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
                                                   RANK_N, SCRATCH_SHARE)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
-    work, record = _work(logits.device, stream, words, B * K1)
+    work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
-        + (work, record, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+        + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+    read_meta = dict(meta, num_warps=min(meta["num_warps"], READ_WARPS))
+    if B * K1 <= ONE_LAUNCH_ROWS:
+        return ((_cut_kernel, (B, K1, sf), args, dict(read_meta, STAGE=3), key and key + (3,), stream),), \
+            record[:6 * B * K1]
     # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
-    metas = (meta, dict(meta, num_warps=min(meta["num_warps"], READ_WARPS)), meta)
+    metas = (meta, read_meta, meta)
     steps = tuple((_cut_kernel, (B, K1, splits), args, dict(m, STAGE=stage), key and key + (stage,), stream)
                   for stage, (splits, m) in enumerate(zip((1, sf, 1), metas)) if stage or V > meta["CAP"])
     return steps, record[:6 * B * K1]
