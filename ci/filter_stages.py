@@ -1,13 +1,16 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
-    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile]]
+    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace]
+                               [--set NAME=VALUE ...]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
 ``triton_filter.READ_PROGRAMS`` (stage 1's split target) for each row of output. ``--whole`` times the
 whole filtered call instead, three ways: eager (CUDA events around each call), the host's wall clock per
 call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds
-the host's heaviest functions. Prints; asserts nothing.
+the host's heaviest functions. ``--trace`` gives each launch's GPU time alone, from the profiler's kernel
+records of 40 whole calls (no event around a launch: at B = 1 those cost more than the launches). ``--set``
+overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +56,45 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
     return {k: statistics.median(v) for k, v in times.items()}, int((record.view(6, -1)[5] == 2).sum())
 
 
+def kernel_trace(sets, filters, calls: int = 40, warm: int = 5) -> str:
+    """Each launch of a whole call, in launch order, as 'kernel: median us on the GPU' over ``calls`` calls."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    call = _caller(sets, filters)
+    for i in range(warm):
+        call(sets[i % len(sets)])
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            call(sets[i % len(sets)])
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    per_call = len(kernels) // calls
+    out = []
+    for at in range(per_call):
+        times = [kernels[c * per_call + at].time_range.elapsed_us() for c in range(calls)]
+        out.append(f"{kernels[at].name.split('(')[0][:24]} {statistics.median(times):.1f}")
+    return ", ".join(out) + f" (us; {per_call} launches a call)"
+
+
+def _caller(sets, filters):
+    """call(s): the filtered call on input set s, or the unfiltered one where ``filters`` is None."""
+    from reference import SpecBatch  # noqa: PLC0415
+    from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: PLC0415
+
+    batches = {id(s): SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *(filters or (None,) * 3))
+               for s in sets}
+
+    def call(s):
+        if filters is None:
+            s.fused()
+            return
+        filtered_sample_into(s.token_ids, s.num_accepted, batches[id(s)], uniform=s.uniform,
+                             exponential=s.exponential)
+    return call
+
+
 def host_profile(call, sets, calls: int = 400) -> None:
     """Prints the host's heaviest functions over ``calls`` calls (cProfile, by own time)."""
     profile = cProfile.Profile()
@@ -68,18 +110,7 @@ def host_profile(call, sets, calls: int = 400) -> None:
 def whole_call(sets, filters, calls: int = 200, profile: bool = False) -> dict:
     """{eager, host, graph: median (graph: mean) us per call} on ``sets``: filtered, or the unfiltered call
     where ``filters`` is None."""
-    from reference import SpecBatch  # noqa: PLC0415
-    from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: PLC0415
-
-    batches = {id(s): SpecBatch(s.num_draft, s.drafts, s.logits, s.q, s.temperature, *(filters or (None,) * 3))
-               for s in sets}
-
-    def call(s):
-        if filters is None:
-            s.fused()
-            return
-        filtered_sample_into(s.token_ids, s.num_accepted, batches[id(s)], uniform=s.uniform,
-                             exponential=s.exponential)
+    call = _caller(sets, filters)
     out = dict(eager=bench_gpu.time_calls(call, sets) * 1e6)
     if profile:
         host_profile(call, sets)
@@ -116,13 +147,23 @@ def main() -> None:
     ap.add_argument("--programs", default=str(triton_filter.READ_PROGRAMS))
     ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
     ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
+    ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a triton_filter constant for this run")
     args = ap.parse_args()
+    for item in args.set:
+        name, value = item.split("=")
+        if not hasattr(triton_filter, name):
+            sys.exit(f"--set: triton_filter has no {name}")
+        setattr(triton_filter, name, int(value))
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
     for programs in map(int, args.programs.split(",")):
         triton_filter.READ_PROGRAMS = programs
         print(f"programs {programs}", flush=True)
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
             if setting is None:
+                if args.trace:
+                    print(f"trace B={args.B} {name:20s} {kernel_trace(sets, None)}", flush=True)
                 if args.whole:
                     times = whole_call(sets, None, profile=args.profile)
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
@@ -131,6 +172,9 @@ def main() -> None:
             on = (setting[0] > 0, setting[1] < 1, setting[2] > 0)
             filters = tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
                             for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
+            if args.trace:
+                print(f"trace B={args.B} {name:20s} {kernel_trace(sets, filters)}", flush=True)
+                continue
             if args.whole:
                 times = whole_call(sets, filters, profile=args.profile)
                 shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())

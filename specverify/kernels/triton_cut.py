@@ -67,9 +67,22 @@ def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, B
 
 
 @triton.jit
-def _sample_tally(row_ptr, V, cand, inv_t, m, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
+def _sample_tally(row_ptr, V, cand, inv_t, m, by_mass, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
                   BLOCK_R: tl.constexpr):
-    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand."""
+    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
+    sums are zero unless by_mass (top-k's bracket counts alone, and a batch that passes a top_p tensor for
+    every request compiles the sums in)."""
+    if by_mass:
+        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, True, NS, CH, NG, BLOCK_R)
+    else:
+        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, False, NS, CH, NG, BLOCK_R)
+    return cnt, s1, s2
+
+
+@triton.jit
+def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
+                NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """``_sample_tally``'s loop, with the sums (MASS) or without."""
     cnt = tl.zeros([BLOCK_R, NG], tl.float32)
     s1 = tl.zeros([BLOCK_R, NG], tl.float32)
     s2 = tl.zeros([BLOCK_R, NG], tl.float32)
@@ -80,11 +93,12 @@ def _sample_tally(row_ptr, V, cand, inv_t, m, NS: tl.constexpr, CH: tl.constexpr
         x = ahead1
         ahead1 = ahead2
         ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
-        e = tl.exp(x - m)
         ge = x[:, None] >= cand[None, :]
         cnt += ge.to(tl.float32)
-        s1 += tl.where(ge, e[:, None], 0.0)
-        s2 += tl.where(ge, (e * e)[:, None], 0.0)
+        if MASS:
+            e = tl.exp(x - m)
+            s1 += tl.where(ge, e[:, None], 0.0)
+            s2 += tl.where(ge, (e * e)[:, None], 0.0)
     return tl.sum(cnt, axis=0), tl.sum(s1, axis=0), tl.sum(s2, axis=0)
 
 
@@ -119,10 +133,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
         tail = (1.0 - top_p.to(tl.float32)) * z
         drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
-        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop, inv_t, m, NS, CH, NG, BLOCK_R)
-        s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         by_mass = p_on & ~k_on
+        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop, inv_t, m, by_mass, NS, CH, NG, BLOCK_R)
+        s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
         ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
         j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
         j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
@@ -131,7 +145,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
         h = (g % half + 1).to(tl.float32) / half
         drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
-        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop2, inv_t, m, NS, CH, NG, BLOCK_R)
+        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop2, inv_t, m, by_mass, NS, CH, NG, BLOCK_R)
         ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
         d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
         d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
