@@ -128,6 +128,30 @@ def test_top_p_splits_a_tie_group_at_its_lowest_indices(device):
     assert emitted == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ties, low", [(100, -5.0), (20, -3.0)])
+def test_top_p_splits_a_gathered_tie_group_at_its_lowest_indices(device, ties, low, monkeypatch):
+    """A tie group at the top-p crossing among 300 gathered tokens, below three larger ones, kept in part:
+    wider than the search's final ranking (100 ties: the key search ends on the group, the index search ranks
+    its last tokens), or within it (20 ties: the ranking finds the crossing key and the mass above the group,
+    which sets how many of it are kept). The kept set must be the reference's (the three, then the group's
+    lowest indices), ranking on and off."""
+    V = 300
+    g = torch.Generator().manual_seed(9)
+    logits = torch.full((1, V), low)
+    at = torch.randperm(V, generator=g)
+    logits[0, at[:3]] = 1.0
+    logits[0, at[3:3 + ties]] = 0.0
+    batch = SpecBatch(torch.tensor([0]), torch.zeros(0, dtype=torch.int64), logits, None, torch.tensor([1.0]),
+                      None, torch.tensor([0.35]), None).to(device)
+    want = filtered_target(batch.to("cpu"), torch.arange(1), logits, torch.ones(1, 1, dtype=torch.float64)) > 0
+    assert 3 < int(want.sum()) < 3 + ties
+    for rank_n in (64, 0):
+        monkeypatch.setattr(triton_filter, "RANK_N", rank_n)
+        got = triton_sampler.filtered_logits(batch).cpu() > float("-inf")
+        assert torch.equal(got, want), (rank_n, (got != want).nonzero().tolist())
+
+
 def test_filter_cut_divergence_is_ambiguous_only_when_the_reference_makes_it():
     """SPEC 4.1: an output the reference emits once the top-p cut moves across a token whose preceding mass
     is within tol of top_p is an excused ambiguity; the same request emitting a token far from every cut is
@@ -150,13 +174,14 @@ def test_filter_cut_divergence_is_ambiguous_only_when_the_reference_makes_it():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("V", [10, 61, 300])
-def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, monkeypatch):
-    """A row with at most RANK_N gathered tokens is cut by ranking them against each other, not by the
-    NC-way search: both must give the same record (cut value and index, Z', the way it was found), on rows
-    gathered whole (V = 10, 61) and, with the small capacity, from a bracket (V = 300)."""
-    if V == 300:
-        monkeypatch.setattr(triton_filter, "CAP", 64)
+@pytest.mark.parametrize("V, cap", [(10, None), (61, None), (300, 64), (300, None)])
+def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, cap, monkeypatch):
+    """A row with at most RANK_N gathered tokens is cut by ranking them against each other, and a search ends
+    by ranking once its interval holds at most that many: both must give the records (cut value and index,
+    Z', the way it was found) of a search that never ranks, on rows gathered whole (V = 10, 61: ranked;
+    V = 300: searched, then ranked) and, with a small capacity, from a bracket (V = 300)."""
+    if cap is not None:
+        monkeypatch.setattr(triton_filter, "CAP", cap)
         monkeypatch.setattr(triton_filter, "NS", 32)
         monkeypatch.setattr(triton_filter, "CH", 4)
     batch = _rows(7 + V, 24, V, device)

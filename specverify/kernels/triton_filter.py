@@ -142,6 +142,7 @@ def _cut_kernel(
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
+    FINISH: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -169,7 +170,8 @@ def _cut_kernel(
         if live & on:
             lo, hi = _bounds(work_ptr, rid, V, CAP)
         _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
-                floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
+                floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH,
+                FINISH)
     else:
         if live & on:
             lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
@@ -181,11 +183,11 @@ def _cut_kernel(
                 tl.store(tickets_ptr + rid, 0)
                 _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p,
                         p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK,
-                        ONLY_RANK, SCRATCH)
+                        ONLY_RANK, SCRATCH, FINISH)
         elif tl.program_id(2) == 0:
             _record(row_ptr, rid, NR, live, on, tl.full([], KMIN, tl.int64), tl.full([], KMAX, tl.int64), work_ptr,
                     record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F,
-                    BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH)
+                    BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
 
 
 @triton.jit
@@ -225,7 +227,7 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, fl
 def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
             inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
-            SCRATCH: tl.constexpr):
+            SCRATCH: tl.constexpr, FINISH: tl.constexpr):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum)."""
     rec = record_ptr + rid
@@ -263,12 +265,12 @@ def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, reg
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
                                                               tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
-                                                              SCRATCH)
+                                                              SCRATCH, FINISH)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
                     cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, w_all, CAP, NC, BLOCK_FB, SCRATCH)
+                                                c_hi, w_hi, w_all, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
                     z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
                     how = how + 2
@@ -337,6 +339,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
+    # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
+    meta["FINISH"] = meta["RANK_BLOCK"] if rank_n and meta["RANK_BLOCK"] <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
 

@@ -7,10 +7,12 @@ index) at ``buf_ptr``:
     gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
     slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
 
-Searches are NC-way: NC keys split the interval, one tally counts (and weighs) what lies at or above each,
-and the interval shrinks to the piece where the target is crossed. Once the interval holds few enough of
-the tokens, they are copied to the row's scratch (``scr_at`` slots past ``buf_ptr``, SCRATCH of them) and
-later steps tally that copy alone, with what lies above the interval carried as a constant.
+Searches are NC-way: NC candidates split the interval (the values of tokens spread over the interval, its
+middle, and one above its low end), one tally counts (and weighs) what lies at or above each, and the
+interval shrinks to the piece where the target is crossed. Once the interval holds few enough of the tokens,
+they are copied to the row's scratch (``scr_at`` slots past ``buf_ptr``, SCRATCH of them) and later steps
+tally that copy alone, with what lies above the interval carried as a constant; once it holds at most
+FINISH, they are ranked against each other in one step.
 """
 
 from __future__ import annotations
@@ -81,20 +83,80 @@ def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCR
 
 
 @triton.jit
+def _values(packed, key_eq, BY_INDEX: tl.constexpr):
+    """(valid, value) of loaded tokens: the value searched over is the key, or (BY_INDEX) the index of a token
+    whose key is key_eq (others are not valid)."""
+    key = (packed >> 32).to(tl.int32)
+    if BY_INDEX:
+        return (packed != NONE) & (key == key_eq), 4294967295 - (packed & 4294967295)
+    return packed != NONE, key.to(tl.int64)
+
+
+@triton.jit
+def _candidates(src_ptr, n_src, a, b, key_eq, BY_INDEX: tl.constexpr, NC: tl.constexpr):
+    """[NC] ascending candidates in (a, b): a + 1 (the end, where one value is left above target), the middle
+    (the interval at least halves), and the values of NC - 2 tokens spread over the n_src at src_ptr, which
+    (in no particular order) split the tokens rather than the values: each step leaves a share of the tokens
+    of about 1 / (NC - 1). A token outside (a, b) gives the middle instead."""
+    jv = tl.arange(0, NC)
+    mid = a + (b - a) // 2
+    pos = (n_src * (jv - 1)) // (NC - 1)
+    valid, value = _values(tl.load(src_ptr + pos, mask=(jv >= 2) & (pos < n_src), other=NONE), key_eq, BY_INDEX)
+    spread = tl.where(valid & (value > a) & (value < b), value, mid)
+    return _ascending(tl.where(jv == 0, a + 1, tl.where(jv == 1, mid, spread)), NC)
+
+
+@triton.jit
+def _ascending(x, NC: tl.constexpr):
+    """[NC] x sorted ascending, by each one's rank among the others (an [NC, NC] comparison: a few whole-tensor
+    operations, where a sorting network is dozens, each one Python under the interpreter)."""
+    jv = tl.arange(0, NC)
+    before = (x[None, :] < x[:, None]) | ((x[None, :] == x[:, None]) & (jv[None, :] < jv[:, None]))
+    rank = tl.sum(before.to(tl.int32), axis=1)
+    return tl.sum(tl.where(rank[None, :] == jv[:, None], x[None, :], 0), axis=1)
+
+
+@triton.jit
+def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
+                 BY_MASS: tl.constexpr, FINISH: tl.constexpr):
+    """``_find``'s result over the n <= FINISH tokens at src_ptr, which are all those of the interval, with
+    F(b) = (c_off, w_off): F at each token's value by comparing every token with every other at once; the
+    largest value reaching target is the answer (the interval's smallest does)."""
+    i = tl.arange(0, FINISH)
+    packed = tl.load(src_ptr + i, mask=i < n, other=NONE)
+    valid, value = _values(packed, key_eq, BY_INDEX)
+    _, _, _, e = decode(packed, inv_t, m)
+    w = tl.where(valid, weight(e), 0)
+    ge = valid[None, :] & (value[None, :] >= value[:, None])        # [i, j]: token j at or above token i
+    f_c = c_off + tl.sum(ge.to(tl.int64), axis=1)
+    f_w = w_off + tl.sum(tl.where(ge, w[None, :], 0), axis=1)
+    if BY_MASS:
+        reach = valid & (base + f_w >= target)
+    else:
+        reach = valid & (base + f_c >= target)
+    c = tl.max(tl.where(reach, value, -1 << 40), axis=0)
+    at = valid & (value == c)
+    ca, wa = tl.max(tl.where(at, f_c, 0), axis=0), tl.max(tl.where(at, f_w, 0), axis=0)
+    return c, ca, wa, ca - tl.sum(at.to(tl.int64), axis=0), wa - tl.sum(tl.where(at, w, 0), axis=0)
+
+
+@triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
-          BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr):
+          BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
+          FINISH: tl.constexpr):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
-    tokens stay): F(c) is then their tally plus F(b) at the move."""
+    tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
+    they are ranked (``_rank_finish``) instead of searched further."""
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
     c_off, w_off = shift, shift         # F(b) when they moved
-    for _ in range(32):     # at least 2 candidates a step: 32 steps cover 2**32 keys
-        if b - a > 1:
-            cand = a + ((b - a) * jv) // (NC + 1)
+    for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
+        if (b - a > 1) & ((FINISH == 0) | (ca - cb > FINISH)):
+            cand = _candidates(buf_ptr + shift, n_src, a, b, key_eq, BY_INDEX, NC)
             cnt, mass = _tally(buf_ptr + shift, n_src, cand, key_eq, inv_t, m, BY_INDEX, NC, BLOCK_R)
             cnt, mass = cnt + c_off, mass + w_off
             if BY_MASS:
@@ -111,12 +173,21 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                                       BLOCK_R)
                 shift = scr_at + tl.zeros([], tl.int64)
                 c_off, w_off = cb, wb
+    if FINISH > 0:
+        if (b - a > 1) & (ca - cb <= FINISH):
+            # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
+            if (shift != scr_at) | (n_src != ca - cb):
+                n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
+                                      BLOCK_R)
+                c_off, w_off = cb, wb
+            a, ca, wa, cb, wb = _rank_finish(buf_ptr + scr_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
+                                             BY_INDEX, BY_MASS, FINISH)
     return a, ca, wa, cb, wb
 
 
 @triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
-            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr):
+            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own."""
@@ -129,7 +200,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, lo, hi, n_in, w_all_in, zero, zero,
-                                                      k - c_hi, zero, 0, inv_t, m, False, False, NC, BLOCK_R, SCRATCH)
+                                                      k - c_hi, zero, 0, inv_t, m, False, False, NC, BLOCK_R, SCRATCH,
+                                                      FINISH)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
     if p_on:
@@ -137,7 +209,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, cut_key, hi, c_k - c_hi, w_all_in, zero,
                                                       zero, target - w_hi, zero, 0, inv_t, m, False, True, NC, BLOCK_R,
-                                                      SCRATCH)
+                                                      SCRATCH, FINISH)
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
         ties = c_at - c_above
         e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
@@ -147,7 +219,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         if n_kept < ties:
             idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, zero, zero + V, ties, zero, zero, zero,
                                                       ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
-                                                      True, False, NC, BLOCK_R, SCRATCH)
+                                                      True, False, NC, BLOCK_R, SCRATCH, FINISH)
             cut_idx = idx.to(tl.int32)
     return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
                                                      BLOCK_R), w_k, c_k
@@ -247,7 +319,7 @@ def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr
 
 @triton.jit
 def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, w_all,
-             CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr):
+             CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
     """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
     target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
     a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
@@ -271,7 +343,7 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
         else:
             ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
                                                          a, b, cb, wb, wb, w_all, k, True, top_p, False, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH)
+                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         up, mid = w_hi >= target, w_lo >= target
@@ -290,5 +362,5 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
         else:
             ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
                                                          a, b, cb, wb, wb, w_k, k, False, top_p, True, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH)
+                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     return cut_key, cut_idx
