@@ -1,7 +1,7 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
     python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace]
-                               [--set NAME=VALUE ...]
+                               [--set NAME=VALUE ...] [--settings 'none;top_p=0.9']
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
@@ -150,6 +150,8 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a triton_filter constant for this run")
+    ap.add_argument("--settings", default=None,
+                    help="which of bench_gpu.FILTER_SETTINGS to run, ';'-separated (default: all)")
     args = ap.parse_args()
     for item in args.set:
         name, value = item.split("=")
@@ -161,6 +163,8 @@ def main() -> None:
         triton_filter.READ_PROGRAMS = programs
         print(f"programs {programs}", flush=True)
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
+            if args.settings is not None and name not in args.settings.split(";"):
+                continue
             if setting is None:
                 if args.trace:
                     print(f"trace B={args.B} {name:20s} {kernel_trace(sets, None)}", flush=True)

@@ -82,6 +82,9 @@ NC_GPU = 8
 RANK_N = 64
 # the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens)
 SCRATCH_SHARE = 4
+# a search ends by ranking its interval's tokens once at most this many are left (a power of 2, at most RANK_N;
+# 0: it searches to the end)
+FINISH_N = 16
 # a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
@@ -317,7 +320,7 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int):
+            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int):
     """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
     keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
     tiles = triton.cdiv(V, block_v)
@@ -340,7 +343,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
-    meta["FINISH"] = meta["RANK_BLOCK"] if rank_n and meta["RANK_BLOCK"] <= meta["SCRATCH"] else 0
+    finish = min(finish_n, meta["RANK_BLOCK"])
+    meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
 
@@ -363,9 +367,9 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1 step, whose
     arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request). Three
-    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE and
-    ONE_LAUNCH_ROWS are read here, so that a test can shrink them to reach the sample and slow paths, turn
-    ranking or the search's scratch off, or choose the plan."""
+    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N
+    and ONE_LAUNCH_ROWS are read here, so that a test can shrink them to reach the sample and slow paths, turn
+    ranking, the search's scratch or its ranked end off, or choose the plan."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -374,7 +378,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                   meta1["num_warps"], tuple(f is not None for f in filters),
                                                   tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                  RANK_N, SCRATCH_SHARE)
+                                                  RANK_N, SCRATCH_SHARE, FINISH_N)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
