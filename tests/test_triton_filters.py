@@ -104,7 +104,7 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gathe
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 10 ** 6)
         # the three launches left their sums and tokens in the work space: a record written before every split
         # is done must not find them there
-        for work, _, _ in triton_filter._buffers.values():
+        for work, *_ in triton_filter._buffers.values():
             work.fill_(1 << 40)
         one = _records(batch, block_v=32)
         live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])

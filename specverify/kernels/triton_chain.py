@@ -244,10 +244,18 @@ def _decide_race_kernel(
         tl.store(num_accepted_ptr + b, n_acc.to(tl.int64))
 
 
+_filtered_metas: dict = {}
+
+
 def with_cut(pass2: tuple, record) -> tuple:
     """Pass 2's launch step reading the target-filter records ``record`` (``triton_filter.cut_launch``)."""
     kernel, grid, args, meta, key, stream = pass2
-    return kernel, grid, args[:12] + (record,) + args[13:], dict(meta, FILTERED=True), key and key + ("cut",), stream
+    # pass 2's meta is its recipe's (cached), so its FILTERED copy is made once; the entry holds the meta
+    # itself, so that its id is not reused while the entry lives
+    seen = _filtered_metas.get(id(meta))
+    if seen is None or seen[0] is not meta:
+        seen = _filtered_metas[id(meta)] = (meta, dict(meta, FILTERED=True))
+    return kernel, grid, args[:12] + (record,) + args[13:], seen[1], key and key + ("cut",), stream
 
 
 def chain_launches(rows: tuple, noise: tuple, outs: tuple, buf, grids: tuple, ints: tuple, metas: tuple, key,

@@ -320,9 +320,11 @@ _buffers: dict = {}
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int):
-    """(id, SF, chunk, region, work words, meta) of a cut launch: at most MAX_SPLITS splits per row (each
-    keeps cap / next_pow2(SF) gathered tokens), whole tiles per split."""
+            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
+            one_launch_rows: int):
+    """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
+    cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
+    order, built once here since the host's work is what a call of a few rows costs."""
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -346,22 +348,30 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     finish = min(finish_n, meta["RANK_BLOCK"])
     meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
-    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, meta
+    read_meta = dict(meta, num_warps=min(warps, READ_WARPS))
+    if B * K1 <= one_launch_rows:
+        stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
+    else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
+        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage))
+                       for stage, splits, m in ((0, 1, meta), (1, sf, read_meta), (2, 1, meta)) if stage or not whole)
+    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
-    """The cut launches' int64 work space, float32 records and int32 tickets (zero: the one-launch plan leaves
-    them so), one of each per (thread, device, stream), grown as needed."""
+    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets (zero: the one-launch plan
+    leaves them so), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
-    work, record, tickets = _buffers.get(key, (None, None, None))
+    work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
-        record = torch.empty(6 * rows, dtype=torch.float32, device=device)
+        record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
     if tickets is None or tickets.numel() < rows:
         tickets = torch.zeros(rows, dtype=torch.int32, device=device)
-    _buffers[key] = (work, record, tickets)
-    return work, record, tickets
+    if rows not in views:
+        views[rows] = record[:6 * rows]
+    _buffers[key] = (work, record, tickets, views)
+    return work, views[rows], tickets
 
 
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
@@ -375,24 +385,16 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     B = grid1[0]
     filters = (top_k, top_p, min_p)
     given = tuple(f for f in filters if f is not None)
-    rid, sf, chunk, region, words, meta = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
-                                                  meta1["num_warps"], tuple(f is not None for f in filters),
-                                                  tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                  RANK_N, SCRATCH_SHARE, FINISH_N)
+    rid, sf, chunk, region, words, stages = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
+                                                    meta1["num_warps"], tuple(f is not None for f in filters),
+                                                    tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
+                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    read_meta = dict(meta, num_warps=min(meta["num_warps"], READ_WARPS))
-    if B * K1 <= ONE_LAUNCH_ROWS:
-        return ((_cut_kernel, (B, K1, sf), args, dict(read_meta, STAGE=3), key and key + (3,), stream),), \
-            record[:6 * B * K1]
-    # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
-    metas = (meta, read_meta, meta)
-    steps = tuple((_cut_kernel, (B, K1, splits), args, dict(m, STAGE=stage), key and key + (stage,), stream)
-                  for stage, (splits, m) in enumerate(zip((1, sf, 1), metas)) if stage or V > meta["CAP"])
-    return steps, record[:6 * B * K1]
+    return tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) for stage, grid, meta in stages), record
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
