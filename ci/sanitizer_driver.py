@@ -79,9 +79,10 @@ CASES = [
 # target filters (SPEC 3.4) through the backend, so the cut's launches run: counts, V, method. V = 8 is
 # ranked whole (a record launch without the search), V = 1,003 gathered whole and searched or ranked,
 # V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
-# logits
-FILTERED = [([2, 0, 3, 1], 8, "standard"), ([1, 2, 0], 1_003, "standard"), ([2, 1], 20_011, "standard"),
-            ([3, 1, 2], 1_003, "block")]
+# logits. Batches of at most triton_filter.ONE_LAUNCH_ROWS rows (B K1: [2, 1] and [1, 2] here) are cut in one
+# launch, the others in three
+FILTERED = [([2, 0, 3, 1], 8, "standard"), ([1, 2, 0], 1_003, "standard"), ([1, 2], 1_003, "standard"),
+            ([2, 1], 20_011, "standard"), ([3, 1, 2], 1_003, "block")]
 
 
 def filtered_calls(g, device: str) -> int:
