@@ -37,10 +37,10 @@ batch-invariant. A strided sample of NS logits is tallied on two grids of drops 
 bracket [lo, hi) of order keys that should hold the top-k crossing (the k-th largest logit) or, with top-k
 off, the top-p crossing (where the sorted mass reaches top_p), with a wide margin. One read of the row sums
 count and mass at and above hi, the min-p mass, and gathers the bracket's tokens. The resolve launch searches
-the gathered tokens for the crossings, NC candidate keys a step, exactly (once few enough lie in the
-interval, a step tallies only those, copied to a scratch); at most RANK_N gathered tokens
-are ranked against each other instead (``triton_rank``), with the same result. Where min-p alone decides the cut
-(it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
+the gathered tokens for the crossings, NC candidates a step, exactly (once few enough lie in the interval, a
+step tallies only those, copied to a scratch, and the last FINISH_N are ranked against each other); at most
+RANK_N gathered tokens are ranked against each other instead (``triton_rank``), with the same result. Where
+min-p alone decides the cut (it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
 that program narrows the interval alone (NC candidate keys per read of the row), gathers it and searches it
 the same way.
 """
