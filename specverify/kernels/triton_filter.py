@@ -394,7 +394,8 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    return tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) for stage, grid, meta in stages), record
+    steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) for stage, grid, meta in stages)
+    return steps, record
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
