@@ -1,0 +1,112 @@
+"""The cut's launches compiled for the H100 without one: registers, spills and SASS size of each stage.
+
+    python ci/cut_sass.py [--stages 0,1,2,3] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
+
+Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
+picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles and 8 warps), with the
+filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0). ``ptxas -v`` (Triton's bundled
+one for the PTX version it emits) gives registers and spills; ``nvdisasm`` the SASS, counted by line and by
+a few instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each
+one's checkout: the GPU is not needed, and so neither is a device run. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.pop("TRITON_INTERPRET", None)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from specverify.kernels import triton_filter  # noqa: E402
+
+POINTERS = {"logits_ptr": "*fp32", "temperature_ptr": "*fp32", "num_draft_ptr": "*i64", "scratch_ptr": "*i64",
+            "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "work_ptr": "*i64",
+            "record_ptr": "*fp32", "tickets_ptr": "*i32"}
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+
+def stage_metas(B: int, V: int, flags: tuple) -> dict:
+    """{STAGE: meta} of the cut's launches at B requests of 4 drafts, and of the one-launch plan (STAGE 3) where
+    this checkout has one. Earlier checkouts' ``_recipe`` takes fewer knobs and returns one meta: what it
+    takes is passed, so that two commits compare."""
+    import inspect  # noqa: PLC0415
+
+    dtypes = tuple(dt for dt, on in zip(("torch.int64", "torch.float32", "torch.float32"), flags) if on)
+    known = dict(B=B, K1=5, V=V, S1=4, block_v=1024, block_b=128, warps=8, flags=flags, dtypes=dtypes,
+                 cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
+                 rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
+                 finish_n=getattr(triton_filter, "FINISH_N", 0))
+    takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
+    metas = {}
+    for rows in (0, 10 ** 9):
+        planned = triton_filter._recipe(*(known.get(name, rows) for name in takes))[5]
+        if isinstance(planned, dict):       # one meta for the three stages; the read at READ_WARPS
+            read = dict(planned, num_warps=min(planned["num_warps"], triton_filter.READ_WARPS))
+            return {0: dict(planned, STAGE=0), 1: dict(read, STAGE=1), 2: dict(planned, STAGE=2)}
+        metas.update({stage: meta for stage, _, meta in planned})
+    return metas
+
+
+def compile_stage(meta: dict) -> tuple[str, str]:
+    """(ptxas -v's report, SASS) of one stage's meta."""
+    meta = dict(meta)
+    warps = meta.pop("num_warps")
+    signature, constexprs = {}, {}
+    for name in triton_filter._cut_kernel.arg_names:
+        if name in meta:
+            signature[name], constexprs[name] = "constexpr", meta[name]
+        else:
+            signature[name] = POINTERS.get(name, "i32")
+    kernel = triton.compile(ASTSource(triton_filter._cut_kernel, signature, constexprs),
+                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "cut.ptx"), os.path.join(tmp, "cut.cubin")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        # the plain ptxas may be older than the PTX this Triton emits; the Blackwell one reads newer PTX
+        for name in ("ptxas-blackwell", "ptxas"):
+            run = subprocess.run([os.path.join(BIN, name), "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                                 capture_output=True, text=True)
+            if run.returncode == 0:
+                break
+        else:
+            sys.exit(f"ptxas failed: {run.stderr[-400:]}")
+        sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True).stdout
+    return run.stderr + run.stdout, sass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--flags", default="1,1,1", help="top_k,top_p,min_p tensors passed (1) or None (0)")
+    ap.add_argument("--B", type=int, default=128)
+    ap.add_argument("--V", type=int, default=151_936)
+    ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
+    args = ap.parse_args()
+    flags = tuple(bool(int(x)) for x in args.flags.split(","))
+    metas = stage_metas(args.B, args.V, flags)
+    print(f"triton {triton.__version__}, sm_90a, B={args.B} V={args.V} filters passed {args.flags}")
+    for stage in map(int, args.stages.split(",")):
+        if stage not in metas:
+            print(f"stage {stage}: not in this plan")
+            continue
+        report, sass = compile_stage(metas[stage])
+        lines = [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line]
+        counts = {op: sass.count(op) for op in ("MUFU", "LDG", "STG", "ATOM", "BRA", "BAR")}
+        print(f"stage {stage}: {'; '.join(lines)}; SASS {len(sass.splitlines())} lines, {counts}", flush=True)
+        if args.sass:
+            os.makedirs(args.sass, exist_ok=True)
+            with open(os.path.join(args.sass, f"stage{stage}.sass"), "w") as f:
+                f.write(sass)
+
+
+if __name__ == "__main__":
+    main()
