@@ -167,30 +167,29 @@ def _cut_kernel(
         if live & on:
             lo, hi = _bounds(work_ptr, rid, V, CAP)
             _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
-    elif STAGE == 2:
+    else:
+        # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
+        # its read writes it, and split 0 an unfiltered row's
         lo = tl.full([], KMIN, tl.int64)
         hi = tl.full([], KMAX, tl.int64)
+        writes = (STAGE == 2) | (tl.program_id(2) == 0)
         if live & on:
-            lo, hi = _bounds(work_ptr, rid, V, CAP)
-        _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
-                floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH,
-                FINISH)
-    else:
-        if live & on:
-            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
-            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
-            # every thread's stores are issued before the release that publishes them to the last split
-            tl.debug_barrier()
-            done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
-            if done == SF - 1:
-                tl.store(tickets_ptr + rid, 0)
-                _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p,
-                        p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK,
-                        ONLY_RANK, SCRATCH, FINISH)
-        elif tl.program_id(2) == 0:
-            _record(row_ptr, rid, NR, live, on, tl.full([], KMIN, tl.int64), tl.full([], KMAX, tl.int64), work_ptr,
-                    record_ptr, V, SF, region, k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F,
-                    BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
+            if STAGE == 2:
+                lo, hi = _bounds(work_ptr, rid, V, CAP)
+            else:
+                lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+                _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP,
+                      BLOCK_READ)
+                # every thread's stores are issued before the release that publishes them to the last split
+                tl.debug_barrier()
+                done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
+                writes = done == SF - 1
+                if writes:
+                    tl.store(tickets_ptr + rid, 0)
+        if writes:
+            _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
+                    floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK,
+                    SCRATCH, FINISH)
 
 
 @triton.jit
