@@ -24,6 +24,16 @@ from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, k
 
 
 @triton.jit
+def _values(packed, key_eq, BY_INDEX: tl.constexpr):
+    """(valid, value) of loaded tokens: the value searched over is the key, or (BY_INDEX) the index of a token
+    whose key is key_eq (others are not valid)."""
+    key = (packed >> 32).to(tl.int32)
+    if BY_INDEX:
+        return (packed != NONE) & (key == key_eq), 4294967295 - (packed & 4294967295)
+    return packed != NONE, key.to(tl.int64)
+
+
+@triton.jit
 def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr):
     """(count, mass) of the n gathered tokens with keys at or above each candidate; BY_INDEX: of those whose
     key is key_eq, with indices at or above each candidate."""
@@ -32,13 +42,11 @@ def _tally(buf_ptr, n, cand, key_eq, inv_t, m, BY_INDEX: tl.constexpr, NC: tl.co
     # the next tile's load is in flight while this one is tallied
     ahead = tl.load(buf_ptr + tl.arange(0, BLOCK_R), mask=tl.arange(0, BLOCK_R) < n, other=NONE)
     for start in range(0, n, BLOCK_R):
-        valid, key, idx, e = decode(ahead, inv_t, m)
+        _, _, _, e = decode(ahead, inv_t, m)
+        valid, value = _values(ahead, key_eq, BY_INDEX)
         i = start + BLOCK_R + tl.arange(0, BLOCK_R)
         ahead = tl.load(buf_ptr + i, mask=i < n, other=NONE)
-        if BY_INDEX:
-            ge = (valid & (key == key_eq))[:, None] & (idx.to(tl.int64)[:, None] >= cand[None, :])
-        else:
-            ge = valid[:, None] & (key.to(tl.int64)[:, None] >= cand[None, :])
+        ge = valid[:, None] & (value[:, None] >= cand[None, :])
         cnt += ge.to(tl.int32)
         mass += tl.where(ge, weight(e)[:, None], 0)
     return tl.sum(cnt, axis=0).to(tl.int64), tl.sum(mass, axis=0)
@@ -67,12 +75,8 @@ def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCR
     for start in range(0, n, BLOCK_R):
         i = start + tl.arange(0, BLOCK_R)
         packed = tl.load(src_ptr + i, mask=i < n, other=NONE)
-        key = packed >> 32      # the int32 key, sign and all
-        if BY_INDEX:
-            idx = 4294967295 - (packed & 4294967295)
-            inside = (packed != NONE) & (key == key_eq) & (idx >= a) & (idx < b)
-        else:
-            inside = (packed != NONE) & (key >= a) & (key < b)
+        valid, value = _values(packed, key_eq, BY_INDEX)
+        inside = valid & (value >= a) & (value < b)
         at = copied + tl.cumsum(inside.to(tl.int64), 0) - 1
         # in place, a tile's destination can overlap its own source: every thread loads before any stores
         tl.debug_barrier()
@@ -80,16 +84,6 @@ def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCR
         copied += tl.sum(inside.to(tl.int64), axis=0)
     tl.debug_barrier()          # what any thread copied is in place before any thread tallies it
     return tl.minimum(copied, SCRATCH)
-
-
-@triton.jit
-def _values(packed, key_eq, BY_INDEX: tl.constexpr):
-    """(valid, value) of loaded tokens: the value searched over is the key, or (BY_INDEX) the index of a token
-    whose key is key_eq (others are not valid)."""
-    key = (packed >> 32).to(tl.int32)
-    if BY_INDEX:
-        return (packed != NONE) & (key == key_eq), 4294967295 - (packed & 4294967295)
-    return packed != NONE, key.to(tl.int64)
 
 
 @triton.jit
