@@ -75,6 +75,50 @@ def test_float32_cut_keeps_the_references_tokens_on_every_path(device, small_gat
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_slow_path_sets_top_p_alone_against_the_whole_rows_mass(device, small_gather):
+    """Top-p alone on flat rows of 300 tokens keeps more than the 64 a small gather holds, so the bracket
+    overflows and the slow path finds the cut. Its target is top_p times the row's whole mass, which the
+    slow path sums itself (a top-k row's read weighs nothing): a wrong whole mass moves the cut."""
+    batch = _rows(7, 8, 300, device)
+    flat = torch.cat([_logits(torch.Generator().manual_seed(b), 1, 300, "flat") for b in range(8)]).float()
+    batch = dataclasses.replace(batch, target_logits=flat.to(device),
+                                top_k=torch.zeros(8, dtype=torch.int64, device=device),
+                                top_p=torch.tensor([0.3, 0.5, 0.7, 0.9] * 2, device=device),
+                                min_p=torch.zeros(8, device=device), temperature=torch.ones(8, device=device))
+    records = _records(batch)
+    assert records[5].tolist() == [2.0] * 8
+    want = filtered_target(batch.to("cpu"), torch.arange(8), flat, torch.ones(8, 1, dtype=torch.float64)) > 0
+    got = torch.softmax(triton_sampler.filtered_logits(batch).cpu().double(), dim=1) > 0
+    assert torch.equal(got, want), (got != want).nonzero().tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device):
+    """Top-k 3,000 to 8,000 of 20,000 tokens (past CAP, so the sample brackets the crossing): tokens lie above
+    the bracket, and the read must weigh them (a top-k row with none above is read without masses). Z' and
+    top-p's target, a share of what top-k keeps, both contain that mass, so the kept sets and Z' must be the
+    float64 reference's. Top-p is off or close to 1, so that its crossing lies in the bracket too and the
+    bracket, not the slow path, finds every cut."""
+    B, V = 12, 20_000
+    g = torch.Generator().manual_seed(3)
+    batch = dataclasses.replace(_rows(8, B, V, device),
+                                target_logits=torch.cat([_logits(g, 1, V, "normal") for _ in range(B)]).float().to(device),
+                                top_k=torch.tensor([3000, 5000, 8000] * 4, device=device),
+                                top_p=torch.tensor([1.0, 1.0, 0.999, 0.9995] * 3, device=device),
+                                min_p=torch.zeros(B, device=device), temperature=torch.ones(B, device=device))
+    records = _records(batch)
+    his = [work[1:2 * B:2].cpu() for work, *_ in triton_filter._buffers.values()]
+    assert any(bool((hi < 2 ** 31).all()) for hi in his)
+    assert records[5].tolist() == [1.0] * B
+    logits = batch.target_logits.cpu().double()
+    want = filtered_target(batch.to("cpu"), torch.arange(B), logits.float(), torch.ones(B, 1, dtype=torch.float64)) > 0
+    got = torch.softmax(triton_sampler.filtered_logits(batch).cpu().double(), dim=1) > 0
+    assert torch.equal(got, want), (got != want).nonzero().tolist()
+    z = torch.where(want, torch.exp(logits - logits.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
+    torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cut_records_do_not_depend_on_the_launch_plan(device):
     """Masses are fixed point, so the cut (value, index) and its kept mass Z' are the same integers whether
     a row is read in one split or several, in wide or narrow tiles: outputs are deterministic and a request's

@@ -164,37 +164,56 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
+def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
           BLOCK_V: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
     slot_ptr (int64, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
-    ends holding their count. A row whose min-p is off (floor 0: every token passes) takes the loop without
-    the min-p sums, which are a fifth of the read's instructions."""
+    ends holding their count. Three loops: with the min-p sums (floor > 0), without them (floor 0: every
+    token passes, and they are a fifth of the read's instructions), and, where the caller needs no mass
+    (``weigh`` false), without any: keys, counts and the gather alone, since the exponential and the int64
+    sums are most of the read's instructions. Masses are 0 there."""
     if HAS_M:
         if floor > 0.0:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, slot_ptr, True, BLOCK_V)
+                                                                buf_ptr, region, slot_ptr, True, True, BLOCK_V)
         else:
-            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, slot_ptr, False, BLOCK_V)
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                      weigh, buf_ptr, region, slot_ptr, BLOCK_V)
     else:
-        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, False, BLOCK_V)
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                  weigh, buf_ptr, region, slot_ptr, BLOCK_V)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
 @triton.jit
-def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
-               BLOCK_V: tl.constexpr):
-    """``sweep``'s loop, with the min-p sums (HAS_M) or without (every token passes). Per lane sums: no
-    reduction in the loop (a tile's reduction to place its bracket tokens in order cost a third of the
-    read)."""
+def _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr,
+                     BLOCK_V: tl.constexpr):
+    """``sweep`` where min-p is off: with the masses (weigh) or without."""
+    if weigh:
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
+                                                            region, slot_ptr, True, False, BLOCK_V)
+    else:
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
+                                                            region, slot_ptr, False, False, BLOCK_V)
+    return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
+
+
+@triton.jit
+def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, MASS: tl.constexpr,
+               MINP: tl.constexpr, BLOCK_V: tl.constexpr):
+    """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
+    passes). Per lane sums: no reduction in the loop (a tile's reduction to place its bracket tokens in order
+    cost a third of the read). Keys compare as int32 (int64 compares take twice the instructions): hi =
+    KMAX, above every key, is a flag instead, and lo is below KMAX wherever anything is gathered."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
     w_hi, w_hi_mp, w_all, w_mp = zl, zl, zl, zl
     gather = lo < hi
+    hi_on = hi < KMAX
+    hi32 = tl.minimum(hi, KMAX - 1).to(tl.int32)
+    lo32 = tl.minimum(lo, KMAX - 1).to(tl.int32)
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
     ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
     ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
@@ -206,24 +225,25 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
         ahead1, ahead2 = ahead2, ahead3
         ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
         key = order_key(logit)
-        e = tl.exp(logit * inv_t - m)
-        w = weight(e)
-        ge = mask & (key >= hi)
-        inside = mask & (key >= lo) & ~ge
+        ge = tl.where(hi_on, mask & (key >= hi32), False)
+        inside = mask & (key >= lo32) & ~ge
         c_hi += ge.to(tl.int32)
-        w_hi += tl.where(ge, w, 0)
-        w_all += w
-        if HAS_M:
-            mp = mask & (e >= floor)
-            w_hi_mp += tl.where(ge & mp, w, 0)
-            c_mp += mp.to(tl.int32)
-            w_mp += tl.where(mp, w, 0)
+        if MASS:
+            e = tl.exp(logit * inv_t - m)
+            w = weight(e)
+            w_hi += tl.where(ge, w, 0)
+            w_all += w
+            if MINP:
+                mp = mask & (e >= floor)
+                w_hi_mp += tl.where(ge & mp, w, 0)
+                c_mp += mp.to(tl.int32)
+                w_mp += tl.where(mp, w, 0)
         if gather:
             at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
             packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
             tl.store(buf_ptr + at, packed, mask=inside & (at < region))
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
-    if HAS_M:
+    if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
     else:                       # no min-p: every token passes its test
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s

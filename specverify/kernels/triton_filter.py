@@ -166,7 +166,8 @@ def _cut_kernel(
     elif STAGE == 1:
         if live & on:
             lo, hi = _bounds(work_ptr, rid, V, CAP)
-            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP, BLOCK_READ)
+            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M, CAP,
+                  BLOCK_READ)
     else:
         # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
         # its read writes it, and split 0 an unfiltered row's
@@ -178,8 +179,8 @@ def _cut_kernel(
                 lo, hi = _bounds(work_ptr, rid, V, CAP)
             else:
                 lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
-                _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M, CAP,
-                      BLOCK_READ)
+                _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
+                      CAP, BLOCK_READ)
                 # every thread's stores are issued before the release that publishes them to the last split
                 tl.debug_barrier()
                 done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -204,18 +205,21 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 
 @triton.jit
-def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, inv_t, m, floor, HAS_M: tl.constexpr,
+def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M: tl.constexpr,
           CAP: tl.constexpr, BLOCK_V: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region (the fourth word, their count, counts them as they are placed)."""
+    tokens to its region (the fourth word, their count, counts them as they are placed). A top-k row with
+    nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
+    tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
     mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
     tl.store(mine + 3, tl.zeros([], tl.int64))
     tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
+    weigh = ~k_on | (hi < KMAX) | (floor > 0.0)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, buf, region, mine + 3, HAS_M,
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, mine + 3, HAS_M,
         BLOCK_V)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
@@ -272,7 +276,7 @@ def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, reg
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
                     cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, w_all, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
+                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
                     z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
                     how = how + 2

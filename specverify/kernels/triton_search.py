@@ -312,7 +312,7 @@ def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr
 
 
 @triton.jit
-def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi, w_all,
+def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi,
              CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
     """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
     target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
@@ -320,11 +320,13 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
     index of its last kept token)."""
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
-    w_k = w_all
     c_k = tl.zeros([], tl.int64) + V
-    # the count and mass at or above lo: the sweep sums only those above hi (one more read, on this path alone)
-    c_lo, w_lo = _at_keys(row_ptr, V, inv_t, m, tl.zeros([NC], tl.int64) + lo, NC, BLOCK)
-    c_lo, w_lo = pick(c_lo, 0, tl.arange(0, NC)), pick(w_lo, 0, tl.arange(0, NC))
+    # the count and mass at or above lo, and the row's whole mass: the sweep sums only those above hi, and
+    # weighs nothing for a top-k row with nothing above (one more read, on this path alone)
+    jc = tl.arange(0, NC)
+    c_lo, w_lo = _at_keys(row_ptr, V, inv_t, m, tl.where(jc == 1, KMIN, lo), NC, BLOCK)
+    c_lo, w_lo, w_all = pick(c_lo, 0, jc), pick(w_lo, 0, jc), pick(w_lo, 1, jc)
+    w_k = w_all
     if k_on:
         up, mid = c_hi >= k, c_lo >= k
         a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
