@@ -73,6 +73,11 @@ READ_PROGRAMS = 2048
 # SM, too few loads in flight to stream the row; one logit a thread holds 32 registers (docs/benchmarks.md,
 # issue 29)
 BLOCK_READ, READ_WARPS = 256, 8
+# sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
+# tile sets the registers of stage 0 and so how many of its programs an SM holds
+SAMPLE_TILE = 256
+# gathered tokens a step of the record launch's tallies on the GPU
+SEARCH_TILE = 256
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
 # step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
 NC_GPU = 8
@@ -340,8 +345,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     wide = _INTERPRETED
     meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG,
                 NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
-                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else 256),
-                BLOCK_SAMPLE=min(ns, 1024 if wide else 256), BLOCK_FB=1024 if wide else 128,
+                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else SEARCH_TILE),
+                BLOCK_SAMPLE=min(ns, 1024 if wide else SAMPLE_TILE), BLOCK_FB=1024 if wide else 128,
                 BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 num_warps=warps)
