@@ -165,37 +165,39 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
-          BLOCK_V: tl.constexpr):
+          BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
     slot_ptr (int64, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
     ends holding their count. Three loops: with the min-p sums (floor > 0), without them (floor 0: every
     token passes, and they are a fifth of the read's instructions), and, where the caller needs no mass
     (``weigh`` false), without any: keys, counts and the gather alone, since the exponential and the int64
-    sums are most of the read's instructions. Masses are 0 there."""
+    sums are most of the read's instructions. Masses are 0 there, and tiles of BLOCK_COUNT."""
     if HAS_M:
         if floor > 0.0:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                 buf_ptr, region, slot_ptr, True, True, BLOCK_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                      weigh, buf_ptr, region, slot_ptr, BLOCK_V)
+                                                                      weigh, buf_ptr, region, slot_ptr, BLOCK_V,
+                                                                      BLOCK_COUNT)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                  weigh, buf_ptr, region, slot_ptr, BLOCK_V)
+                                                                  weigh, buf_ptr, region, slot_ptr, BLOCK_V,
+                                                                  BLOCK_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
 @triton.jit
 def _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr,
-                     BLOCK_V: tl.constexpr):
+                     BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """``sweep`` where min-p is off: with the masses (weigh) or without."""
     if weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, slot_ptr, True, False, BLOCK_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, False, False, BLOCK_V)
+                                                            region, slot_ptr, False, False, BLOCK_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 

@@ -73,6 +73,8 @@ READ_PROGRAMS = 2048
 # SM, too few loads in flight to stream the row; one logit a thread holds 32 registers (docs/benchmarks.md,
 # issue 29)
 BLOCK_READ, READ_WARPS = 256, 8
+# the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
+COUNT_TILE = 256
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
 SAMPLE_TILE = 256
@@ -149,6 +151,7 @@ def _cut_kernel(
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
+    BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr,
 ):
@@ -172,7 +175,7 @@ def _cut_kernel(
         if live & on:
             lo, hi = _bounds(work_ptr, rid, V, CAP)
             _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M, CAP,
-                  BLOCK_READ)
+                  BLOCK_READ, BLOCK_COUNT)
     else:
         # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
         # its read writes it, and split 0 an unfiltered row's
@@ -185,7 +188,7 @@ def _cut_kernel(
             else:
                 lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
                 _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
-                      CAP, BLOCK_READ)
+                      CAP, BLOCK_READ, BLOCK_COUNT)
                 # every thread's stores are issued before the release that publishes them to the last split
                 tl.debug_barrier()
                 done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -211,7 +214,7 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 @triton.jit
 def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M: tl.constexpr,
-          CAP: tl.constexpr, BLOCK_V: tl.constexpr):
+          CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
     tokens to its region (the fourth word, their count, counts them as they are placed). A top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
@@ -225,7 +228,7 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t,
     weigh = ~k_on | (hi < KMAX) | (floor > 0.0)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, mine + 3, HAS_M,
-        BLOCK_V)
+        BLOCK_V, BLOCK_COUNT)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
@@ -347,7 +350,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else SEARCH_TILE),
                 BLOCK_SAMPLE=min(ns, 1024 if wide else SAMPLE_TILE), BLOCK_FB=1024 if wide else 128,
-                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ), RANK_N=rank_n,
+                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ),
+                BLOCK_COUNT=block_v if wide else min(block_v, COUNT_TILE), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
