@@ -67,22 +67,10 @@ def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, B
 
 
 @triton.jit
-def _sample_tally(row_ptr, V, cand, inv_t, m, by_mass, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
-                  BLOCK_R: tl.constexpr):
-    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
-    sums are zero unless by_mass (top-k's bracket counts alone, and a batch that passes a top_p tensor for
-    every request compiles the sums in)."""
-    if by_mass:
-        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, True, NS, CH, NG, BLOCK_R)
-    else:
-        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, False, NS, CH, NG, BLOCK_R)
-    return cnt, s1, s2
-
-
-@triton.jit
 def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
                 NG: tl.constexpr, BLOCK_R: tl.constexpr):
-    """``_sample_tally``'s loop, with the sums (MASS) or without."""
+    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
+    sums are zero unless MASS (top-k's bracket counts alone)."""
     cnt = tl.zeros([BLOCK_R, NG], tl.float32)
     s1 = tl.zeros([BLOCK_R, NG], tl.float32)
     s2 = tl.zeros([BLOCK_R, NG], tl.float32)
@@ -115,44 +103,59 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 
 @triton.jit
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
-            CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
+            CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
-    mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two NG-way grids of
-    drops from the max: the second splits the cells the first found, half its points for each end."""
+    mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
+    from the max, NG points each for top-p's masses and NG_COUNT for top-k's counts (a count needs no
+    finer grid, and the tally's cost is its points): the second splits the cells the first found, half
+    its points for each end."""
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
     if V <= CAP:
         lo = tl.full([], KMIN, tl.int64)
     elif k_on | p_on:
-        g = tl.arange(0, NG)
-        half: tl.constexpr = NG // 2
-        rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
-        lam = k.to(tl.float32) / rho
-        r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
-        r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
-        tail = (1.0 - top_p.to(tl.float32)) * z
-        drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
-        by_mass = p_on & ~k_on
-        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop, inv_t, m, by_mass, NS, CH, NG, BLOCK_R)
-        s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
-        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
-        j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
-        j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
-        few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
-        lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
-        hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
-        h = (g % half + 1).to(tl.float32) / half
-        drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
-        cnt, s1, s2 = _sample_tally(row_ptr, V, m - drop2, inv_t, m, by_mass, NS, CH, NG, BLOCK_R)
-        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
-        d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
-        d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
-        temperature = 1.0 / inv_t
-        lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
-        hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few),
-                      order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
+        if p_on & ~k_on:
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_R)
+        else:
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
+                                 BLOCK_R)
+    return lo, hi
+
+
+@triton.jit
+def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
+                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
+    counts."""
+    g = tl.arange(0, NG)
+    half: tl.constexpr = NG // 2
+    rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
+    lam = k.to(tl.float32) / rho
+    r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
+    r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
+    tail = (1.0 - top_p.to(tl.float32)) * z
+    drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
+    by_mass = p_on & ~k_on
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
+    j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
+    j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
+    few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
+    lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
+    hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
+    h = (g % half + 1).to(tl.float32) / half
+    drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
+    d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
+    d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
+    temperature = 1.0 / inv_t
+    lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
+    hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few),
+                  order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
 
 

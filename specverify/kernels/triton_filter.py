@@ -36,13 +36,14 @@ of exp(l / T - max)), so every sum is exact and independent of the split and til
 batch-invariant. A strided sample of NS logits is tallied on two grids of drops from the row max, giving a
 bracket [lo, hi) of order keys that should hold the top-k crossing (the k-th largest logit) or, with top-k
 off, the top-p crossing (where the sorted mass reaches top_p), with a wide margin. One read of the row sums
-count and mass at and above hi, the min-p mass, and gathers the bracket's tokens. The resolve launch searches
+count and mass at and above hi, the min-p mass, and gathers the bracket's tokens (a top-k row with nothing
+above its bracket and min-p off needs no mass from it, and is read unweighed). The resolve launch searches
 the gathered tokens for the crossings, NC candidates a step, exactly (once few enough lie in the interval, a
 step tallies only those, copied to a scratch, and the last FINISH_N are ranked against each other); at most
 RANK_N gathered tokens are ranked against each other instead (``triton_rank``), with the same result. Where
-min-p alone decides the cut (it keeps fewer tokens than the others would), nothing is searched. Where the bracket missed or overflowed,
-that program narrows the interval alone (NC candidate keys per read of the row), gathers it and searches it
-the same way.
+min-p alone decides the cut (it keeps fewer tokens than the others would), nothing is searched. Where the
+bracket missed or overflowed, that program narrows the interval alone (NC candidate keys per read of the
+row), gathers it and searches it the same way.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 NPART = tl.constexpr(7)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
-NG = 32          # candidates per grid of the sample bracket
+NG = 32          # candidates per grid of the sample bracket by mass (top-p alone)
+NG_COUNT = 16    # and by count (top-k)
 MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
@@ -74,7 +76,7 @@ READ_PROGRAMS = 2048
 # issue 29)
 BLOCK_READ, READ_WARPS = 256, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
-COUNT_TILE = 256
+COUNT_TILE = 1024
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
 SAMPLE_TILE = 256
@@ -148,7 +150,8 @@ def _cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
     work_ptr, record_ptr, tickets_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
     STAGE: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr,
-    NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NC: tl.constexpr, BLOCK_V: tl.constexpr,
+    NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, NC: tl.constexpr,
+    BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
     BLOCK_COUNT: tl.constexpr,
@@ -168,7 +171,7 @@ def _cut_kernel(
     NR = tl.num_programs(0) * K1
     if STAGE == 0:
         if live & on:
-            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
             tl.store(work_ptr + 2 * rid, lo)
             tl.store(work_ptr + 2 * rid + 1, hi)
     elif STAGE == 1:
@@ -186,7 +189,7 @@ def _cut_kernel(
             if STAGE == 2:
                 lo, hi = _bounds(work_ptr, rid, V, CAP)
             else:
-                lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, BLOCK_SAMPLE)
+                lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
                 _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
                       CAP, BLOCK_READ, BLOCK_COUNT)
                 # every thread's stores are issued before the release that publishes them to the last split
@@ -346,9 +349,10 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
     # ones on the GPU; the results are the same integers either way
     wide = _INTERPRETED
-    meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG,
+    meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG, NG_COUNT=NG_COUNT,
                 NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
-                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f, BLOCK_R=min(cap, 1024 if wide else SEARCH_TILE),
+                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f,
+                BLOCK_R=min(cap, 1024 if wide else SEARCH_TILE),
                 BLOCK_SAMPLE=min(ns, 1024 if wide else SAMPLE_TILE), BLOCK_FB=1024 if wide else 128,
                 BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ),
                 BLOCK_COUNT=block_v if wide else min(block_v, COUNT_TILE), RANK_N=rank_n,
