@@ -1,7 +1,7 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
     python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace]
-                               [--set NAME=VALUE ...] [--settings 'none;top_p=0.9']
+                               [--set NAME=VALUE ...] [--settings 'none;top_p=0.9'] [--all-tensors]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
 around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` sets
@@ -10,7 +10,10 @@ whole filtered call instead, three ways: eager (CUDA events around each call), t
 call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds
 the host's heaviest functions. ``--trace`` gives each launch's GPU time alone, from the profiler's kernel
 records of 40 whole calls (no event around a launch: at B = 1 those cost more than the launches). ``--set``
-overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Prints; asserts nothing.
+overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
+are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
+passes them and as a server does once any request sets each, which compiles every filter's code into each
+launch. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -150,6 +153,8 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a triton_filter constant for this run")
+    ap.add_argument("--all-tensors", action="store_true",
+                    help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
     ap.add_argument("--settings", default=None,
                     help="which of bench_gpu.FILTER_SETTINGS to run, ';'-separated (default: all)")
     args = ap.parse_args()
@@ -173,7 +178,7 @@ def main() -> None:
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
-            on = (setting[0] > 0, setting[1] < 1, setting[2] > 0)
+            on = (True,) * 3 if args.all_tensors else (setting[0] > 0, setting[1] < 1, setting[2] > 0)
             filters = tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
                             for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
             if args.trace:
