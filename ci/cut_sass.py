@@ -1,6 +1,6 @@
 """The cut's launches compiled for the H100 without one: registers, spills and SASS size of each stage.
 
-    python ci/cut_sass.py [--stages 0,1,2,3] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
+    python ci/cut_sass.py [--stages 0,1,2,3] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR] [--set NAME=VALUE]
 
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles and 8 warps), with the
@@ -58,7 +58,9 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
 def compile_stage(meta: dict) -> tuple[str, str]:
     """(ptxas -v's report, SASS) of one stage's meta."""
     meta = dict(meta)
-    warps = meta.pop("num_warps")
+    options = {"num_warps": meta.pop("num_warps")}
+    if "maxnreg" in meta:
+        options["maxnreg"] = meta.pop("maxnreg")
     signature, constexprs = {}, {}
     for name in triton_filter._cut_kernel.arg_names:
         if name in meta:
@@ -66,7 +68,7 @@ def compile_stage(meta: dict) -> tuple[str, str]:
         else:
             signature[name] = POINTERS.get(name, "i32")
     kernel = triton.compile(ASTSource(triton_filter._cut_kernel, signature, constexprs),
-                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+                            target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "cut.ptx"), os.path.join(tmp, "cut.cubin")
         with open(ptx, "w") as f:
@@ -90,7 +92,14 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=128)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a triton_filter constant, as ci/filter_stages.py --set does")
     args = ap.parse_args()
+    for item in args.set:
+        name, value = item.split("=")
+        if not hasattr(triton_filter, name):
+            sys.exit(f"--set: triton_filter has no {name}")
+        setattr(triton_filter, name, int(value))
     flags = tuple(bool(int(x)) for x in args.flags.split(","))
     metas = stage_metas(args.B, args.V, flags)
     print(f"triton {triton.__version__}, sm_90a, B={args.B} V={args.V} filters passed {args.flags}")

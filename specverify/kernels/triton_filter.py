@@ -77,6 +77,9 @@ READ_PROGRAMS = 2048
 BLOCK_READ, READ_WARPS = 256, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
 COUNT_TILE = 1024
+# registers a thread of the read may hold (0: as ptxas likes): its kernel holds all three loops of ``sweep``,
+# and the largest sets the occupancy of all
+READ_MAXNREG = 0
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
 SAMPLE_TILE = 256
@@ -365,6 +368,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
     read_meta = dict(meta, num_warps=min(warps, READ_WARPS))
+    if READ_MAXNREG and not wide:
+        read_meta["maxnreg"] = READ_MAXNREG
     if B * K1 <= one_launch_rows:
         stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
