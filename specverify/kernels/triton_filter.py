@@ -76,10 +76,12 @@ READ_PROGRAMS = 2048
 # issue 29)
 BLOCK_READ, READ_WARPS = 256, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
-COUNT_TILE = 1024
+COUNT_TILE = 512
 # registers a thread of the read may hold (0: as ptxas likes): its kernel holds all three loops of ``sweep``,
 # and the largest sets the occupancy of all
-READ_MAXNREG = 0
+READ_MAXNREG = 32
+# the bracket's and the record's warps (0: pass 1's) and register caps (0: none)
+BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 0, 0, 0
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
 SAMPLE_TILE = 256
@@ -368,14 +370,25 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
     read_meta = dict(meta, num_warps=min(warps, READ_WARPS))
-    if READ_MAXNREG and not wide:
-        read_meta["maxnreg"] = READ_MAXNREG
     if B * K1 <= one_launch_rows:
         stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
-        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage))
-                       for stage, splits, m in ((0, 1, meta), (1, sf, read_meta), (2, 1, meta)) if stage or not whole)
+        plans = ((0, 1, _options(meta, BRACKET_WARPS, BRACKET_MAXNREG, wide)),
+                 (1, sf, _options(read_meta, 0, READ_MAXNREG, wide)),
+                 (2, 1, _options(meta, RECORD_WARPS, RECORD_MAXNREG, wide)))
+        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
+                       if stage or not whole)
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
+
+
+def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:
+    """meta with a launch's own warps and register cap where set (non-zero; the interpreter takes neither)."""
+    meta = dict(meta)
+    if warps:
+        meta["num_warps"] = warps
+    if maxnreg and not interpreted:
+        meta["maxnreg"] = maxnreg
+    return meta
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
