@@ -81,7 +81,7 @@ COUNT_TILE = 512
 # and the largest sets the occupancy of all
 READ_MAXNREG = 32
 # the bracket's and the record's warps (0: pass 1's) and register caps (0: none)
-BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 0, 0, 0
+BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 0
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
 SAMPLE_TILE = 256
