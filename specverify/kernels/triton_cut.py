@@ -171,7 +171,7 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
           BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
-    slot_ptr (int64, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
+    slot_ptr (int32, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
     ends holding their count. Three loops: with the min-p sums (floor > 0), without them (floor 0: every
     token passes, and they are a fifth of the read's instructions), and, where the caller needs no mass
     (``weigh`` false), without any: keys, counts and the gather alone, since the exponential and the int64
@@ -245,7 +245,8 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
                 w_mp += tl.where(mp, w, 0)
         if gather:
             at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
-            packed = (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+            # 2**32 - 1 - index, as ~index in the low half: one instruction, where the int64 subtraction takes three
+            packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
             tl.store(buf_ptr + at, packed, mask=inside & (at < region))
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:

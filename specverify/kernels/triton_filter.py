@@ -233,9 +233,11 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t,
     mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
     tl.store(mine + 3, tl.zeros([], tl.int64))
     tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
+    # the gather counts in the word's low half (little-endian), so that its slots compare and address in int32
+    slot = (mine + 3).to(tl.pointer_type(tl.int32))
     weigh = ~k_on | (hi < KMAX) | (floor > 0.0)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, mine + 3, HAS_M,
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, slot, HAS_M,
         BLOCK_V, BLOCK_COUNT)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
