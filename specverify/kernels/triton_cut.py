@@ -178,8 +178,15 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
     sums are most of the read's instructions. Masses are 0 there, and tiles of BLOCK_COUNT."""
     if HAS_M:
         if floor > 0.0:
-            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, slot_ptr, True, True, BLOCK_V)
+            # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
+            if lo < hi:
+                c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                    buf_ptr, region, slot_ptr, True, True, True,
+                                                                    BLOCK_V)
+            else:
+                c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                    buf_ptr, region, slot_ptr, True, True, False,
+                                                                    BLOCK_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                       weigh, buf_ptr, region, slot_ptr, BLOCK_V,
@@ -197,20 +204,21 @@ def _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_pt
     """``sweep`` where min-p is off: with the masses (weigh) or without."""
     if weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, True, False, BLOCK_V)
+                                                            region, slot_ptr, True, False, True, BLOCK_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, False, False, BLOCK_COUNT)
+                                                            region, slot_ptr, False, False, True, BLOCK_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
 @triton.jit
 def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, MASS: tl.constexpr,
-               MINP: tl.constexpr, BLOCK_V: tl.constexpr):
+               MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr):
     """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
-    passes). Per lane sums: no reduction in the loop (a tile's reduction to place its bracket tokens in order
-    cost a third of the read). Keys compare as int32 (int64 compares take twice the instructions): hi =
-    KMAX, above every key, is a flag instead, and lo is below KMAX wherever anything is gathered."""
+    passes), and the gather (GATHER, where [lo, hi) may hold tokens) or without. Per lane sums: no reduction
+    in the loop (a tile's reduction to place its bracket tokens in order cost a third of the read). Keys
+    compare as int32 (int64 compares take twice the instructions): hi = KMAX, above every key, is a flag
+    instead, and lo is below KMAX wherever anything is gathered."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
@@ -243,11 +251,12 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
                 w_hi_mp += tl.where(ge & mp, w, 0)
                 c_mp += mp.to(tl.int32)
                 w_mp += tl.where(mp, w, 0)
-        if gather:
-            at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
-            # 2**32 - 1 - index, as ~index in the low half: one instruction, where the int64 subtraction takes three
-            packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
-            tl.store(buf_ptr + at, packed, mask=inside & (at < region))
+        if GATHER:
+            if gather:
+                at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
+                # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
+                packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
+                tl.store(buf_ptr + at, packed, mask=inside & (at < region))
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
