@@ -172,10 +172,11 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
     slot_ptr (int32, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
-    ends holding their count. Three loops: with the min-p sums (floor > 0), without them (floor 0: every
-    token passes, and they are a fifth of the read's instructions), and, where the caller needs no mass
-    (``weigh`` false), without any: keys, counts and the gather alone, since the exponential and the int64
-    sums are most of the read's instructions. Masses are 0 there, and tiles of BLOCK_COUNT."""
+    ends holding their count. Its loops: with the min-p sums (floor > 0; without the gather where [lo, hi)
+    is empty), without them (floor 0: every token passes, and they are a fifth of the read's instructions),
+    and, where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone,
+    since the exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and
+    tiles of BLOCK_COUNT."""
     if HAS_M:
         if floor > 0.0:
             # min-p alone gathers nothing: its loop without the gather's code holds fewer registers

@@ -71,16 +71,19 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
+# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE and NC_GPU are read when ``_recipe`` first builds the plan of a
+# shape, and cached with it: set them before the first call (ci/filter_stages.py --set does). The values are
+# the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: its per-lane sums are int64, and a wide tile's registers leave one program an
-# SM, too few loads in flight to stream the row; one logit a thread holds 32 registers (docs/benchmarks.md,
-# issue 29)
+# SM, too few loads in flight to stream the row; one logit a thread holds 32 registers
 BLOCK_READ, READ_WARPS = 256, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
 COUNT_TILE = 512
-# registers a thread of the read may hold (0: as ptxas likes): its kernel holds all three loops of ``sweep``,
-# and the largest sets the occupancy of all
+# registers a thread of the read may hold (0: as ptxas likes): its kernel holds every loop of ``sweep``, and
+# the largest would set the occupancy of all
 READ_MAXNREG = 32
-# the bracket's and the record's warps (0: pass 1's) and register caps (0: none)
+# the bracket's and the record's warps (0: pass 1's) and register caps (0: none): uncapped, the bracket's
+# mass tally holds 173 registers, one program an SM; at 8 warps the record spills
 BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 0
 # sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds
