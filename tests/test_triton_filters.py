@@ -92,30 +92,56 @@ def test_slow_path_sets_top_p_alone_against_the_whole_rows_mass(device, small_ga
     assert torch.equal(got, want), (got != want).nonzero().tolist()
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device):
-    """Top-k 3,000 to 8,000 of 20,000 tokens (past CAP, so the sample brackets the crossing): tokens lie above
-    the bracket, and the read must weigh them (a top-k row with none above is read without masses). Z' and
-    top-p's target, a share of what top-k keeps, both contain that mass, so the kept sets and Z' must be the
-    float64 reference's. Top-p is off or close to 1, so that its crossing lies in the bracket too and the
-    bracket, not the slow path, finds every cut."""
-    B, V = 12, 20_000
+def _normal_rows(B: int, V: int, top_k: list, top_p: list, device: str) -> SpecBatch:
+    """B requests of one row each, normal logits at temperature 1, the given top-k and top-p, min-p off."""
     g = torch.Generator().manual_seed(3)
-    batch = dataclasses.replace(_rows(8, B, V, device),
-                                target_logits=torch.cat([_logits(g, 1, V, "normal") for _ in range(B)]).float().to(device),
-                                top_k=torch.tensor([3000, 5000, 8000] * 4, device=device),
-                                top_p=torch.tensor([1.0, 1.0, 0.999, 0.9995] * 3, device=device),
-                                min_p=torch.zeros(B, device=device), temperature=torch.ones(B, device=device))
-    records = _records(batch)
-    his = [work[1:2 * B:2].cpu() for work, *_ in triton_filter._buffers.values()]
-    assert any(bool((hi < 2 ** 31).all()) for hi in his)
-    assert records[5].tolist() == [1.0] * B
+    return dataclasses.replace(_rows(8, B, V, device),
+                               target_logits=torch.cat([_logits(g, 1, V, "normal") for _ in range(B)]).float().to(device),
+                               top_k=torch.tensor(top_k, device=device), top_p=torch.tensor(top_p, device=device),
+                               min_p=torch.zeros(B, device=device), temperature=torch.ones(B, device=device))
+
+
+def _bracket_his(B: int) -> list:
+    """Each work space's bracket upper keys of rows 0..B-1 (stage 0's, the last three-launch call's)."""
+    return [work[1:2 * B:2].cpu() for work, *_ in triton_filter._buffers.values()]
+
+
+def _assert_reference_kept_set_and_mass(batch: SpecBatch, records: torch.Tensor) -> None:
+    """The kept sets and Z' of ``records`` are those of the float64 reference (temperature 1)."""
+    B = batch.num_requests
     logits = batch.target_logits.cpu().double()
     want = filtered_target(batch.to("cpu"), torch.arange(B), logits.float(), torch.ones(B, 1, dtype=torch.float64)) > 0
     got = torch.softmax(triton_sampler.filtered_logits(batch).cpu().double(), dim=1) > 0
     assert torch.equal(got, want), (got != want).nonzero().tolist()
     z = torch.where(want, torch.exp(logits - logits.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
     torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device):
+    """Top-k 3,000 to 8,000 of 20,000 tokens (past CAP, so the sample brackets the crossing): tokens lie above
+    the bracket, and the read must weigh them (a top-k row with none above is read without masses). Z' and
+    top-p's target, a share of what top-k keeps, both contain that mass, so the kept sets and Z' must be the
+    float64 reference's. Top-p is off or close to 1 where top-k keeps too many to gather whole, so that its
+    crossing lies in the bracket too and the bracket, not the slow path, finds every cut."""
+    batch = _normal_rows(12, 20_000, [5000, 8000, 3000] * 4, [0.999, 0.9995, 1.0] * 4, device)
+    records = _records(batch)
+    assert any(bool((hi < 2 ** 31).all()) for hi in _bracket_his(12))
+    assert records[5].tolist() == [1.0] * 12
+    _assert_reference_kept_set_and_mass(batch, records)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top_k_with_top_p_gathers_a_small_top_k_set_whole(device):
+    """Top-p keeps a prefix of what top-k keeps, and its crossing often lies above top-k's (top-p 0.5 of the
+    top 2,000 of 20,000 tokens), where a bracket around top-k's crossing sends the row down the slow path.
+    A top-k set that fits half the gather is gathered whole (nothing above the bracket), and the bracket
+    finds every cut: kept sets and Z' must be the float64 reference's."""
+    batch = _normal_rows(12, 20_000, [2000] * 12, [0.9, 0.5, 0.99, 0.95] * 3, device)
+    records = _records(batch)
+    assert any(bool((hi == 2 ** 31).all()) for hi in _bracket_his(12))
+    assert records[5].tolist() == [1.0] * 12
+    _assert_reference_kept_set_and_mass(batch, records)
 
 
 @pytest.mark.parametrize("device", DEVICES)

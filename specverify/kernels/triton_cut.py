@@ -154,7 +154,10 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
     temperature = 1.0 / inv_t
     lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
-    hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few),
+    # top-p's crossing lies among what top-k keeps, often above top-k's own: where the whole top-k set is
+    # few, it is gathered whole (nothing above the bracket)
+    whole_k = k_on & p_on & (rho * r_lo < CAP / 2)
+    hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
                   order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
 
