@@ -107,11 +107,14 @@ def _bracket_his(B: int) -> list:
 
 
 def _assert_reference_kept_set_and_mass(batch: SpecBatch, records: torch.Tensor) -> None:
-    """The kept sets and Z' of ``records`` are those of the float64 reference (temperature 1)."""
+    """The kept sets (read off the records' cut value and index: min-p off) and Z' of ``records`` are those of
+    the float64 reference (temperature 1)."""
     B = batch.num_requests
     logits = batch.target_logits.cpu().double()
     want = filtered_target(batch.to("cpu"), torch.arange(B), logits.float(), torch.ones(B, 1, dtype=torch.float64)) > 0
-    got = torch.softmax(triton_sampler.filtered_logits(batch).cpu().double(), dim=1) > 0
+    assert records[2].tolist() == [0.0] * B
+    value, index = batch.target_logits.cpu().float(), torch.arange(batch.vocab_size)[None, :]
+    got = (value > records[0][:, None]) | ((value == records[0][:, None]) & (index <= records[1][:, None]))
     assert torch.equal(got, want), (got != want).nonzero().tolist()
     z = torch.where(want, torch.exp(logits - logits.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
     torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
