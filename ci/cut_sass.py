@@ -43,7 +43,8 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
     known = dict(B=B, K1=5, V=V, S1=4, block_v=1024, block_b=128, warps=8, flags=flags, dtypes=dtypes,
                  cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
-                 finish_n=getattr(triton_filter, "FINISH_N", 0))
+                 finish_n=getattr(triton_filter, "FINISH_N", 0),
+                 shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None)
     takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
     metas = {}
     for rows in (0, 10 ** 9):

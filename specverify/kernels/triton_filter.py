@@ -71,9 +71,9 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE and NC_GPU are read when ``_recipe`` first builds the plan of a
-# shape, and cached with it: set them before the first call (ci/filter_stages.py --set does). The values are
-# the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
+# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE and NC_GPU are the launches' shapes on the GPU (``_shapes``), read on
+# every call and part of the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them
+# at any time. The values are the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: its per-lane sums are int64, and a wide tile's registers leave one program an
 # SM, too few loads in flight to stream the row; one logit a thread holds 32 registers
 BLOCK_READ, READ_WARPS = 256, 8
@@ -342,13 +342,21 @@ _recipe_ids = iter(range(1 << 62))
 _buffers: dict = {}
 
 
+def _shapes() -> tuple:
+    """The GPU launch shapes as they stand, in ``_recipe``'s order."""
+    return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, SEARCH_TILE, NC_GPU)
+
+
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
-            one_launch_rows: int):
+            one_launch_rows: int, shapes: tuple):
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
     cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
     order, built once here since the host's work is what a call of a few rows costs."""
+    (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
+     record_maxnreg, sample_tile, search_tile, nc_gpu) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -359,13 +367,13 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
     # ones on the GPU; the results are the same integers either way
     wide = _INTERPRETED
-    meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=NG, NG_COUNT=NG_COUNT,
-                NC=64 if wide else NC_GPU, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
+    meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=ng, NG_COUNT=ng_count,
+                NC=64 if wide else nc_gpu, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f,
-                BLOCK_R=min(cap, 1024 if wide else SEARCH_TILE),
-                BLOCK_SAMPLE=min(ns, 1024 if wide else SAMPLE_TILE), BLOCK_FB=1024 if wide else 128,
-                BLOCK_READ=block_v if wide else min(block_v, BLOCK_READ),
-                BLOCK_COUNT=block_v if wide else min(block_v, COUNT_TILE), RANK_N=rank_n,
+                BLOCK_R=min(cap, 1024 if wide else search_tile),
+                BLOCK_SAMPLE=min(ns, 1024 if wide else sample_tile), BLOCK_FB=1024 if wide else 128,
+                BLOCK_READ=block_v if wide else min(block_v, block_read),
+                BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
@@ -374,13 +382,13 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     finish = min(finish_n, meta["RANK_BLOCK"])
     meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
     words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
-    read_meta = dict(meta, num_warps=min(warps, READ_WARPS))
+    read_meta = dict(meta, num_warps=min(warps, read_warps))
     if B * K1 <= one_launch_rows:
         stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
-        plans = ((0, 1, _options(meta, BRACKET_WARPS, BRACKET_MAXNREG, wide)),
-                 (1, sf, _options(read_meta, 0, READ_MAXNREG, wide)),
-                 (2, 1, _options(meta, RECORD_WARPS, RECORD_MAXNREG, wide)))
+        plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
+                 (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
+                 (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
         stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
                        if stage or not whole)
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
@@ -416,9 +424,9 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1 step, whose
     arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request). Three
-    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N
-    and ONE_LAUNCH_ROWS are read here, so that a test can shrink them to reach the sample and slow paths, turn
-    ranking, the search's scratch or its ranked end off, or choose the plan."""
+    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N,
+    ONE_LAUNCH_ROWS and the launch shapes (``_shapes``) are read here, so that a test can shrink them to reach
+    the sample and slow paths, turn ranking, the search's scratch or its ranked end off, or choose the plan."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
     B = grid1[0]
@@ -427,7 +435,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     rid, sf, chunk, region, words, stages = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                     meta1["num_warps"], tuple(f is not None for f in filters),
                                                     tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS)
+                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes())
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
