@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.pop("TRITON_INTERPRET", None)
 
@@ -25,6 +26,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from filter_knobs import add_set_option, apply_sets  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 
 POINTERS = {"logits_ptr": "*fp32", "temperature_ptr": "*fp32", "num_draft_ptr": "*i64", "scratch_ptr": "*i64",
@@ -93,14 +95,9 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=128)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a triton_filter constant, as ci/filter_stages.py --set does")
+    add_set_option(ap)
     args = ap.parse_args()
-    for item in args.set:
-        name, value = item.split("=")
-        if not hasattr(triton_filter, name):
-            sys.exit(f"--set: triton_filter has no {name}")
-        setattr(triton_filter, name, int(value))
+    apply_sets(triton_filter, args.set)
     flags = tuple(bool(int(x)) for x in args.flags.split(","))
     metas = stage_metas(args.B, args.V, flags)
     print(f"triton {triton.__version__}, sm_90a, B={args.B} V={args.V} filters passed {args.flags}")

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import bench_gpu  # noqa: E402
+from filter_knobs import add_set_option, apply_sets  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_chain import with_cut  # noqa: E402
 from specverify.kernels.triton_kernels import launches  # noqa: E402
@@ -151,18 +152,13 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
     ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
     ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a triton_filter constant for this run")
+    add_set_option(ap)
     ap.add_argument("--all-tensors", action="store_true",
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
     ap.add_argument("--settings", default=None,
                     help="which of bench_gpu.FILTER_SETTINGS to run, ';'-separated (default: all)")
     args = ap.parse_args()
-    for item in args.set:
-        name, value = item.split("=")
-        if not hasattr(triton_filter, name):
-            sys.exit(f"--set: triton_filter has no {name}")
-        setattr(triton_filter, name, int(value))
+    apply_sets(triton_filter, args.set)
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
     for programs in map(int, args.programs.split(",")):
         triton_filter.READ_PROGRAMS = programs
