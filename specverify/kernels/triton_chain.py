@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_filter import kept
+from specverify.kernels.triton_cut import kept
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 

@@ -1,7 +1,7 @@
 """Target filters (SPEC 3.4) in float32 on the GPU: each filtered row's cut found by a search over values,
 with no sort of the row and no float64 kept set. ``triton_sampler`` runs the three cut launches here between
 pass 1 and pass 2 of ``triton_chain``; pass 2 then applies the cut (``triton_cut.kept``). The block and tree
-rules take the -inf-masked copy of ``_mask_kernel`` instead.
+rules take the -inf-masked copy of ``triton_mask`` instead.
 
 The kept set of a row is a prefix of its tokens sorted by logit descending, lower index first on ties
 (top-k keeps whole tie groups, top-p may split one, min-p cuts by value). It is stored per row as a record:
@@ -55,8 +55,8 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, kept, order_key, pick,
-                                           sweep, weight)
+from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, order_key, pick, sweep,
+                                           weight)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_rank import rank_cut
@@ -312,32 +312,6 @@ def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, reg
         tl.store(rec + 5 * NR, how.to(tl.float32))
 
 
-@triton.jit
-def _mask_kernel(logits_ptr, stride_logits, out_ptr, stride_out, temperature_ptr, num_draft_ptr, record_ptr,
-                 V, K1, chunk, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr):
-    """out = the logits with -inf where the record cuts (grid (B, K1, S)): the block and tree kernels run
-    on it unchanged."""
-    b = tl.program_id(0)
-    j = tl.program_id(1)
-    k_b = tl.load(num_draft_ptr + b)
-    if j <= k_b:
-        NR = tl.num_programs(0) * K1
-        rec = record_ptr + b * K1 + j
-        cut_val, cut_idx = tl.load(rec), tl.load(rec + NR).to(tl.int32)
-        floor, m = tl.load(rec + 2 * NR), tl.load(rec + 4 * NR)
-        temperature = tl.load(temperature_ptr + b).to(tl.float32)
-        inv_t = 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
-        row = request_offset(num_draft_ptr, b, BLOCK_B) + b + j
-        lo_v = tl.program_id(2) * chunk
-        for start in range(lo_v, tl.minimum(lo_v + chunk, V), BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            mask = offs < V
-            logit = tl.load(logits_ptr + row * stride_logits + offs, mask=mask, other=0.0)
-            keep, e = kept(logit.to(tl.float32), offs, cut_val, cut_idx, floor, inv_t, m)
-            tl.store(out_ptr + row * stride_out + offs, tl.where(keep, logit, float("-inf")).to(logit.dtype),
-                     mask=mask)
-
-
 _recipe_ids = iter(range(1 << 62))
 _buffers: dict = {}
 
@@ -446,13 +420,3 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
-
-
-def mask_launch(pass1: tuple, record: torch.Tensor) -> tuple:
-    """(launch step, out): ``out`` [T + B, V] gets the logits with -inf wherever the record cuts."""
-    _, grid1, args1, meta1, key1, stream = pass1
-    logits, stride, temperature, num_draft, _, V, K1, S1, *_, chunk = args1
-    out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-    args = (logits, stride, out, out.stride(0), temperature, num_draft, record, V, K1, chunk)
-    meta = dict(BLOCK_V=meta1["BLOCK_V"], BLOCK_B=meta1["BLOCK_B"], num_warps=meta1["num_warps"])
-    return (_mask_kernel, grid1, args, meta, None, stream), out

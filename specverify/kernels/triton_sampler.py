@@ -29,7 +29,8 @@ from reference import philox as ref_philox
 from reference.sample import synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
 from specverify.kernels.triton_chain import with_cut
-from specverify.kernels.triton_filter import cut_launches, mask_launch
+from specverify.kernels.triton_filter import cut_launches
+from specverify.kernels.triton_mask import mask_launch
 from specverify.kernels.triton_kernels import interpreted, launches, triton_sample_into
 from specverify.kernels.triton_launch import launch
 
