@@ -180,33 +180,18 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
     and, where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone,
     since the exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and
     tiles of BLOCK_COUNT."""
-    if HAS_M:
-        if floor > 0.0:
-            # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
-            if lo < hi:
-                c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                    buf_ptr, region, slot_ptr, True, True, True,
-                                                                    BLOCK_V)
-            else:
-                c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                    buf_ptr, region, slot_ptr, True, True, False,
-                                                                    BLOCK_V)
+    minp = False
+    if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
+        minp = floor > 0.0
+    if minp:
+        # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
+        if lo < hi:
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                buf_ptr, region, slot_ptr, True, True, True, BLOCK_V)
         else:
-            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                      weigh, buf_ptr, region, slot_ptr, BLOCK_V,
-                                                                      BLOCK_COUNT)
-    else:
-        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                  weigh, buf_ptr, region, slot_ptr, BLOCK_V,
-                                                                  BLOCK_COUNT)
-    return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
-
-
-@triton.jit
-def _sweep_unweighed(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr,
-                     BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
-    """``sweep`` where min-p is off: with the masses (weigh) or without."""
-    if weigh:
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+                                                                buf_ptr, region, slot_ptr, True, True, False, BLOCK_V)
+    elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, slot_ptr, True, False, True, BLOCK_V)
     else:

@@ -398,7 +398,7 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     """(the launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1 step, whose
     arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request). Three
-    steps, or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N,
+    steps (two where rows are gathered whole: no bracket), or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N,
     ONE_LAUNCH_ROWS and the launch shapes (``_shapes``) are read here, so that a test can shrink them to reach
     the sample and slow paths, turn ranking, the search's scratch or its ranked end off, or choose the plan."""
     _, grid1, args1, meta1, key1, stream = pass1
