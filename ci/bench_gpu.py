@@ -1,6 +1,7 @@
 """GPU benchmark: the fused Triton sampler vs a multi-pass PyTorch baseline vs the memory floor.
 
     python ci/bench_gpu.py [--quick] [--sweep] [--filters] [--block] [--markdown PATH] [--json PATH]
+                           [--set NAME=VALUE ...]
 
 Per (B, V, logit dtype), k = 4 drafts for every request, temperature 1, dense float32 draft probs near
 p (acceptance ~ 0.6 per position), drafts drawn from q:
@@ -23,6 +24,7 @@ sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p a
 compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
 many rows the cut's kept set differs from the PyTorch filter's. `--filters --dry-run` runs the same
 plumbing on the CPU under TRITON_INTERPRET=1 at a small size (wall-clock timings, meaningless as speed).
+``--set`` overrides a ``triton_filter`` constant for the run, as the cut's probes do (GATHER_IN_PASS1=1).
 
 --block times the block rule (SPEC 3.7) against the standard rule at B = 128, k = 4, V = 151,936 on the
 same inputs, and measures each rule's mean accepted length over many seeded calls with the same seeds
@@ -55,6 +57,7 @@ from specverify.kernels.triton_kernels import launches, plan, triton_sample_into
 from specverify.kernels.triton_launch import launch  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_sampler import filtered_sample_into  # noqa: E402
+from filter_knobs import add_set_option, apply_sets  # noqa: E402
 
 K = 4
 L2_MULTIPLE = 4          # input sets together exceed the L2 this many times
@@ -530,7 +533,9 @@ def main() -> None:
     ap.add_argument("--host-profile", action="store_true", help="host cost of each step of a call, then stop")
     ap.add_argument("--markdown", help="write the table here")
     ap.add_argument("--json", help="write all numbers here")
+    add_set_option(ap)
     args = ap.parse_args()
+    apply_sets(triton_filter, args.set)
     if args.dry_run:
         if not (args.filters and os.environ.get("TRITON_INTERPRET") == "1"):
             sys.exit("--dry-run runs --filters on the CPU: set TRITON_INTERPRET=1 and pass --filters")

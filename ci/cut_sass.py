@@ -1,10 +1,13 @@
 """The cut's launches compiled for the H100 without one: registers, spills and SASS size of each stage.
 
-    python ci/cut_sass.py [--stages 0,1,2,3] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR] [--set NAME=VALUE]
+    python ci/cut_sass.py [--stages 0,1,2,3,4,p1,p0] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
+                          [--set NAME=VALUE]
 
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
-picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles and 8 warps), with the
-filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0). ``ptxas -v`` (Triton's bundled
+picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
+row), with the filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
+gathering for the cut (``triton_chain._row_stats_gather_kernel``, where top-k is passed), ``p0`` pass 1
+alone. ``ptxas -v`` (Triton's bundled
 one for the PTX version it emits) gives registers and spills; ``nvdisasm`` the SASS, counted by line and by
 a few instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each
 one's checkout: the GPU is not needed, and so neither is a device run. Prints; asserts nothing.
@@ -27,7 +30,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from filter_knobs import add_set_option, apply_sets  # noqa: E402
-from specverify.kernels import triton_filter  # noqa: E402
+from specverify.kernels import triton_chain, triton_filter  # noqa: E402
 
 POINTERS = {"logits_ptr": "*fp32", "temperature_ptr": "*fp32", "num_draft_ptr": "*i64", "scratch_ptr": "*i64",
             "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "work_ptr": "*i64",
@@ -43,6 +46,7 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
 
     dtypes = tuple(dt for dt, on in zip(("torch.int64", "torch.float32", "torch.float32"), flags) if on)
     known = dict(B=B, K1=5, V=V, S1=4, block_v=1024, block_b=128, warps=8, flags=flags, dtypes=dtypes,
+                 chunk1=triton.cdiv(triton.cdiv(V, 1024), 4) * 1024, gather_in_pass1=True,
                  cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
                  finish_n=getattr(triton_filter, "FINISH_N", 0),
@@ -54,23 +58,27 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
         if isinstance(planned, dict):       # one meta for the three stages; the read at READ_WARPS
             read = dict(planned, num_warps=min(planned["num_warps"], triton_filter.READ_WARPS))
             return {0: dict(planned, STAGE=0), 1: dict(read, STAGE=1), 2: dict(planned, STAGE=2)}
-        metas.update({stage: meta for stage, _, meta in planned})
+        metas.update({"p1" if stage is None else stage: meta for stage, _, meta in planned})
+    if "p1" in metas:
+        metas["p1"] = dict(metas["p1"], BLOCK_V=1024, BLOCK_B=128, num_warps=8)
+    metas["p0"] = dict(BLOCK_V=1024, BLOCK_B=128, num_warps=8)
     return metas
 
 
-def compile_stage(meta: dict) -> tuple[str, str]:
-    """(ptxas -v's report, SASS) of one stage's meta."""
+def compile_stage(meta: dict, kernel=None) -> tuple[str, str]:
+    """(ptxas -v's report, SASS) of one stage's meta (of ``kernel``, the cut's by default)."""
+    kernel = kernel or triton_filter._cut_kernel
     meta = dict(meta)
     options = {"num_warps": meta.pop("num_warps")}
     if "maxnreg" in meta:
         options["maxnreg"] = meta.pop("maxnreg")
     signature, constexprs = {}, {}
-    for name in triton_filter._cut_kernel.arg_names:
+    for name in kernel.arg_names:
         if name in meta:
             signature[name], constexprs[name] = "constexpr", meta[name]
         else:
             signature[name] = POINTERS.get(name, "i32")
-    kernel = triton.compile(ASTSource(triton_filter._cut_kernel, signature, constexprs),
+    kernel = triton.compile(ASTSource(kernel, signature, constexprs),
                             target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "cut.ptx"), os.path.join(tmp, "cut.cubin")
@@ -90,7 +98,7 @@ def compile_stage(meta: dict) -> tuple[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--stages", default="0,1,2,3,4,p1,p0")
     ap.add_argument("--flags", default="1,1,1", help="top_k,top_p,min_p tensors passed (1) or None (0)")
     ap.add_argument("--B", type=int, default=128)
     ap.add_argument("--V", type=int, default=151_936)
@@ -101,11 +109,12 @@ def main() -> None:
     flags = tuple(bool(int(x)) for x in args.flags.split(","))
     metas = stage_metas(args.B, args.V, flags)
     print(f"triton {triton.__version__}, sm_90a, B={args.B} V={args.V} filters passed {args.flags}")
-    for stage in map(int, args.stages.split(",")):
+    passes = dict(p1=triton_chain._row_stats_gather_kernel, p0=triton_chain._row_stats_kernel)
+    for stage in (int(s) if s.isdigit() else s for s in args.stages.split(",")):
         if stage not in metas:
             print(f"stage {stage}: not in this plan")
             continue
-        report, sass = compile_stage(metas[stage])
+        report, sass = compile_stage(metas[stage], passes.get(stage))
         lines = [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line]
         counts = {op: sass.count(op) for op in ("MUFU", "LDG", "STG", "ATOM", "BRA", "BAR")}
         print(f"stage {stage}: {'; '.join(lines)}; SASS {len(sass.splitlines())} lines, {counts}", flush=True)

@@ -37,6 +37,7 @@ from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_chain import with_cut  # noqa: E402
 from specverify.kernels.triton_kernels import launches  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
+from specverify.kernels.triton_sampler import cut_splits  # noqa: E402
 
 
 def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, int]:
@@ -45,10 +46,11 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
     for i in range(calls):
         s = sets[i % len(sets)]
         steps = launches(s.token_ids, s.num_accepted, s.num_draft, s.drafts, s.logits, s.q, s.temperature,
-                         uniform=s.uniform, exponential=s.exponential)
+                         uniform=s.uniform, exponential=s.exponential,
+                         splits=cut_splits(filters[0], *s.token_ids.shape, s.logits.shape[1], s.logits.device))
         cut, record = triton_filter.cut_launches(steps[0], *filters)
-        plan = [("pass 1", steps[0])] + [(f"stage {st[3]['STAGE']} grid {st[1]}", st) for st in cut] \
-            + [("pass 2", with_cut(steps[-1], record))]
+        plan = [(f"stage {st[3]['STAGE']} grid {st[1]}" if "STAGE" in st[3] else f"pass 1 grid {st[1]}", st)
+                for st in cut] + [("pass 2", with_cut(steps[-1], record))]
         for label, step in plan:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

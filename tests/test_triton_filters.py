@@ -121,12 +121,15 @@ def _assert_reference_kept_set_and_mass(batch: SpecBatch, records: torch.Tensor)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device):
+@pytest.mark.parametrize("gather_in_pass1", [0, 1])
+def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device, gather_in_pass1, monkeypatch):
     """Top-k 3,000 to 8,000 of 20,000 tokens (past CAP, so the sample brackets the crossing): tokens lie above
     the bracket, and the read must weigh them (a top-k row with none above is read without masses). Z' and
     top-p's target, a share of what top-k keeps, both contain that mass, so the kept sets and Z' must be the
     float64 reference's. Top-p is off or close to 1 where top-k keeps too many to gather whole, so that its
-    crossing lies in the bracket too and the bracket, not the slow path, finds every cut."""
+    crossing lies in the bracket too and the bracket, not the slow path, finds every cut. With the gather in
+    pass 1, these rows are bracketed before pass 1 and still read by the cut."""
+    monkeypatch.setattr(triton_filter, "GATHER_IN_PASS1", gather_in_pass1)
     batch = _normal_rows(9, 20_000, [5000, 8000, 3000] * 3, [0.999, 0.9995, 1.0] * 3, device)
     records = _records(batch)
     assert any(bool((hi < 2 ** 31).all()) for hi in _bracket_his(9))
@@ -135,11 +138,13 @@ def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_top_k_with_top_p_gathers_a_small_top_k_set_whole(device):
+@pytest.mark.parametrize("gather_in_pass1", [0, 1])
+def test_top_k_with_top_p_gathers_a_small_top_k_set_whole(device, gather_in_pass1, monkeypatch):
     """Top-p keeps a prefix of what top-k keeps, and its crossing often lies above top-k's (top-p 0.5 of the
     top 2,000 of 20,000 tokens), where a bracket around top-k's crossing sends the row down the slow path.
     A top-k set that fits half the gather is gathered whole (nothing above the bracket), and the bracket
-    finds every cut: kept sets and Z' must be the float64 reference's."""
+    finds every cut: kept sets and Z' must be the float64 reference's, whether the cut or pass 1 gathers."""
+    monkeypatch.setattr(triton_filter, "GATHER_IN_PASS1", gather_in_pass1)
     batch = _normal_rows(9, 20_000, [2000] * 9, [0.9, 0.5, 0.99] * 3, device)
     records = _records(batch)
     assert any(bool((hi == 2 ** 31).all()) for hi in _bracket_his(9))
@@ -279,3 +284,40 @@ def test_search_over_the_scratch_gives_the_cut_of_searching_every_token(device, 
     monkeypatch.setattr(triton_filter, "SCRATCH_SHARE", 0)
     everything = _records(batch)
     assert torch.equal(scratch, everything), (scratch != everything).nonzero().tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pass1_gathers_the_records_of_the_cuts_own_read(device, monkeypatch):
+    """With top-k passed and more rows than the one-launch plan's, a count bracket launches before pass 1
+    (its drops start at the sample's max: the row's is not known yet), and pass 1 gathers each unweighed
+    top-k row's bracket as it reads the row, in its own splits. The records must be those of the cut reading
+    every row itself, the kept sets and Z' the reference's, and every row cut from its gathered bracket (a
+    token lost by pass 1's gather sends a row down the slow path): top-k 7, 50 and 2,000 with top-p, in ten
+    splits a row (the interpreter's plan at V = 20,000). A row whose sample is all -inf has no origin for the
+    drops: stage 4 leaves it to stage 0, after pass 1, whose bracket from that sample holds every token, so
+    that the slow path cuts it, in both plans."""
+    batch = _normal_rows(9, 20_000, [50, 2000, 7] * 3, [0.9, 0.5, 1.0] * 3, device)
+    logits = batch.target_logits.clone()
+    # tokens 40-139 lie between the sample's first two chunks of 32 (every 157 tokens at this V)
+    logits[3] = float("-inf")
+    logits[3, 40:140] = torch.linspace(-2.0, 3.0, 100)
+    batch = dataclasses.replace(batch, target_logits=logits)
+    plans = []
+    real_cut_launches = triton_sampler.cut_launches
+
+    def cut_launches(*args):
+        steps, record = real_cut_launches(*args)
+        plans.append([step[3].get("STAGE", "pass 1") for step in steps])
+        return steps, record
+    monkeypatch.setattr(triton_sampler, "cut_launches", cut_launches)
+    monkeypatch.setattr(triton_filter, "GATHER_IN_PASS1", 1)
+    gathered = _records(batch)
+    assert plans[-1] == [4, "pass 1", 0, 1, 2]
+    his = _bracket_his(9)
+    assert any(bool((hi == 2 ** 31).all()) for hi in his)
+    assert gathered[5].tolist() == [1.0] * 3 + [2.0] + [1.0] * 5
+    _assert_reference_kept_set_and_mass(batch, gathered)
+    monkeypatch.setattr(triton_filter, "GATHER_IN_PASS1", 0)
+    own = _records(batch)
+    assert plans[-1] == ["pass 1", 0, 1, 2]
+    assert torch.equal(gathered, own), (gathered != own).nonzero().tolist()

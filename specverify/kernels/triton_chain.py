@@ -12,6 +12,9 @@ onwards, T = sum k_b, K1 = K + 1 output columns; the scratch layout is ``triton_
         scratch_ptr     [words]     int64: writes the split partials [B K1 S1] (float32 max and sum of
                                     exp(l / T), float32 argmax value, int32 argmax index), zeroes the race
                                     keys [B, 2] int64 and tickets [B] int32
+    _row_stats_gather_kernel  grid (B, K1, S1), the target filter's pass 1 (``triton_filter``, PRE plan)
+        as _row_stats_kernel, and work_ptr [words] int64, the cut's work space (S1 its splits), region:
+                                    gathers each row the cut's stage 4 marked, in chunk split's region
     _decide_race_kernel  grid (B, S2)
         logits_ptr, temperature_ptr, num_draft_ptr as pass 1
         draft_ids_ptr   [T]         int64, -1 = placeholder
@@ -35,7 +38,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_cut import kept
+from specverify.kernels.triton_cut import KMAX, gather, kept, order_key, work_gathered, work_parts, work_tokens
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -46,6 +49,27 @@ def _row_stats_kernel(
     V, K1, S1, n_part, ints_at, stats_at, chunk,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
+    _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B)
+
+
+@triton.jit
+def _row_stats_gather_kernel(
+    logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
+    V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region,
+    CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+):
+    _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+           stats_at, chunk, work_ptr, region, True, CAP, BLOCK_V, BLOCK_B)
+
+
+@triton.jit
+def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+           stats_at, chunk, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
+           BLOCK_B: tl.constexpr):
+    """Pass 1's program (b, j, split); with GATHER, the target filter's pass 1 (``triton_filter``): a row that
+    the cut's stage 4 found unweighed also has the tokens of its bracket [lo, KMAX) gathered to the cut's work
+    space (the cut's splits are pass 1's), so that the cut reads only the other rows."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
@@ -64,39 +88,65 @@ def _row_stats_kernel(
         inv_t = 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, V)
-        # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
-        run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)
-        run_sum = tl.zeros([BLOCK_V], dtype=tl.float32)
-        best_val = tl.full([BLOCK_V], float("-inf"), tl.float32)
-        best_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
-        for start in range(lo, hi, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            mask = offs < hi
-            logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
-            # Strict '>' while visiting tiles in increasing order keeps the lowest index per lane.
-            better = logit > best_val
-            best_val = tl.where(better, logit, best_val)
-            best_idx = tl.where(better, offs, best_idx)
-            x = logit * inv_t
-            new_max = tl.maximum(run_max, x)
-            # One exp per element: of exp(old - new) and exp(x - new) one is 1.
-            safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-            e = tl.exp(tl.minimum(run_max, x) - safe_max)
-            run_sum = tl.where(x > run_max, run_sum * e + 1.0, run_sum + e)
-            run_max = new_max
-        split_max = tl.max(run_max, axis=0)
-        safe = tl.where(split_max == float("-inf"), 0.0, split_max)
-        split_sum = tl.sum(run_sum * tl.exp(run_max - safe), axis=0)
-        amax_val = tl.max(best_val, axis=0)
-        amax_idx = tl.min(tl.where(best_val == amax_val, best_idx, NO_INDEX), axis=0)
-        # A split whose real entries are all -inf: its lowest real index is its representative
-        # (it ties at -inf); never the sentinel.
-        amax_idx = tl.where(amax_idx == NO_INDEX, lo, amax_idx)
+        if GATHER:
+            rid = b * K1 + j
+            NR = tl.num_programs(0) * K1
+            if tl.load(work_gathered(work_ptr, NR, rid)) != 0:
+                key_lo = tl.minimum(tl.load(work_ptr + 2 * rid), KMAX - 1).to(tl.int32)
+                buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
+                slot_ptr = (work_parts(work_ptr, NR, rid, S1, split) + 3).to(tl.pointer_type(tl.int32))
+                split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr,
+                                                                        region, slot_ptr, True, BLOCK_V)
+            else:
+                split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
+                                                                        work_ptr, False, BLOCK_V)
+        else:
+            split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
+                                                                    work_ptr, False, BLOCK_V)
         out = (b * K1 + j) * S1 + split
         tl.store(part_max_ptr + out, split_max)
         tl.store(part_sum_ptr + out, split_sum)
         tl.store(part_amax_val_ptr + out, amax_val)
         tl.store(part_amax_idx_ptr + out, amax_idx)
+
+
+@triton.jit
+def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, slot_ptr, GATHER: tl.constexpr,
+                 BLOCK_V: tl.constexpr):
+    """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index) over [lo, hi); with GATHER,
+    the entries whose order key is at least key_lo also go to buf_ptr (``triton_cut.gather``)."""
+    # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
+    run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)
+    run_sum = tl.zeros([BLOCK_V], dtype=tl.float32)
+    best_val = tl.full([BLOCK_V], float("-inf"), tl.float32)
+    best_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
+    for start in range(lo, hi, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        mask = offs < hi
+        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        # Strict '>' while visiting tiles in increasing order keeps the lowest index per lane.
+        better = logit > best_val
+        best_val = tl.where(better, logit, best_val)
+        best_idx = tl.where(better, offs, best_idx)
+        x = logit * inv_t
+        new_max = tl.maximum(run_max, x)
+        # One exp per element: of exp(old - new) and exp(x - new) one is 1.
+        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        e = tl.exp(tl.minimum(run_max, x) - safe_max)
+        run_sum = tl.where(x > run_max, run_sum * e + 1.0, run_sum + e)
+        run_max = new_max
+        if GATHER:
+            key = order_key(logit)
+            gather(key, offs, mask & (key >= key_lo), buf_ptr, region, slot_ptr, BLOCK_V)
+    split_max = tl.max(run_max, axis=0)
+    safe = tl.where(split_max == float("-inf"), 0.0, split_max)
+    split_sum = tl.sum(run_sum * tl.exp(run_max - safe), axis=0)
+    amax_val = tl.max(best_val, axis=0)
+    amax_idx = tl.min(tl.where(best_val == amax_val, best_idx, NO_INDEX), axis=0)
+    # A split whose real entries are all -inf: its lowest real index is its representative
+    # (it ties at -inf); never the sentinel.
+    amax_idx = tl.where(amax_idx == NO_INDEX, lo, amax_idx)
+    return split_max, split_sum, amax_val, amax_idx
 
 
 @triton.jit

@@ -24,6 +24,7 @@ KMIN = tl.constexpr(-2147483648)            # at or below every order key
 KMAX = tl.constexpr(2147483648)             # above every order key
 NONE = tl.constexpr(-9223372036854775808)   # an empty slot of the gathered tokens
 DROP = tl.constexpr(104.0)                  # exp(-104) is below float32's smallest number: no mass deeper
+NPART = tl.constexpr(7)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 
 
 @triton.jit
@@ -55,6 +56,73 @@ def weight(e):
 @triton.jit
 def pick(values, at, pos):
     return tl.sum(tl.where(pos == at, values, 0), axis=0)
+
+
+@triton.jit
+def row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, HAS_K: tl.constexpr, HAS_P: tl.constexpr,
+                 HAS_M: tl.constexpr):
+    """Request b's filters: (on: random with a filter on, k, k_on, top_p, p_on, floor, 1 / T)."""
+    temperature = tl.load(temperature_ptr + b).to(tl.float32)
+    k = tl.zeros([], tl.int64)
+    top_p = tl.full([], 1.0, tl.float64)
+    floor = tl.zeros([], tl.float32)
+    if HAS_K:
+        k = tl.load(top_k_ptr + b).to(tl.int64)
+    if HAS_P:
+        top_p = tl.load(top_p_ptr + b).to(tl.float64)
+    if HAS_M:
+        floor = tl.load(min_p_ptr + b).to(tl.float32)
+    k_on = (k > 0) & (k < V)
+    p_on = top_p < 1.0
+    on = (k_on | p_on | (floor > 0.0)) & (temperature != 0.0)
+    return on, k, k_on, top_p, p_on, floor, 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
+
+
+@triton.jit
+def unweighed(k_on, hi, floor):
+    """Whether a filtered row's read needs no mass: top-k on, nothing above its bracket [lo, hi), min-p off.
+    Its cut, Z' and top-p's target (a share of what top-k keeps) come from the gathered tokens alone, so its
+    read is keys, counts and the gather, and the filtered plan's pass 1 does it (``triton_chain``)."""
+    return k_on & (hi == KMAX) & (floor <= 0.0)
+
+
+@triton.jit
+def work_gathered(work_ptr, NR, rid):
+    """Row rid's word saying whether pass 1 gathers it, in the cut's work space (``triton_filter``'s layout, NR
+    rows)."""
+    return work_ptr + 2 * NR + rid
+
+
+@triton.jit
+def work_parts(work_ptr, NR, rid, SF, split):
+    """Row rid's split's NPART partial sums in the cut's work space."""
+    return work_ptr + 3 * NR + (rid * SF + split) * NPART
+
+
+@triton.jit
+def work_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr):
+    """Row rid's CAP gathered tokens in the cut's work space."""
+    return work_ptr + NR * (3 + SF * NPART) + rid * CAP
+
+
+@triton.jit
+def gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V: tl.constexpr):
+    """Store the tokens ``inside`` [BLOCK_V] (order keys ``key``, indices ``offs``) as int64 (key << 32 |
+    2**32 - 1 - index) at buf_ptr, each in the slot an atomic add on slot_ptr (int32) hands it; those past
+    ``region`` are counted, not stored."""
+    at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
+    # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
+    packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
+    tl.store(buf_ptr + at, packed, mask=inside & (at < region))
+
+
+@triton.jit
+def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The largest l / T of the row's strided sample (``_sample_tile``)."""
+    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    for start in range(0, NS, BLOCK_R):
+        best = tl.maximum(best, _sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R))
+    return tl.max(best, axis=0)
 
 
 @triton.jit
@@ -212,7 +280,7 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
     w_hi, w_hi_mp, w_all, w_mp = zl, zl, zl, zl
-    gather = lo < hi
+    gather_on = lo < hi
     hi_on = hi < KMAX
     hi32 = tl.minimum(hi, KMAX - 1).to(tl.int32)
     lo32 = tl.minimum(lo, KMAX - 1).to(tl.int32)
@@ -241,11 +309,8 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
                 c_mp += mp.to(tl.int32)
                 w_mp += tl.where(mp, w, 0)
         if GATHER:
-            if gather:
-                at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
-                # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
-                packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
-                tl.store(buf_ptr + at, packed, mask=inside & (at < region))
+            if gather_on:
+                gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V)
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)

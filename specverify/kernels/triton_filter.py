@@ -17,9 +17,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     logits_ptr ... scratch_ptr, V, K1, S1, n_part, ints_at, stats_at   pass 1's arguments (triton_chain);
                                  they read pass 1's split partials for the row max, sum and largest logit
     top_k_ptr [B] int64, top_p_ptr [B] float32/64, min_p_ptr [B] float32/64 (read when HAS_K/P/M)
-    work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R, SF, NPART] partial sums; [R, CAP] gathered
-                                 tokens, split s in slots [s region, (s + 1) region); [R, SCRATCH] the search's
-                                 scratch (``triton_search``)
+    work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R] whether pass 1 gathers the row (PRE);
+                                 [R, SF, NPART] partial sums; [R, CAP] gathered tokens, split s in slots
+                                 [s region, (s + 1) region); [R, SCRATCH] the search's scratch (``triton_search``)
     record_ptr [6, R] float32 (out)
     tickets_ptr [R] int32        the one-launch plan's count of a row's splits done (zero between calls)
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
@@ -30,6 +30,10 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                  STAGE 3  grid (B, K1, SF)   all three in one launch, for a batch of few rows: every split
                                              finds the row's bracket itself, reads its part, and the last
                                              split of the row to finish writes the record
+                 STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
+                                             before pass 1, which then gathers the unweighed ones
+                                             (``triton_chain._row_stats_gather_kernel``, the cut's splits
+                                             its own); stages 0 and 1 then skip what 4 and pass 1 did
 
 How a row's cut is found (``triton_cut``, ``triton_search``). Masses are fixed point (``MASS_ONE`` per unit
 of exp(l / T - max)), so every sum is exact and independent of the split and tile plan: the result is deterministic and
@@ -55,14 +59,15 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, bracket, compact, key_value, order_key, pick, sweep,
-                                           weight)
+from specverify.kernels.triton_chain import _row_stats_gather_kernel
+from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, NPART, bracket, compact, key_value, order_key, pick,
+                                           row_settings, sample_max, sweep, unweighed, weight, work_gathered,
+                                           work_parts, work_tokens)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
-NPART = tl.constexpr(7)   # partial sums per (row, split); the fourth counts the gathered tokens as they land
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
 NG = 32          # candidates per grid of the sample bracket by mass (top-p alone)
@@ -105,6 +110,12 @@ FINISH_N = 16
 # a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
+# with top-k passed and more rows than that, pass 1 may gather the unweighed top-k rows (``triton_cut.unweighed``)
+# as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other rows
+# (1); off (0), the cut reads every row. Off until it is timed on a GPU: ci/bench_gpu.py --filters --set
+# GATHER_IN_PASS1=1 (docs/benchmarks.md, issue 29)
+GATHER_IN_PASS1 = 0
+DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
 
 @triton.jit
@@ -114,41 +125,35 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
 
 
 @triton.jit
-def _row(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
-         V, K1, S1, n_part, ints_at, stats_at, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr,
-         BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+def _request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, K1,
+             HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, BLOCK_B: tl.constexpr):
     """This program's row (b, j): (live: j <= k_b, on: a random request with a filter on, row_ptr, its record
-    index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T, the row max of l / T and its sum of exp(l / T - max),
-    and the order key just above the row's largest logit, all three from pass 1's partials)."""
+    index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T, k_b)."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    k_b = tl.load(num_draft_ptr + b)
+    on, k, k_on, top_p, p_on, floor, inv_t = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+                                                          HAS_K, HAS_P, HAS_M)
+    row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
+    return j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor, inv_t, k_b
+
+
+@triton.jit
+def _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """This program's row (b, j)'s max of l / T and its sum of exp(l / T - max), and the order key just above
+    the row's largest logit, all three from pass 1's partials."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
     j = tl.program_id(1)
-    k_b = tl.load(num_draft_ptr + b)
     jj = tl.arange(0, BLOCK_K)
     row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b,
                                            k_b, K1, S1, BLOCK_K, BLOCK_S)
-    temperature = tl.load(temperature_ptr + b).to(tl.float32)
-    k = tl.zeros([], tl.int64)
-    top_p = tl.full([], 1.0, tl.float64)
-    floor = tl.zeros([], tl.float32)
-    if HAS_K:
-        k = tl.load(top_k_ptr + b).to(tl.int64)
-    if HAS_P:
-        top_p = tl.load(top_p_ptr + b).to(tl.float64)
-    if HAS_M:
-        floor = tl.load(min_p_ptr + b).to(tl.float32)
-    k_on = (k > 0) & (k < V)
-    p_on = top_p < 1.0
-    on = (k_on | p_on | (floor > 0.0)) & (temperature != 0.0)
-    row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
     ss = tl.arange(0, BLOCK_S)
     # pass 1 writes no partials for a row past k_b: nothing to read there
     top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < tl.where(j <= k_b, S1, 0),
                          other=float("-inf")), axis=0)
-    return (j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor,
-            1.0 / tl.where(temperature == 0.0, 1.0, temperature), pick(row_max, j, jj), pick(row_sum, j, jj),
-            order_key(top).to(tl.int64) + 1)
+    return pick(row_max, j, jj), pick(row_sum, j, jj), order_key(top).to(tl.int64) + 1
 
 
 # Integer arguments equal to 1 are not specialised: at V = 1 (or one split, one token a region) the
@@ -164,7 +169,7 @@ def _cut_kernel(
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
     BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
-    FINISH: tl.constexpr,
+    FINISH: tl.constexpr, PRE: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -172,44 +177,92 @@ def _cut_kernel(
     streaming kernel's); 2, grid (B, K1), each row's record from the sums and the gathered tokens. Or 3,
     grid (B, K1, SF), the one-launch plan of a few rows: each launch costs the host more than a few rows
     cost the GPU, so every split computes the bracket (the same integers: the same sample, the same code)
-    instead of a launch before it, and the row's last split to finish its read writes the record."""
-    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, m, z, above = _row(
-        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
-        K1, S1, n_part, ints_at, stats_at, HAS_K, HAS_P, HAS_M, BLOCK_B, BLOCK_K, BLOCK_S)
+    instead of a launch before it, and the row's last split to finish its read writes the record. With PRE
+    (top-k passed, many rows), STAGE 4, grid (B, K1), brackets the top-k rows before pass 1, which then
+    gathers the unweighed ones (``triton_cut.unweighed``) as it reads them: stage 0 brackets the other rows
+    and stage 1 reads them."""
+    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, k_b = _request(
+        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, K1, HAS_K,
+        HAS_P, HAS_M, BLOCK_B)
     NR = tl.num_programs(0) * K1
-    if STAGE == 0:
-        if live & on:
-            lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
-            tl.store(work_ptr + 2 * rid, lo)
-            tl.store(work_ptr + 2 * rid + 1, hi)
-    elif STAGE == 1:
-        if live & on:
-            lo, hi = _bounds(work_ptr, rid, V, CAP)
-            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M, CAP,
-                  BLOCK_READ, BLOCK_COUNT)
+    if STAGE == 4:
+        gathers = tl.zeros([], tl.int64)
+        if live & on & k_on:
+            gathers = _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
+                                   NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
+        tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
-        # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
-        # its read writes it, and split 0 an unfiltered row's
-        lo = tl.full([], KMIN, tl.int64)
-        hi = tl.full([], KMAX, tl.int64)
-        writes = (STAGE == 2) | (tl.program_id(2) == 0)
-        if live & on:
-            if STAGE == 2:
+        m, z, above = _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        if STAGE == 0:
+            if live & on:
+                mine = True
+                if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
+                    mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
+                if mine:
+                    lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
+                                     BLOCK_SAMPLE)
+                    tl.store(work_ptr + 2 * rid, lo)
+                    tl.store(work_ptr + 2 * rid + 1, hi)
+        elif STAGE == 1:
+            if live & on:
                 lo, hi = _bounds(work_ptr, rid, V, CAP)
-            else:
-                lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
-                _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
-                      CAP, BLOCK_READ, BLOCK_COUNT)
-                # every thread's stores are issued before the release that publishes them to the last split
-                tl.debug_barrier()
-                done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
-                writes = done == SF - 1
-                if writes:
-                    tl.store(tickets_ptr + rid, 0)
-        if writes:
-            _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
-                    floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK,
-                    SCRATCH, FINISH)
+                read = True
+                if PRE:         # pass 1 gathered the rows stage 4 found unweighed
+                    read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
+                if read:
+                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M, CAP,
+                          BLOCK_READ, BLOCK_COUNT)
+        else:
+            # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
+            # its read writes it, and split 0 an unfiltered row's
+            lo = tl.full([], KMIN, tl.int64)
+            hi = tl.full([], KMAX, tl.int64)
+            writes = (STAGE == 2) | (tl.program_id(2) == 0)
+            if live & on:
+                if STAGE == 2:
+                    lo, hi = _bounds(work_ptr, rid, V, CAP)
+                else:
+                    lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
+                                     BLOCK_SAMPLE)
+                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
+                          CAP, BLOCK_READ, BLOCK_COUNT)
+                    # every thread's stores are issued before the release that publishes them to the last split
+                    tl.debug_barrier()
+                    done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
+                    writes = done == SF - 1
+                    if writes:
+                        tl.store(tickets_ptr + rid, 0)
+            if writes:
+                _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
+                        floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK,
+                        SCRATCH, FINISH)
+
+
+@triton.jit
+def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
+                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
+                 BLOCK_SAMPLE: tl.constexpr):
+    """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
+    the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
+    its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
+    pass 1 only gathers. A row whose sample max is not finite is left to stage 0 (hi = DEFER). Returns 1 where
+    pass 1 gathers the row, else 0 (int64)."""
+    top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
+    lo = tl.full([], KMAX, tl.int64)
+    hi = tl.full([], DEFER, tl.int64)
+    if (top > float("-inf")) & (top < float("inf")):
+        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
+    tl.store(work_ptr + 2 * rid, lo)
+    tl.store(work_ptr + 2 * rid + 1, hi)
+    gathers = unweighed(k_on, hi, floor)
+    if gathers:
+        # the unweighed read's sums: nothing above the bracket, no mass, every token passes min-p
+        for split in range(SF):
+            mine = work_parts(work_ptr, NR, rid, SF, split)
+            for field in tl.static_range(NPART):
+                tl.store(mine + field, tl.zeros([], tl.int64))
+            tl.store(mine + 5, tl.minimum(chunk, V - split * chunk).to(tl.int64))
+    return gathers.to(tl.int64)
 
 
 @triton.jit
@@ -232,13 +285,13 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t,
     tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
     split = tl.program_id(2)
     lo_v = split * chunk
-    buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP + split * region
-    mine = work_ptr + 2 * NR + (rid * SF + split) * NPART
+    buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
+    mine = work_parts(work_ptr, NR, rid, SF, split)
     tl.store(mine + 3, tl.zeros([], tl.int64))
     tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
     # the gather counts in the word's low half (little-endian), so that its slots compare and address in int32
     slot = (mine + 3).to(tl.pointer_type(tl.int32))
-    weigh = ~k_on | (hi < KMAX) | (floor > 0.0)
+    weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, slot, HAS_M,
         BLOCK_V, BLOCK_COUNT)
@@ -264,8 +317,8 @@ def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, reg
     z_out = z
     how = tl.zeros([], tl.int32)
     if live & on:
-        parts = work_ptr + 2 * NR + rid * SF * NPART
-        buf = work_ptr + NR * (2 + SF * NPART) + rid * CAP
+        parts = work_parts(work_ptr, NR, rid, SF, 0)
+        buf = work_tokens(work_ptr, NR, rid, SF, CAP)
         # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
         scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
@@ -325,10 +378,11 @@ def _shapes() -> tuple:
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
-            one_launch_rows: int, shapes: tuple):
+            one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False):
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
     cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
-    order, built once here since the host's work is what a call of a few rows costs."""
+    order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
+    with the gather (its meta: CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, search_tile, nc_gpu) = shapes
     tiles = triton.cdiv(V, block_v)
@@ -355,8 +409,10 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
     finish = min(finish_n, meta["RANK_BLOCK"])
     meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
-    words = B * K1 * (2 + sf * NPART.value + cap + meta["SCRATCH"])
+    words = B * K1 * (3 + sf * NPART.value + cap + meta["SCRATCH"])
     read_meta = dict(meta, num_warps=min(warps, read_warps))
+    pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
+    meta["PRE"] = read_meta["PRE"] = pre
     if B * K1 <= one_launch_rows:
         stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
@@ -365,6 +421,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
         stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
                        if stage or not whole)
+        if pre:         # the count bracket, then pass 1 gathering, before the others
+            stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), dict(CAP=cap))) \
+                + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
@@ -396,27 +455,42 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
 
 
 def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
-    """(the launch steps, record [6, B K1]) of the cut that follows ``pass1`` (triton_chain's pass-1 step, whose
-    arguments and scratch they share); top_k / top_p / min_p [B] or None (off for every request). Three
-    steps (two where rows are gathered whole: no bracket), or one for at most ONE_LAUNCH_ROWS rows. CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N,
-    ONE_LAUNCH_ROWS and the launch shapes (``_shapes``) are read here, so that a test can shrink them to reach
-    the sample and slow paths, turn ranking, the search's scratch or its ranked end off, or choose the plan."""
+    """(the launch steps, record [6, B K1]) of pass 1 and the cut: ``pass1`` is triton_chain's pass-1 step,
+    whose arguments and scratch the cut shares; top_k / top_p / min_p [B] or None (off for every request).
+    Pass 1, then three steps (two where rows are gathered whole: no bracket), or one for at most
+    ONE_LAUNCH_ROWS rows; with top-k passed, where pass 1's splits are the cut's (``pass1_splits``), the count
+    bracket, pass 1 gathering the unweighed rows, then the three. CAP, NS, CH, READ_PROGRAMS, RANK_N,
+    SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1 and the launch shapes (``_shapes``) are read here,
+    so that a test can shrink them to reach the sample and slow paths, turn ranking, the search's scratch or
+    its ranked end off, or choose the plan."""
     _, grid1, args1, meta1, key1, stream = pass1
-    logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, _ = args1
+    logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, chunk1 = args1
     B = grid1[0]
     filters = (top_k, top_p, min_p)
     given = tuple(f for f in filters if f is not None)
     rid, sf, chunk, region, words, stages = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
                                                     meta1["num_warps"], tuple(f is not None for f in filters),
                                                     tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes())
+                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(),
+                                                    chunk1, GATHER_IN_PASS1)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) for stage, grid, meta in stages)
-    return steps, record
+    steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
+                  (_row_stats_gather_kernel, grid, args1 + (work, region), dict(meta1, **meta),
+                   key and key + ("pass 1",), stream) for stage, grid, meta in stages)
+    return steps if stages[0][0] == 4 else (pass1,) + steps, record
+
+
+def pass1_splits(rows: int, V: int, want1: int) -> int:
+    """Pass 1's split target for a filtered call of ``rows`` rows (B K1) with top-k passed, where ``want1`` is
+    its own: the cut's read target where pass 1 gathers for the cut (``cut_launches``), whose splits must
+    then be pass 1's."""
+    if not GATHER_IN_PASS1 or V <= CAP or rows <= ONE_LAUNCH_ROWS:
+        return want1
+    return max(want1, min(MAX_SPLITS, triton.cdiv(READ_PROGRAMS, rows)))
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"

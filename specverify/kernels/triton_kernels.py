@@ -97,16 +97,17 @@ def plan(B: int, K: int, V: int, device: torch.device, block_v: int | None = Non
     ranks it first; docs/benchmarks.md). Cached: the host path of a small call is what it costs."""
     block_v = block_v or min(DEFAULT_BLOCK_V * 4 // logit_bytes, max(16, triton.next_power_of_2(V)))
     tiles = triton.cdiv(V, block_v)
-    if splits is not None:
-        want1, want2 = splits
-    else:
-        target = _WAVES * _sm_count(device)
-        want1 = triton.cdiv(target, max(1, B * (K + 1)))
-        want2 = triton.cdiv(target, max(1, B))
+    want1, want2 = splits if splits is not None else default_splits(B, K, device)
     chunk1 = triton.cdiv(tiles, min(tiles, max(1, want1))) * block_v
     chunk2 = triton.cdiv(tiles, min(tiles, max(1, want2))) * block_v
     warps = num_warps or (8 if block_v >= 1024 else 4)
     return block_v, triton.cdiv(V, chunk1), chunk1, triton.cdiv(V, chunk2), chunk2, warps
+
+
+def default_splits(B: int, K: int, device: torch.device) -> tuple[int, int]:
+    """(pass 1's, pass 2's) split targets of ``plan``: _WAVES programs an SM."""
+    target = _WAVES * _sm_count(device)
+    return triton.cdiv(target, max(1, B * (K + 1))), triton.cdiv(target, max(1, B))
 
 
 _recipe_ids = itertools.count()

@@ -29,9 +29,9 @@ from reference import philox as ref_philox
 from reference.sample import synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
 from specverify.kernels.triton_chain import with_cut
-from specverify.kernels.triton_filter import cut_launches
+from specverify.kernels.triton_filter import cut_launches, pass1_splits
 from specverify.kernels.triton_mask import mask_launch
-from specverify.kernels.triton_kernels import interpreted, launches, triton_sample_into
+from specverify.kernels.triton_kernels import default_splits, interpreted, launches, triton_sample_into
 from specverify.kernels.triton_launch import launch
 
 
@@ -44,15 +44,26 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
 def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, **noise) -> tuple:
     """Pass 1 and the cut launch for ``batch``'s filters: (the pass-2 step reading the cut, the pass-1 step,
     the records), or None for an empty batch. ``noise`` as triton_sample_into takes it."""
+    if noise.get("splits") is None:
+        noise = dict(noise, splits=cut_splits(batch.top_k, batch.num_requests, token_ids.shape[1], batch.vocab_size,
+                                              batch.device))
     steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits,
                      batch.draft_probs, batch.temperature, **noise)
     if not steps:
         return None
-    launch(*steps[0])
     cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p)
     for step in cut:
         launch(*step)
     return with_cut(steps[-1], record), steps[0], record
+
+
+def cut_splits(top_k, B: int, K1: int, V: int, device: torch.device) -> tuple | None:
+    """The (pass 1, pass 2) split targets of a filtered call of B requests, K1 rows each (None: the default
+    plan): with top-k passed, pass 1 may gather for the cut, whose splits are then its own."""
+    if top_k is None:
+        return None
+    want1, want2 = default_splits(B, K1 - 1, device)
+    return pass1_splits(B * K1, V, want1), want2
 
 
 def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
