@@ -6,8 +6,8 @@
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
 row), with the filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
-gathering for the cut (``triton_chain._row_stats_gather_kernel``, where top-k is passed), ``p0`` pass 1
-alone. ``ptxas -v`` (Triton's bundled
+gathering for the cut (``triton_chain._row_stats_gather_kernel``, with top-k passed and ``--set
+GATHER_IN_PASS1=1``, which also compiles stage 4 and the PRE variants of stages 0 to 2), ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled
 one for the PTX version it emits) gives registers and spills; ``nvdisasm`` the SASS, counted by line and by
 a few instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each
 one's checkout: the GPU is not needed, and so neither is a device run. Prints; asserts nothing.
@@ -46,7 +46,7 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
 
     dtypes = tuple(dt for dt, on in zip(("torch.int64", "torch.float32", "torch.float32"), flags) if on)
     known = dict(B=B, K1=5, V=V, S1=4, block_v=1024, block_b=128, warps=8, flags=flags, dtypes=dtypes,
-                 chunk1=triton.cdiv(triton.cdiv(V, 1024), 4) * 1024, gather_in_pass1=True,
+                 chunk1=triton.cdiv(triton.cdiv(V, 1024), 4) * 1024, gather_in_pass1=triton_filter.GATHER_IN_PASS1,
                  cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
                  finish_n=getattr(triton_filter, "FINISH_N", 0),

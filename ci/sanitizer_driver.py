@@ -30,6 +30,7 @@ from reference import Noise, SpecBatch, SpecOutput  # noqa: E402
 from reference.philox import request_seeds  # noqa: E402
 from reference.sample import synthetic_rates_f32  # noqa: E402
 from specverify.checks.differential import compare_to_reference  # noqa: E402
+from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
 from specverify.kernels.triton_sampler import TritonBackend  # noqa: E402
 from triton_probes import negative_log, seeded_noise  # noqa: E402
@@ -80,15 +81,19 @@ CASES = [
 # ranked whole (a record launch without the search), V = 1,003 gathered whole and searched or ranked,
 # V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
 # logits. Batches of at most triton_filter.ONE_LAUNCH_ROWS rows (B K1: [2, 1] and [1, 2] here) are cut in one
-# launch, the others in three
-FILTERED = [([2, 0, 3, 1], 8, "standard"), ([1, 2, 0], 1_003, "standard"), ([1, 2], 1_003, "standard"),
-            ([2, 1], 20_011, "standard"), ([3, 1, 2], 1_003, "block")]
+# launch, the others in three; the last two run triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket,
+# then pass 1 gathering the unweighed top-k rows, then the cut's three launches for the others)
+FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0), ([1, 2], 1_003, "standard", 0),
+            ([2, 1], 20_011, "standard", 0), ([3, 1, 2], 1_003, "block", 0), ([3, 2, 4, 1], 20_011, "standard", 1),
+            ([2, 3, 1], 20_011, "block", 1)]
 
 
 def filtered_calls(g, device: str) -> int:
     """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
     errors = 0
-    for counts, V, method in FILTERED:
+    default = triton_filter.GATHER_IN_PASS1
+    for counts, V, method, gather_in_pass1 in FILTERED:
+        triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
         B = plain.num_requests
         pick = lambda options: [options[b % len(options)] for b in range(B)]  # noqa: E731
@@ -99,11 +104,12 @@ def filtered_calls(g, device: str) -> int:
         out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
         cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
                                    Noise.from_seeds(seeds, batch.num_draft_tokens, V), method=method)
-        print(f"B={B} V={V} filtered {method} seeded: {cmp.decisions} decisions, {len(cmp.real)} real / "
-              f"{len(cmp.ambiguous)} ambiguous divergences", flush=True)
+        print(f"B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}: {cmp.decisions} decisions, "
+              f"{len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous divergences", flush=True)
         if cmp.real:
             print(f"  ERROR: {cmp.real[0]}", flush=True)
             errors += 1
+    triton_filter.GATHER_IN_PASS1 = default
     return errors
 
 

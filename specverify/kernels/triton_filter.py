@@ -125,17 +125,16 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
 
 
 @triton.jit
-def _request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, K1,
+def _request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
              HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, BLOCK_B: tl.constexpr):
-    """This program's row (b, j): (live: j <= k_b, on: a random request with a filter on, row_ptr, its record
-    index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T, k_b)."""
+    """This program's row (b, j) of request b's k_b + 1: (live: j <= k_b, on: a random request with a filter
+    on, row_ptr, its record index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T)."""
     b = tl.program_id(0)
     j = tl.program_id(1)
-    k_b = tl.load(num_draft_ptr + b)
     on, k, k_on, top_p, p_on, floor, inv_t = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
                                                           HAS_K, HAS_P, HAS_M)
     row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
-    return j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor, inv_t, k_b
+    return j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor, inv_t
 
 
 @triton.jit
@@ -181,18 +180,23 @@ def _cut_kernel(
     (top-k passed, many rows), STAGE 4, grid (B, K1), brackets the top-k rows before pass 1, which then
     gathers the unweighed ones (``triton_cut.unweighed``) as it reads them: stage 0 brackets the other rows
     and stage 1 reads them."""
-    live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t, k_b = _request(
-        logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, K1, HAS_K,
-        HAS_P, HAS_M, BLOCK_B)
+    k_b = tl.load(num_draft_ptr + tl.program_id(0))
     NR = tl.num_programs(0) * K1
     if STAGE == 4:
+        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = _request(
+            logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
+            HAS_K, HAS_P, HAS_M, BLOCK_B)
         gathers = tl.zeros([], tl.int64)
         if live & on & k_on:
             gathers = _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
                                    NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
+        # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
         m, z, above = _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = _request(
+            logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
+            HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAGE == 0:
             if live & on:
                 mine = True

@@ -104,6 +104,7 @@ def plan(B: int, K: int, V: int, device: torch.device, block_v: int | None = Non
     return block_v, triton.cdiv(V, chunk1), chunk1, triton.cdiv(V, chunk2), chunk2, warps
 
 
+@functools.lru_cache(maxsize=4096)
 def default_splits(B: int, K: int, device: torch.device) -> tuple[int, int]:
     """(pass 1's, pass 2's) split targets of ``plan``: _WAVES programs an SM."""
     target = _WAVES * _sm_count(device)

@@ -63,7 +63,8 @@ def cut_splits(top_k, B: int, K1: int, V: int, device: torch.device) -> tuple | 
     if top_k is None:
         return None
     want1, want2 = default_splits(B, K1 - 1, device)
-    return pass1_splits(B * K1, V, want1), want2
+    want = pass1_splits(B * K1, V, want1)
+    return None if want == want1 else (want, want2)
 
 
 def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
