@@ -26,7 +26,7 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
                  STAGE 1  grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
-                 STAGE 2  grid (B, K1)       the record
+                 STAGE 2  grid (B, K1)       the record (``triton_record``)
                  STAGE 3  grid (B, K1, SF)   all three in one launch, for a batch of few rows: every split
                                              finds the row's bracket itself, reads its part, and the last
                                              split of the row to finish writes the record
@@ -60,13 +60,11 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_gather_kernel
-from specverify.kernels.triton_cut import (KMAX, KMIN, MASS_ONE, NPART, bracket, compact, key_value, order_key, pick,
-                                           row_settings, sample_max, sweep, unweighed, weight, work_gathered,
-                                           work_parts, work_tokens)
+from specverify.kernels.triton_cut import (KMAX, KMIN, NPART, bracket, order_key, pick, row_settings, sample_max,
+                                           sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
-from specverify.kernels.triton_rank import rank_cut
-from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
+from specverify.kernels.triton_record import write_record
 
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
@@ -116,12 +114,6 @@ ONE_LAUNCH_ROWS = 8
 # GATHER_IN_PASS1=1 (docs/benchmarks.md, issue 29)
 GATHER_IN_PASS1 = 0
 DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
-
-
-@triton.jit
-def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
-    ff = tl.arange(0, BLOCK_F)
-    return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
 
 
 @triton.jit
@@ -237,9 +229,9 @@ def _cut_kernel(
                     if writes:
                         tl.store(tickets_ptr + rid, 0)
             if writes:
-                _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
-                        floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK, ONLY_RANK,
-                        SCRATCH, FINISH)
+                write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p,
+                             p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK,
+                             ONLY_RANK, SCRATCH, FINISH)
 
 
 @triton.jit
@@ -305,68 +297,6 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t,
     tl.store(mine + 4, w_all)
     tl.store(mine + 5, c_mp)
     tl.store(mine + 6, w_mp)
-
-
-@triton.jit
-def _record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on, floor,
-            inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr,
-            BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr,
-            SCRATCH: tl.constexpr, FINISH: tl.constexpr):
-    """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
-    everything, with pass 1's sum)."""
-    rec = record_ptr + rid
-    cut_key = tl.full([], KMIN, tl.int64)
-    cut_idx = tl.zeros([], tl.int32) + V
-    floor_out = tl.zeros([], tl.float32)
-    z_out = z
-    how = tl.zeros([], tl.int32)
-    if live & on:
-        parts = work_parts(work_ptr, NR, rid, SF, 0)
-        buf = work_tokens(work_ptr, NR, rid, SF, CAP)
-        # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
-        scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
-        c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
-            _total(parts, 2, SF, BLOCK_F)
-        w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
-            _total(parts, 6, SF, BLOCK_F)
-        # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of its
-        # tokens weighs at least the floor, so the mass before the last one is below the target)
-        lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
-        alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
-        z_w = w_mp
-        if (k_on | p_on) & ~alone:
-            n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
-            if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
-                ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
-                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
-                how = how + 1
-            else:
-                if (n > 0) & (n <= RANK_N):
-                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
-                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
-                else:
-                    # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
-                                                              tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
-                                                              k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
-                                                              SCRATCH, FINISH)
-                if ok & (n >= 0):
-                    cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
-                else:
-                    cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
-                    cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
-                    z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
-                    how = how + 2
-        floor_out = floor
-        z_out = z_w.to(tl.float32) / MASS_ONE
-    if live:
-        tl.store(rec, tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32))))
-        tl.store(rec + NR, cut_idx.to(tl.float32))
-        tl.store(rec + 2 * NR, floor_out)
-        tl.store(rec + 3 * NR, z_out)
-        tl.store(rec + 4 * NR, m)
-        tl.store(rec + 5 * NR, how.to(tl.float32))
 
 
 _recipe_ids = iter(range(1 << 62))

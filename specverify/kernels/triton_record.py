@@ -1,0 +1,83 @@
+"""Stage 2 of the target-filter cut (``triton_filter``): a row's record from its bracket's sums and gathered
+tokens, by ranking them (``triton_rank``), searching them (``triton_search``), or, where the bracket missed
+or overflowed, the slow path's own reads of the row. One ``@triton.jit`` function on one row, in
+``triton_filter``'s work-space layout and record layout (its module docstring).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import KMIN, MASS_ONE, NPART, compact, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_rank import rank_cut
+from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
+
+
+@triton.jit
+def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
+    """The sum of field ``field`` over a row's SF splits' partial sums."""
+    ff = tl.arange(0, BLOCK_F)
+    return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
+
+
+@triton.jit
+def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
+                 floor, inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr,
+                 BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
+                 ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
+    """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
+    everything, with pass 1's sum)."""
+    rec = record_ptr + rid
+    cut_key = tl.full([], KMIN, tl.int64)
+    cut_idx = tl.zeros([], tl.int32) + V
+    floor_out = tl.zeros([], tl.float32)
+    z_out = z
+    how = tl.zeros([], tl.int32)
+    if live & on:
+        parts = work_parts(work_ptr, NR, rid, SF, 0)
+        buf = work_tokens(work_ptr, NR, rid, SF, CAP)
+        # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
+        scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
+        c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
+            _total(parts, 2, SF, BLOCK_F)
+        w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
+            _total(parts, 6, SF, BLOCK_F)
+        # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of its
+        # tokens weighs at least the floor, so the mass before the last one is below the target)
+        lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
+        alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
+        z_w = w_mp
+        if (k_on | p_on) & ~alone:
+            n = compact(buf, parts + 3, NPART, SF, region, BLOCK_R)
+            if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
+                ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
+                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
+                how = how + 1
+            else:
+                if (n > 0) & (n <= RANK_N):
+                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
+                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
+                else:
+                    # no token lies above the row's largest logit: a narrower interval, fewer search steps
+                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
+                                                              tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
+                                                              k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
+                                                              SCRATCH, FINISH)
+                if ok & (n >= 0):
+                    cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
+                else:
+                    cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
+                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
+                    cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
+                    z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
+                    how = how + 2
+        floor_out = floor
+        z_out = z_w.to(tl.float32) / MASS_ONE
+    if live:
+        tl.store(rec, tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32))))
+        tl.store(rec + NR, cut_idx.to(tl.float32))
+        tl.store(rec + 2 * NR, floor_out)
+        tl.store(rec + 3 * NR, z_out)
+        tl.store(rec + 4 * NR, m)
+        tl.store(rec + 5 * NR, how.to(tl.float32))
