@@ -88,18 +88,17 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         inv_t = 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, V)
-        if GATHER:
-            rid = b * K1 + j
-            NR = tl.num_programs(0) * K1
-            if tl.load(work_gathered(work_ptr, NR, rid)) != 0:
-                key_lo = tl.minimum(tl.load(work_ptr + 2 * rid), KMAX - 1).to(tl.int32)
-                buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
-                slot_ptr = (work_parts(work_ptr, NR, rid, S1, split) + 3).to(tl.pointer_type(tl.int32))
-                split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr,
-                                                                        region, slot_ptr, True, BLOCK_V)
-            else:
-                split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
-                                                                        work_ptr, False, BLOCK_V)
+        rid = b * K1 + j
+        NR = tl.num_programs(0) * K1
+        gathers = False
+        if GATHER:      # the rows the cut's stage 4 marked
+            gathers = tl.load(work_gathered(work_ptr, NR, rid)) != 0
+        if gathers:
+            key_lo = tl.minimum(tl.load(work_ptr + 2 * rid), KMAX - 1).to(tl.int32)
+            buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
+            slot_ptr = (work_parts(work_ptr, NR, rid, S1, split) + 3).to(tl.pointer_type(tl.int32))
+            split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region,
+                                                                    slot_ptr, True, BLOCK_V)
         else:
             split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
                                                                     work_ptr, False, BLOCK_V)
