@@ -59,8 +59,6 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
             read = dict(planned, num_warps=min(planned["num_warps"], triton_filter.READ_WARPS))
             return {0: dict(planned, STAGE=0), 1: dict(read, STAGE=1), 2: dict(planned, STAGE=2)}
         metas.update({"p1" if stage is None else stage: meta for stage, _, meta in planned})
-    if "p1" in metas:
-        metas["p1"] = dict(metas["p1"], BLOCK_V=1024, BLOCK_B=128, num_warps=8)
     metas["p0"] = dict(BLOCK_V=1024, BLOCK_B=128, num_warps=8)
     return metas
 

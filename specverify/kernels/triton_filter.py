@@ -316,7 +316,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
     cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
-    with the gather (its meta: CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
+    with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, search_tile, nc_gpu) = shapes
     tiles = triton.cdiv(V, block_v)
@@ -356,8 +356,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
                        if stage or not whole)
         if pre:         # the count bracket, then pass 1 gathering, before the others
-            stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), dict(CAP=cap))) \
-                + stages
+            pass1 = dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)     # pass 1's meta, and CAP
+            stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
@@ -413,8 +413,8 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_gather_kernel, grid, args1 + (work, region), dict(meta1, **meta),
-                   key and key + ("pass 1",), stream) for stage, grid, meta in stages)
+                  (_row_stats_gather_kernel, grid, args1 + (work, region), meta, key and key + ("pass 1",), stream)
+                  for stage, grid, meta in stages)
     return steps if stages[0][0] == 4 else (pass1,) + steps, record
 
 
