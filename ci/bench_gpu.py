@@ -24,7 +24,8 @@ sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p a
 compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
 many rows the cut's kept set differs from the PyTorch filter's. `--filters --dry-run` runs the same
 plumbing on the CPU under TRITON_INTERPRET=1 at a small size (wall-clock timings, meaningless as speed).
-``--set`` overrides a ``triton_filter`` constant for the run, as the cut's probes do (GATHER_IN_PASS1=1).
+``--set`` overrides a ``triton_filter`` constant for the run, as the cut's probes do (``GATHER_IN_PASS1=0``:
+the plan whose pass 1 gathers nothing for the cut).
 
 --block times the block rule (SPEC 3.7) against the standard rule at B = 128, k = 4, V = 151,936 on the
 same inputs, and measures each rule's mean accepted length over many seeded calls with the same seeds

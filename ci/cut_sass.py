@@ -6,10 +6,11 @@
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
 row), with the filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
-gathering for the cut (``triton_chain._row_stats_gather_kernel``, with top-k passed and ``--set
-GATHER_IN_PASS1=1``, which also compiles stage 4 and the PRE variants of stages 0 to 2), ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled
-one for the PTX version it emits) gives registers and spills; ``nvdisasm`` the SASS, counted by line and by
-a few instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each
+gathering for the cut (``triton_chain._row_stats_gather_kernel``, with top-k passed; ``4`` and the PRE
+variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles the plan without them),
+``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled one for the PTX version it emits) gives registers and
+spills; ``nvdisasm`` the SASS, counted by line and by a few instruction classes, and written to DIR with
+``--sass``. Compare two commits by running this from each
 one's checkout: the GPU is not needed, and so neither is a device run. Prints; asserts nothing.
 """
 

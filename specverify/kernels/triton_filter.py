@@ -108,11 +108,11 @@ FINISH_N = 16
 # a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
-# with top-k passed and more rows than that, pass 1 may gather the unweighed top-k rows (``triton_cut.unweighed``)
+# with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other rows
-# (1); off (0), the cut reads every row. Off until it is timed on a GPU: ci/bench_gpu.py --filters --set
-# GATHER_IN_PASS1=1 (docs/benchmarks.md, issue 29)
-GATHER_IN_PASS1 = 0
+# (1); off (0), the cut reads every row (docs/benchmarks.md, issue 29: ci/bench_gpu.py --filters --set
+# GATHER_IN_PASS1=0 times the other plan)
+GATHER_IN_PASS1 = 1
 DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
 
