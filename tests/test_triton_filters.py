@@ -321,3 +321,22 @@ def test_pass1_gathers_the_records_of_the_cuts_own_read(device, monkeypatch):
     own = _records(batch)
     assert plans[-1] == ["pass 1", 0, 1, 2]
     assert torch.equal(gathered, own), (gathered != own).nonzero().tolist()
+
+
+def test_pass1_split_target_is_one_the_cut_keeps_wherever_pass1_gathers():
+    """Pass 1 gathers for the cut only where the cut's splits come out as pass 1's; pass1_splits picks pass 1's
+    target so that they do, for every pass-1 target of its own (the GPU's depends on its SM count: a batch of
+    9 rows asks for 59 splits on an H100, more than the cut's MAX_SPLITS) and every batch past the one-launch
+    plan. A target the cut does not keep leaves the call on the plan without the gather, with nothing failing:
+    only the plan says so."""
+    from specverify.kernels.triton_kernels import plan  # noqa: PLC0415
+
+    flags, dtypes = (True, True, False), (torch.int64, torch.float32)
+    for V in (triton_filter.CAP + 1, 20_000, 151_936):
+        for rows in (triton_filter.ONE_LAUNCH_ROWS + 1, 20, 33, 130, 640, 4096):
+            for want1 in range(1, 160):
+                want = triton_filter.pass1_splits(rows, V, want1)
+                block_v, S1, chunk1, _, _, warps = plan(rows, 0, V, torch.device("cpu"), splits=(want, 1))
+                meta1 = dict(BLOCK_V=block_v, BLOCK_B=128, num_warps=warps)
+                stages = triton_filter.cut_recipe(rows, 1, V, S1, chunk1, meta1, flags, dtypes)[5]
+                assert stages[0][0] == 4, (V, rows, want1, want, S1)

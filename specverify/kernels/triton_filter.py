@@ -402,11 +402,9 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     B = grid1[0]
     filters = (top_k, top_p, min_p)
     given = tuple(f for f in filters if f is not None)
-    rid, sf, chunk, region, words, stages = _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"],
-                                                    meta1["num_warps"], tuple(f is not None for f in filters),
-                                                    tuple(f.dtype for f in given), CAP, NS, CH, READ_PROGRAMS,
-                                                    RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(),
-                                                    chunk1, GATHER_IN_PASS1)
+    rid, sf, chunk, region, words, stages = cut_recipe(B, K1, V, S1, chunk1, meta1,
+                                                       tuple(f is not None for f in filters),
+                                                       tuple(f.dtype for f in given))
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
@@ -418,13 +416,22 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     return steps if stages[0][0] == 4 else (pass1,) + steps, record
 
 
+def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple) -> tuple:
+    """``_recipe`` of a cut after pass 1 (S1 splits of chunk1 entries, launched with meta1) at this module's
+    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order."""
+    return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, CAP, NS, CH,
+                   READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(), chunk1,
+                   GATHER_IN_PASS1)
+
+
 def pass1_splits(rows: int, V: int, want1: int) -> int:
     """Pass 1's split target for a filtered call of ``rows`` rows (B K1) with top-k passed, where ``want1`` is
-    its own: the cut's read target where pass 1 gathers for the cut (``cut_launches``), whose splits must
-    then be pass 1's."""
+    its own: where pass 1 gathers for the cut (``cut_launches``), the cut's splits must be pass 1's, so the
+    target is one whose splits the cut's plan (``_recipe``) keeps: at most MAX_SPLITS, and at least the
+    read's target where that is fewer."""
     if not GATHER_IN_PASS1 or V <= CAP or rows <= ONE_LAUNCH_ROWS:
         return want1
-    return max(want1, min(MAX_SPLITS, triton.cdiv(READ_PROGRAMS, rows)))
+    return min(MAX_SPLITS, max(want1, triton.cdiv(READ_PROGRAMS, rows)))
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
