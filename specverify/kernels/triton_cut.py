@@ -238,8 +238,8 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, slot_ptr, HAS_M: tl.constexpr,
-          BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
+def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, slot_ptr,
+          HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
     slot_ptr (int32, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
@@ -247,11 +247,16 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
     is empty), without them (floor 0: every token passes, and they are a fifth of the read's instructions),
     and, where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone,
     since the exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and
-    tiles of BLOCK_COUNT."""
+    tiles of BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone:
+    the loop sums the min-p count and mass, and the other four are 0."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
-    if minp:
+    if minp & only_mp:
+        zero = tl.zeros([], tl.int64)
+        c_mp, w_mp = _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V)
+        c_hi, w_hi, w_hi_mp, w_all = zero, zero, zero, zero
+    elif minp:
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
@@ -266,6 +271,27 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, buf_ptr, region, 
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, slot_ptr, False, False, True, BLOCK_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
+
+
+@triton.jit
+def _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V: tl.constexpr):
+    """(count, mass) of [lo_v, hi_v)'s tokens that pass min-p (e >= floor): all that a row filtered by min-p
+    alone needs, in a loop of a few instructions a token, so that it runs at the memory's speed."""
+    c_mp = tl.zeros([BLOCK_V], tl.int32)
+    w_mp = tl.zeros([BLOCK_V], tl.int64)
+    ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
+    ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
+    ahead3 = _tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
+    for start in range(lo_v, hi_v, BLOCK_V):
+        logit = ahead1
+        ahead1, ahead2 = ahead2, ahead3
+        ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
+        e = tl.exp(logit * inv_t - m)
+        # a masked lane's -inf gives e = 0, below any floor > 0
+        mp = e >= floor
+        c_mp += mp.to(tl.int32)
+        w_mp += tl.where(mp, weight(e), 0)
+    return tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
 
 
 @triton.jit

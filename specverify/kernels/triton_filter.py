@@ -206,8 +206,8 @@ def _cut_kernel(
                 if PRE:         # pass 1 gathered the rows stage 4 found unweighed
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read:
-                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M, CAP,
-                          BLOCK_READ, BLOCK_COUNT)
+                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
+                          CAP, BLOCK_READ, BLOCK_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
             # its read writes it, and split 0 an unfiltered row's
@@ -220,8 +220,8 @@ def _cut_kernel(
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE)
-                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M,
-                          CAP, BLOCK_READ, BLOCK_COUNT)
+                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
+                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -273,8 +273,8 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 
 @triton.jit
-def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t, m, floor, HAS_M: tl.constexpr,
-          CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
+def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
+          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
     tokens to its region (the fourth word, their count, counts them as they are placed). A top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
@@ -289,8 +289,8 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, inv_t,
     slot = (mine + 3).to(tl.pointer_type(tl.int32))
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, buf, region, slot, HAS_M,
-        BLOCK_V, BLOCK_COUNT)
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, slot,
+        HAS_M, BLOCK_V, BLOCK_COUNT)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
