@@ -50,23 +50,23 @@ def _row_stats_kernel(
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, False)
+           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B)
 
 
 @triton.jit
 def _row_stats_gather_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
     V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region,
-    CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr, SKIP_EMPTY: tl.constexpr,
+    CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, work_ptr, region, True, CAP, BLOCK_V, BLOCK_B, SKIP_EMPTY)
+           stats_at, chunk, work_ptr, region, True, CAP, BLOCK_V, BLOCK_B)
 
 
 @triton.jit
 def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
-           BLOCK_B: tl.constexpr, SKIP_EMPTY: tl.constexpr):
+           BLOCK_B: tl.constexpr):
     """Pass 1's program (b, j, split); with GATHER, the target filter's pass 1 (``triton_filter``): a row that
     the cut's stage 4 found unweighed also has the tokens of its bracket [lo, KMAX) gathered to the cut's work
     space (the cut's splits are pass 1's), so that the cut reads only the other rows."""
@@ -98,10 +98,10 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
             buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
             slot_ptr = (work_parts(work_ptr, NR, rid, S1, split) + 3).to(tl.pointer_type(tl.int32))
             split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region,
-                                                                    slot_ptr, True, BLOCK_V, SKIP_EMPTY)
+                                                                    slot_ptr, True, BLOCK_V)
         else:
             split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
-                                                                    work_ptr, False, BLOCK_V, False)
+                                                                    work_ptr, False, BLOCK_V)
         out = (b * K1 + j) * S1 + split
         tl.store(part_max_ptr + out, split_max)
         tl.store(part_sum_ptr + out, split_sum)
@@ -111,7 +111,7 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
 
 @triton.jit
 def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, slot_ptr, GATHER: tl.constexpr,
-                 BLOCK_V: tl.constexpr, SKIP_EMPTY: tl.constexpr):
+                 BLOCK_V: tl.constexpr):
     """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index) over [lo, hi); with GATHER,
     the entries whose order key is at least key_lo also go to buf_ptr (``triton_cut.gather``)."""
     # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
@@ -136,7 +136,7 @@ def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, slot_ptr, GATH
         run_max = new_max
         if GATHER:
             key = order_key(logit)
-            gather(key, offs, mask & (key >= key_lo), buf_ptr, region, slot_ptr, BLOCK_V, SKIP_EMPTY)
+            gather(key, offs, mask & (key >= key_lo), buf_ptr, region, slot_ptr, BLOCK_V)
     split_max = tl.max(run_max, axis=0)
     safe = tl.where(split_max == float("-inf"), 0.0, split_max)
     split_sum = tl.sum(run_sum * tl.exp(run_max - safe), axis=0)

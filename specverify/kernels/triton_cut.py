@@ -106,20 +106,10 @@ def work_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr):
 
 
 @triton.jit
-def gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V: tl.constexpr, SKIP_EMPTY: tl.constexpr):
+def gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V: tl.constexpr):
     """Store the tokens ``inside`` [BLOCK_V] (order keys ``key``, indices ``offs``) as int64 (key << 32 |
     2**32 - 1 - index) at buf_ptr, each in the slot an atomic add on slot_ptr (int32) hands it; those past
-    ``region`` are counted, not stored. With SKIP_EMPTY, a tile with no token inside issues no atomic: a
-    count of the tile first, where a narrow bracket leaves almost every tile empty."""
-    if SKIP_EMPTY:
-        if tl.sum(inside.to(tl.int32), 0) > 0:
-            _gather_tile(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V)
-    else:
-        _gather_tile(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V)
-
-
-@triton.jit
-def _gather_tile(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V: tl.constexpr):
+    ``region`` are counted, not stored."""
     at = tl.atomic_add(slot_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
     # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
     packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
@@ -249,7 +239,7 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, slot_ptr,
-          HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, SKIP_EMPTY: tl.constexpr):
+          HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr (the first ``region``), each to the slot an atomic add on
     slot_ptr (int32, zero on entry, this program's alone) hands it, in no particular order, so that slot_ptr
@@ -270,19 +260,16 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, slot_ptr, True, True, True, BLOCK_V,
-                                                                SKIP_EMPTY)
+                                                                buf_ptr, region, slot_ptr, True, True, True, BLOCK_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, slot_ptr, True, True, False, BLOCK_V,
-                                                                SKIP_EMPTY)
+                                                                buf_ptr, region, slot_ptr, True, True, False, BLOCK_V)
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, True, False, True, BLOCK_V, SKIP_EMPTY)
+                                                            region, slot_ptr, True, False, True, BLOCK_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, slot_ptr, False, False, True, BLOCK_COUNT,
-                                                            SKIP_EMPTY)
+                                                            region, slot_ptr, False, False, True, BLOCK_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
@@ -309,7 +296,7 @@ def _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, slot_ptr, MASS: tl.constexpr,
-               MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr, SKIP_EMPTY: tl.constexpr):
+               MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr):
     """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
     passes), and the gather (GATHER, where [lo, hi) may hold tokens) or without. Per lane sums: no reduction
     in the loop (a tile's reduction to place its bracket tokens in order cost a third of the read). Keys
@@ -349,7 +336,7 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
                 w_mp += tl.where(mp, w, 0)
         if GATHER:
             if gather_on:
-                gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V, SKIP_EMPTY)
+                gather(key, offs, inside, buf_ptr, region, slot_ptr, BLOCK_V)
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)

@@ -74,9 +74,9 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE, NC_GPU and SKIP_EMPTY are the launches' shapes on the GPU
-# (``_shapes``), read on every call and part of the plan's key, so that a probe (ci/filter_stages.py --set) or a
-# test may change them at any time. The values are the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
+# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE and NC_GPU are the launches' shapes on the GPU (``_shapes``), read on
+# every call and part of the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them
+# at any time. The values are the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: its per-lane sums are int64, and a wide tile's registers leave one program an
 # SM, too few loads in flight to stream the row; one logit a thread holds 32 registers
 BLOCK_READ, READ_WARPS = 256, 8
@@ -96,9 +96,6 @@ SEARCH_TILE = 256
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
 # step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
 NC_GPU = 8
-# a gathering loop counts each tile's tokens inside the bracket first and skips the gather's atomic where there
-# are none (1), or issues it on every tile (0)
-SKIP_EMPTY = 0
 # the most gathered tokens a row's cut is ranked over at once (``triton_rank``; 0: always search): a
 # [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
 # and the slow path, whose registers leave few programs an SM
@@ -163,7 +160,7 @@ def _cut_kernel(
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
     BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
-    FINISH: tl.constexpr, PRE: tl.constexpr, SKIP_EMPTY: tl.constexpr,
+    FINISH: tl.constexpr, PRE: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -210,7 +207,7 @@ def _cut_kernel(
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read:
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
-                          CAP, BLOCK_READ, BLOCK_COUNT, SKIP_EMPTY)
+                          CAP, BLOCK_READ, BLOCK_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
             # its read writes it, and split 0 an unfiltered row's
@@ -224,7 +221,7 @@ def _cut_kernel(
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, SKIP_EMPTY)
+                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -277,8 +274,7 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 @triton.jit
 def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
-          SKIP_EMPTY: tl.constexpr):
+          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
     tokens to its region (the fourth word, their count, counts them as they are placed). A top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
@@ -294,7 +290,7 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, 
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, slot,
-        HAS_M, BLOCK_V, BLOCK_COUNT, SKIP_EMPTY)
+        HAS_M, BLOCK_V, BLOCK_COUNT)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
@@ -310,7 +306,7 @@ _buffers: dict = {}
 def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, SEARCH_TILE, NC_GPU, SKIP_EMPTY)
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, SEARCH_TILE, NC_GPU)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -322,7 +318,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
-     record_maxnreg, sample_tile, search_tile, nc_gpu, skip_empty) = shapes
+     record_maxnreg, sample_tile, search_tile, nc_gpu) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -341,7 +337,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_READ=block_v if wide else min(block_v, block_read),
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
-                SKIP_EMPTY=bool(skip_empty), num_warps=warps)
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -360,8 +356,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
                        if stage or not whole)
         if pre:         # the count bracket, then pass 1 gathering, before the others
-            # pass 1's meta, and the gather's
-            pass1 = dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, SKIP_EMPTY=meta["SKIP_EMPTY"], num_warps=warps)
+            pass1 = dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)     # pass 1's meta, and CAP
             stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
