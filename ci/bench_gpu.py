@@ -196,6 +196,43 @@ def time_calls(fn, sets, min_calls: int = 30, budget_s: float = 0.4) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
 
 
+def time_paired(fn_a, sets_a, fn_b, sets_b, min_calls: int = 30, budget_s: float = 0.8) -> tuple[float, float]:
+    """Median seconds per call of fn_a and of fn_b, called in turn (a, b, a, b, ...) on set i of each list: both
+    see the same host and GPU state, since a host-bound call's time drifts between the two halves of a run
+    more than between the two calls (wall clock, three pairs, on a CPU dry run)."""
+    n = len(sets_a)
+    if DEVICE == "cpu":
+        walls: tuple = ([], [])
+        for i in range(3):
+            for fn, sets, wall in ((fn_a, sets_a, walls[0]), (fn_b, sets_b, walls[1])):
+                start = time.perf_counter()
+                fn(sets[i % n])
+                wall.append(time.perf_counter() - start)
+        return statistics.median(walls[0]), statistics.median(walls[1])
+    for i in range(max(n, 3)):
+        fn_a(sets_a[i % n])
+        fn_b(sets_b[i % n])
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for i in range(n):
+        fn_a(sets_a[i % n])
+        fn_b(sets_b[i % n])
+    b.record()
+    b.synchronize()
+    est = a.elapsed_time(b) / 1e3 / n
+    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6))))
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(2)]
+              for _ in range(calls)]
+    for i, pair in enumerate(events):
+        for (s, e), fn, sets in zip(pair, (fn_a, fn_b), (sets_a, sets_b)):
+            s.record()
+            fn(sets[i % n])
+            e.record()
+    torch.cuda.synchronize()
+    return tuple(statistics.median(pair[w][0].elapsed_time(pair[w][1]) for pair in events) / 1e3 for w in (0, 1))
+
+
 def time_graph(sets) -> float:
     """fused-inj replayed from CUDA graphs (one per input set, up to 32)."""
     sets = sets[:32]
@@ -327,6 +364,10 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
                 filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
             t = time_calls(ours, pairs) * 1e6
             row.update(us=t, ratio=t / base, **_cut_stats(pairs[0], k, p, min_p))
+            # the ratio again from calls taken in turn with the unfiltered one (B = 1 is host-bound: its
+            # unfiltered time, measured once before the settings, drifts by more than the filters cost)
+            plain_us, filtered_us = (x * 1e6 for x in time_paired(lambda s: s.fused(), sets, ours, pairs))
+            row.update(paired_unfiltered_us=plain_us, paired_us=filtered_us, paired_ratio=filtered_us / plain_us)
             row["torch_sort_us"] = time_calls(lambda s: torch_filter(s.logits, s.row_temp, k, p, min_p),
                                               sets) * 1e6
             if flashinfer_filter(sets[0].logits, sets[0].row_temp, k, p, min_p) is not None:
@@ -335,8 +376,8 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
             rows.append(row)
             print(f"filters B={B} V={V} {name:22s} ours {t:9.1f} us x{t / base:.2f}  torch sort "
                   f"{row['torch_sort_us']:9.1f}  flashinfer {row.get('flashinfer_us', float('nan')):9.1f}  "
-                  f"slow rows {row['slow_rows']}/{row['rows']}  kept sets unlike torch's {row['kept_differ']}",
-                  flush=True)
+                  f"slow rows {row['slow_rows']}/{row['rows']}  kept sets unlike torch's {row['kept_differ']}  "
+                  f"in turn: {filtered_us:.1f} against {plain_us:.1f} us, x{filtered_us / plain_us:.2f}", flush=True)
         del sets
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
@@ -430,13 +471,16 @@ def filter_markdown(rows, meta) -> str:
              f"`{meta['command']}`.", "",
              "| B | filter (every request) | ours, filtered (us) | vs ours unfiltered | ours unfiltered (us) "
              "| softmax + FlashInfer renorm (us) | PyTorch sort filter (us) | slow-path rows | kept sets unlike "
-             "PyTorch's |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "PyTorch's | in turn: filtered / unfiltered (us) | in turn: ratio |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         fi = f"{r['flashinfer_us']:.1f}" if "flashinfer_us" in r else "-"
         sort = f"{r['torch_sort_us']:.1f}" if "torch_sort_us" in r else "-"
         slow = f"{r['slow_rows']}/{r['rows']}" if "rows" in r else "-"
+        paired = f"{r['paired_us']:.1f} / {r['paired_unfiltered_us']:.1f}" if "paired_us" in r else "-"
+        paired_ratio = f"{r['paired_ratio']:.2f}" if "paired_us" in r else "-"
         lines.append(f"| {r['B']} | {r['setting']} | {r['us']:.1f} | {r['ratio']:.2f} | {r['unfiltered_us']:.1f} | "
-                     f"{fi} | {sort} | {slow} | {r.get('kept_differ', '-')} |")
+                     f"{fi} | {sort} | {slow} | {r.get('kept_differ', '-')} | {paired} | {paired_ratio} |")
     return "\n".join(lines) + "\n"
 
 
