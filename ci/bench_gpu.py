@@ -1,7 +1,7 @@
 """GPU benchmark: the fused Triton sampler vs a multi-pass PyTorch baseline vs the memory floor.
 
-    python ci/bench_gpu.py [--quick] [--sweep] [--filters] [--block] [--markdown PATH] [--json PATH]
-                           [--set NAME=VALUE ...]
+    python ci/bench_gpu.py [--quick] [--sweep] [--filters [--filter-batches 128,1]] [--block] [--markdown PATH]
+                           [--json PATH] [--set NAME=VALUE ...]
 
 Per (B, V, logit dtype), k = 4 drafts for every request, temperature 1, dense float32 draft probs near
 p (acceptance ~ 0.6 per position), drafts drawn from q:
@@ -24,6 +24,9 @@ sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p a
 compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
 many rows the cut's kept set differs from the PyTorch filter's. `--filters --dry-run` runs the same
 plumbing on the CPU under TRITON_INTERPRET=1 at a small size (wall-clock timings, meaningless as speed).
+Each setting is also timed in turn with the unfiltered call, as latency (synchronised, wall clock: B = 1 is
+host-bound, and an unfiltered time taken once drifts by more than the filters cost); `--filter-batches 1`
+times B = 1 alone.
 ``--set`` overrides a ``triton_filter`` constant for the run, as the cut's probes do (``GATHER_IN_PASS1=0``:
 the plan whose pass 1 gathers nothing for the cut).
 
@@ -197,40 +200,33 @@ def time_calls(fn, sets, min_calls: int = 30, budget_s: float = 0.4) -> float:
 
 
 def time_paired(fn_a, sets_a, fn_b, sets_b, min_calls: int = 30, budget_s: float = 0.8) -> tuple[float, float]:
-    """Median seconds per call of fn_a and of fn_b, called in turn (a, b, a, b, ...) on set i of each list: both
-    see the same host and GPU state, since a host-bound call's time drifts between the two halves of a run
-    more than between the two calls (wall clock, three pairs, on a CPU dry run)."""
+    """Median seconds per call of fn_a and of fn_b, called in turn (a, b, a, b, ...) on set i of each list, each
+    from an idle GPU to its results (synchronised before and after, wall clock): a call's latency. Both see the
+    same host state, where a host-bound call's time drifts between the two halves of a run by more than the
+    filters cost; CUDA events can't time such calls in turn, since one queued behind a GPU-bound call is timed
+    from when the GPU reaches it, without its host time."""
     n = len(sets_a)
-    if DEVICE == "cpu":
-        walls: tuple = ([], [])
-        for i in range(3):
-            for fn, sets, wall in ((fn_a, sets_a, walls[0]), (fn_b, sets_b, walls[1])):
-                start = time.perf_counter()
-                fn(sets[i % n])
-                wall.append(time.perf_counter() - start)
-        return statistics.median(walls[0]), statistics.median(walls[1])
-    for i in range(max(n, 3)):
+    sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+    for i in range(max(n, 3) if DEVICE == "cuda" else 0):
         fn_a(sets_a[i % n])
         fn_b(sets_b[i % n])
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for i in range(n):
+    sync()
+    start = time.perf_counter()
+    for i in range(n if DEVICE == "cuda" else 1):
         fn_a(sets_a[i % n])
         fn_b(sets_b[i % n])
-    b.record()
-    b.synchronize()
-    est = a.elapsed_time(b) / 1e3 / n
-    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6))))
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(2)]
-              for _ in range(calls)]
-    for i, pair in enumerate(events):
-        for (s, e), fn, sets in zip(pair, (fn_a, fn_b), (sets_a, sets_b)):
-            s.record()
+        sync()
+    est = (time.perf_counter() - start) / (n if DEVICE == "cuda" else 1)
+    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6)))) if DEVICE == "cuda" else 3
+    walls: tuple = ([], [])
+    for i in range(calls):
+        for fn, sets, wall in ((fn_a, sets_a, walls[0]), (fn_b, sets_b, walls[1])):
+            sync()
+            start = time.perf_counter()
             fn(sets[i % n])
-            e.record()
-    torch.cuda.synchronize()
-    return tuple(statistics.median(pair[w][0].elapsed_time(pair[w][1]) for pair in events) / 1e3 for w in (0, 1))
+            sync()
+            wall.append(time.perf_counter() - start)
+    return statistics.median(walls[0]), statistics.median(walls[1])
 
 
 def time_graph(sets) -> float:
@@ -364,8 +360,9 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
                 filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
             t = time_calls(ours, pairs) * 1e6
             row.update(us=t, ratio=t / base, **_cut_stats(pairs[0], k, p, min_p))
-            # the ratio again from calls taken in turn with the unfiltered one (B = 1 is host-bound: its
-            # unfiltered time, measured once before the settings, drifts by more than the filters cost)
+            # the ratio again from each call's latency, taken in turn with the unfiltered one (B = 1 is
+            # host-bound: its unfiltered time, measured once before the settings, drifts by more than the
+            # filters cost)
             plain_us, filtered_us = (x * 1e6 for x in time_paired(lambda s: s.fused(), sets, ours, pairs))
             row.update(paired_unfiltered_us=plain_us, paired_us=filtered_us, paired_ratio=filtered_us / plain_us)
             row["torch_sort_us"] = time_calls(lambda s: torch_filter(s.logits, s.row_temp, k, p, min_p),
@@ -377,7 +374,8 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
             print(f"filters B={B} V={V} {name:22s} ours {t:9.1f} us x{t / base:.2f}  torch sort "
                   f"{row['torch_sort_us']:9.1f}  flashinfer {row.get('flashinfer_us', float('nan')):9.1f}  "
                   f"slow rows {row['slow_rows']}/{row['rows']}  kept sets unlike torch's {row['kept_differ']}  "
-                  f"in turn: {filtered_us:.1f} against {plain_us:.1f} us, x{filtered_us / plain_us:.2f}", flush=True)
+                  f"latency in turn: {filtered_us:.1f} against {plain_us:.1f} us, x{filtered_us / plain_us:.2f}",
+                  flush=True)
         del sets
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
@@ -471,7 +469,7 @@ def filter_markdown(rows, meta) -> str:
              f"`{meta['command']}`.", "",
              "| B | filter (every request) | ours, filtered (us) | vs ours unfiltered | ours unfiltered (us) "
              "| softmax + FlashInfer renorm (us) | PyTorch sort filter (us) | slow-path rows | kept sets unlike "
-             "PyTorch's | in turn: filtered / unfiltered (us) | in turn: ratio |",
+             "PyTorch's | latency in turn: filtered / unfiltered (us) | latency ratio |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         fi = f"{r['flashinfer_us']:.1f}" if "flashinfer_us" in r else "-"
@@ -570,6 +568,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="B in {1, 128}, V = 151936, fp32 only")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch-plan variants")
     ap.add_argument("--filters", action="store_true", help="the cost of target filters at B = 128, V = 151936")
+    ap.add_argument("--filter-batches", default="128,1", help="the batch sizes --filters times (default 128,1)")
     ap.add_argument("--block", action="store_true",
                     help="the block rule against the standard rule at B = 128, k = 4, V = 151936")
     ap.add_argument("--dry-run", action="store_true",
@@ -609,7 +608,7 @@ def main() -> None:
                 json.dump(result, f, indent=1)
         return
     if args.filters:
-        result["filters"] = filter_cost(l2)
+        result["filters"] = filter_cost(l2, Bs=tuple(int(b) for b in args.filter_batches.split(",")))
         _write(args, result, filter_markdown(result["filters"], meta))
         return
     if args.block:
