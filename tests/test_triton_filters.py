@@ -121,6 +121,38 @@ def _assert_reference_kept_set_and_mass(batch: SpecBatch, records: torch.Tensor)
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("one_launch_rows", [0, 10 ** 6])
+def test_min_p_alone_keeps_the_references_tokens_and_mass(device, one_launch_rows, monkeypatch):
+    """A row filtered by min-p alone has its own read, which sums the min-p mass alone (the other sums are
+    left 0): its kept set (the records' floor against e = exp(l / T - m), as pass 2 tests it) and Z' must be
+    the float64 reference's, at floors and temperatures where its kept set is a few tokens or thousands, in
+    the three launches and the one-launch plan. All three filter tensors are passed, with top-k and top-p
+    off, as a server passes them; V = 20,000 is over the gather capacity, so that the rows are read in
+    splits after a sample bracket, not gathered whole."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", one_launch_rows)
+    B, V = 9, 20_000
+    g = torch.Generator().manual_seed(5)
+    batch = dataclasses.replace(_rows(8, B, V, device),
+                                target_logits=torch.cat([_logits(g, 1, V, "normal") for _ in range(B)]).float().to(device),
+                                top_k=torch.tensor([0, V] * 4 + [0], device=device),
+                                top_p=torch.ones(B, device=device),
+                                min_p=torch.tensor([0.5, 0.1, 0.01, 1e-3, 1e-4] * 2, device=device)[:B],
+                                temperature=torch.tensor([1.0, 2.5, 0.7] * 3, device=device))
+    records = _records(batch)
+    assert records[5].tolist() == [0.0] * B
+    t = batch.temperature.cpu().double()[:, None]
+    logits = batch.target_logits.cpu()
+    want = filtered_target(batch.to("cpu"), torch.arange(B), logits, t) > 0
+    e = torch.exp(logits * (1.0 / batch.temperature.cpu()[:, None]) - records[4][:, None])
+    got = e >= records[2][:, None]
+    assert torch.equal(got, want), (got != want).nonzero().tolist()
+    assert want.sum(dim=1).min() < 10 and want.sum(dim=1).max() > 1_000
+    scaled = logits.double() / t
+    z = torch.where(want, torch.exp(scaled - scaled.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
+    torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gather_in_pass1", [0, 1])
 def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device, gather_in_pass1, monkeypatch):
     """Top-k 3,000 to 8,000 of 20,000 tokens (past CAP, so the sample brackets the crossing): tokens lie above
