@@ -206,18 +206,21 @@ def time_paired(fn_a, sets_a, fn_b, sets_b, min_calls: int = 30, budget_s: float
     filters cost; CUDA events can't time such calls in turn, since one queued behind a GPU-bound call is timed
     from when the GPU reaches it, without its host time."""
     n = len(sets_a)
-    sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
-    for i in range(max(n, 3) if DEVICE == "cuda" else 0):
-        fn_a(sets_a[i % n])
-        fn_b(sets_b[i % n])
-    sync()
-    start = time.perf_counter()
-    for i in range(n if DEVICE == "cuda" else 1):
-        fn_a(sets_a[i % n])
-        fn_b(sets_b[i % n])
+    if DEVICE == "cpu":
+        sync, calls = (lambda: None), 3
+    else:
+        sync = torch.cuda.synchronize
+        for i in range(max(n, 3)):
+            fn_a(sets_a[i % n])
+            fn_b(sets_b[i % n])
         sync()
-    est = (time.perf_counter() - start) / (n if DEVICE == "cuda" else 1)
-    calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6)))) if DEVICE == "cuda" else 3
+        start = time.perf_counter()
+        for i in range(n):
+            fn_a(sets_a[i % n])
+            fn_b(sets_b[i % n])
+            sync()
+        est = (time.perf_counter() - start) / n
+        calls = max(min_calls, min(2000, int(budget_s / max(est, 1e-6))))
     walls: tuple = ([], [])
     for i in range(calls):
         for fn, sets, wall in ((fn_a, sets_a, walls[0]), (fn_b, sets_b, walls[1])):
