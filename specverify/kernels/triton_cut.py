@@ -34,6 +34,10 @@ def order_key(v):
     return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
+# the GPU's ex2 without subnormal results (``exp_normal``); the interpreter has no inline assembly
+EX2_FTZ = tl.constexpr(type(order_key).__name__ != "InterpretedFunction")
+
+
 @triton.jit
 def key_value(key):
     """The float32 of an int32 order key."""
@@ -46,6 +50,19 @@ def kept(logit, idx, cut_val, cut_idx, floor, inv_t, m):
     e = tl.exp(logit * inv_t - m)
     keep = ((logit > cut_val) | ((logit == cut_val) & (idx <= cut_idx))) & (e >= floor)
     return keep, e
+
+
+@triton.jit
+def exp_normal(x):
+    """tl.exp(x) where it is at least 2**-126 (x >= -87.3), else 0, for a value that is only weighed
+    (``weight`` truncates anything below 2**-44 to 0): on the GPU one ex2 instruction without its handling
+    of subnormal results, the three instructions of tl.exp's lowering that only those need. Bit for bit
+    tl.exp's exponent of x * log2(e) elsewhere. The interpreter takes tl.exp."""
+    if EX2_FTZ:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
 
 
 @triton.jit
@@ -138,10 +155,13 @@ def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, B
 def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
                 NG: tl.constexpr, BLOCK_R: tl.constexpr):
     """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
-    sums are zero unless MASS (top-k's bracket counts alone)."""
-    cnt = tl.zeros([BLOCK_R, NG], tl.float32)
-    s1 = tl.zeros([BLOCK_R, NG], tl.float32)
-    s2 = tl.zeros([BLOCK_R, NG], tl.float32)
+    sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R], candidates
+    across each thread's registers and samples across threads: a sample's e and e^2 are computed once and
+    stay in the thread that compares them (samples across registers would move each through shared
+    memory and square it once a candidate)."""
+    cnt = tl.zeros([NG, BLOCK_R], tl.float32)
+    s1 = tl.zeros([NG, BLOCK_R], tl.float32)
+    s2 = tl.zeros([NG, BLOCK_R], tl.float32)
     # the loads run two tiles ahead of the tallies, as in ``sweep``
     ahead1 = _sample_tile(row_ptr, V, 0, inv_t, NS, CH, BLOCK_R)
     ahead2 = _sample_tile(row_ptr, V, BLOCK_R, inv_t, NS, CH, BLOCK_R)
@@ -149,13 +169,15 @@ def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr
         x = ahead1
         ahead1 = ahead2
         ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
-        ge = x[:, None] >= cand[None, :]
-        cnt += ge.to(tl.float32)
+        # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
+        # instructions (e is finite: a NaN logit weighs 0, as it compares false)
+        ge = (x[None, :] >= cand[:, None]).to(tl.float32)
+        cnt += ge
         if MASS:
-            e = tl.exp(x - m)
-            s1 += tl.where(ge, e[:, None], 0.0)
-            s2 += tl.where(ge, (e * e)[:, None], 0.0)
-    return tl.sum(cnt, axis=0), tl.sum(s1, axis=0), tl.sum(s2, axis=0)
+            e = tl.where(x == x, tl.exp(x - m), 0.0)
+            s1 += ge * e[None, :]
+            s2 += ge * (e * e)[None, :]
+    return tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1)
 
 
 @triton.jit
@@ -171,13 +193,15 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 
 @triton.jit
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
-            CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr):
+            CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
+            BLOCK_MASS: tl.constexpr):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
     mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
     from the max, NG points each for top-p's masses and NG_COUNT for top-k's counts (a count needs no
     finer grid, and the tally's cost is its points): the second splits the cells the first found, half
-    its points for each end."""
+    its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
+    point, so fewer samples a step keep them in registers)."""
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
     if V <= CAP:
@@ -185,7 +209,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
-            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_R)
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
                                  BLOCK_R)
@@ -307,7 +331,8 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
     c_hi, c_mp = zi, zi
     w_hi, w_hi_mp, w_all, w_mp = zl, zl, zl, zl
     gather_on = lo < hi
-    hi_on = hi < KMAX
+    # hi = KMAX gives hi32 = 2**31 - 1, which only the NaN of those bits reaches (a non-finite row, whose
+    # tokens are its own concern): no flag to test a token
     hi32 = tl.minimum(hi, KMAX - 1).to(tl.int32)
     lo32 = tl.minimum(lo, KMAX - 1).to(tl.int32)
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
@@ -321,11 +346,14 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
         ahead1, ahead2 = ahead2, ahead3
         ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
         key = order_key(logit)
-        ge = tl.where(hi_on, mask & (key >= hi32), False)
+        ge = mask & (key >= hi32)
         inside = mask & (key >= lo32) & ~ge
         c_hi += ge.to(tl.int32)
         if MASS:
-            e = tl.exp(logit * inv_t - m)
+            if MINP:    # e is compared with the floor as pass 2 compares it (``kept``)
+                e = tl.exp(logit * inv_t - m)
+            else:
+                e = exp_normal(logit * inv_t - m)
             w = weight(e)
             w_hi += tl.where(ge, w, 0)
             w_all += w
@@ -378,5 +406,5 @@ def decode(packed, inv_t, m):
     """(valid, key, index, e) of gathered tokens as loaded (NONE: an empty slot)."""
     valid = packed != NONE
     key = (packed >> 32).to(tl.int32)
-    e = tl.where(valid, tl.exp(key_value(key) * inv_t - m), 0.0)
+    e = tl.where(valid, exp_normal(key_value(key) * inv_t - m), 0.0)     # e is only weighed
     return valid, key, (4294967295 - (packed & 4294967295)).to(tl.int32), e

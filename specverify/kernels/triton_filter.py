@@ -86,11 +86,13 @@ COUNT_TILE = 512
 # the largest would set the occupancy of all
 READ_MAXNREG = 32
 # the bracket's and the record's warps (0: pass 1's) and register caps (0: none): uncapped, the bracket's
-# mass tally holds 173 registers, one program an SM; at 8 warps the record spills
-BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 0
-# sample entries a step of the bracket's tally on the GPU: its sums are [SAMPLE_TILE, NG] a program, so the
-# tile sets the registers of stage 0 and so how many of its programs an SM holds
-SAMPLE_TILE = 256
+# mass tally holds 173 registers, one program an SM; at 8 warps the record spills, and uncapped at 4 (250
+# registers) two programs an SM leave its search waiting on loads, where 128 registers fit four
+BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 128
+# sample entries a step of the bracket's tally on the GPU: its sums are [NG, SAMPLE_TILE] a program, so the
+# tile sets the registers of stage 0 and so how many of its programs an SM holds; MASS_SAMPLE_TILE for a
+# bracket by mass (top-p alone), whose three sums a point spill at 256 (docs/benchmarks.md, issue 29)
+SAMPLE_TILE, MASS_SAMPLE_TILE = 256, 128
 # gathered tokens a step of the record launch's tallies on the GPU
 SEARCH_TILE = 256
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
@@ -157,8 +159,8 @@ def _cut_kernel(
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, NC: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_F: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_FB: tl.constexpr, BLOCK_READ: tl.constexpr,
-    BLOCK_COUNT: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr, BLOCK_FB: tl.constexpr,
+    BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr,
 ):
@@ -181,7 +183,7 @@ def _cut_kernel(
         gathers = tl.zeros([], tl.int64)
         if live & on & k_on:
             gathers = _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
-                                   NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
+                                   NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
@@ -196,7 +198,7 @@ def _cut_kernel(
                     mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
-                                     BLOCK_SAMPLE)
+                                     BLOCK_SAMPLE, BLOCK_MASS)
                     tl.store(work_ptr + 2 * rid, lo)
                     tl.store(work_ptr + 2 * rid + 1, hi)
         elif STAGE == 1:
@@ -219,7 +221,7 @@ def _cut_kernel(
                     lo, hi = _bounds(work_ptr, rid, V, CAP)
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
-                                     BLOCK_SAMPLE)
+                                     BLOCK_SAMPLE, BLOCK_MASS)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
                           HAS_M, CAP, BLOCK_READ, BLOCK_COUNT)
                     # every thread's stores are issued before the release that publishes them to the last split
@@ -237,7 +239,7 @@ def _cut_kernel(
 @triton.jit
 def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
                  NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
-                 BLOCK_SAMPLE: tl.constexpr):
+                 BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr):
     """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
     the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
     its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
@@ -247,7 +249,8 @@ def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on,
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], DEFER, tl.int64)
     if (top > float("-inf")) & (top < float("inf")):
-        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE)
+        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
+                         BLOCK_MASS)
     tl.store(work_ptr + 2 * rid, lo)
     tl.store(work_ptr + 2 * rid + 1, hi)
     gathers = unweighed(k_on, hi, floor)
@@ -306,7 +309,7 @@ _buffers: dict = {}
 def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, SEARCH_TILE, NC_GPU)
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -318,7 +321,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
-     record_maxnreg, sample_tile, search_tile, nc_gpu) = shapes
+     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -333,7 +336,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 NC=64 if wide else nc_gpu, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f,
                 BLOCK_R=min(cap, 1024 if wide else search_tile),
-                BLOCK_SAMPLE=min(ns, 1024 if wide else sample_tile), BLOCK_FB=1024 if wide else 128,
+                BLOCK_SAMPLE=min(ns, 1024 if wide else sample_tile),
+                BLOCK_MASS=min(ns, 1024 if wide else mass_sample_tile), BLOCK_FB=1024 if wide else 128,
                 BLOCK_READ=block_v if wide else min(block_v, block_read),
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
