@@ -87,8 +87,9 @@ COUNT_TILE = 512
 READ_MAXNREG = 32
 # the bracket's and the record's warps (0: pass 1's) and register caps (0: none): uncapped, the bracket's
 # mass tally holds 173 registers, one program an SM; at 8 warps the record spills, and uncapped at 4 (250
-# registers) two programs an SM leave its search waiting on loads, where 128 registers fit four
-BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 128
+# registers) two programs an SM leave its search waiting on loads, where 96 registers fit five: 660 on 132
+# SMs, one wave of B = 128's 640 rows
+BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 96
 # sample entries a step of the bracket's tally on the GPU: its sums are [NG, SAMPLE_TILE] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds; MASS_SAMPLE_TILE for a
 # bracket by mass (top-p alone), whose three sums a point spill at 256 (docs/benchmarks.md, issue 29)
