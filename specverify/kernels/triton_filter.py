@@ -98,7 +98,7 @@ SAMPLE_TILE, MASS_SAMPLE_TILE = 256, 128
 SEARCH_TILE = 256
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
 # step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
-NC_GPU = 8
+NC_GPU = 4
 # the most gathered tokens a row's cut is ranked over at once (``triton_rank``; 0: always search): a
 # [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
 # and the slow path, whose registers leave few programs an SM
