@@ -372,3 +372,24 @@ def test_pass1_split_target_is_one_the_cut_keeps_wherever_pass1_gathers():
                 meta1 = dict(BLOCK_V=block_v, BLOCK_B=128, num_warps=warps)
                 stages = triton_filter.cut_recipe(rows, 1, V, S1, chunk1, meta1, flags, dtypes)[5]
                 assert stages[0][0] == 4, (V, rows, want1, want, S1)
+
+
+@pytest.mark.skipif(not _CUDA, reason="the interpreter's exp_normal is tl.exp itself; the GPU's is ex2 with "
+                                      "subnormal results flushed")
+def test_exp_normal_weighs_every_logit_as_tl_exp():
+    """The read and the search weigh e through exp_normal, which drops tl.exp's handling of subnormal results:
+    it must return tl.exp's very bits wherever those are at least 2**-126, 0 below, and so the same weight
+    everywhere (weight() truncates all below 2**-44 to 0), or masses would depend on which loop summed them.
+    The exponents span the subnormal boundary (x near -87.3), the deep tail and the row max."""
+    import triton_probes  # noqa: PLC0415  (tests/triton_probes.py)
+
+    g = torch.Generator().manual_seed(29)
+    x = torch.cat([torch.linspace(-110.0, 0.0, 200_001), -87.3365 + 1e-3 * torch.randn(50_000, generator=g),
+                   -40.0 * torch.rand(50_000, generator=g), torch.tensor([float("-inf"), -0.0, 0.0])]).float()
+    fast, exact, w_fast, w_exact = (t.cpu() for t in triton_probes.weighed_exp(x.to("cuda")))
+    normal = exact >= 2.0 ** -126
+    assert normal.any() and (~normal).any()
+    assert torch.equal(fast[normal].view(torch.int32), exact[normal].view(torch.int32)), \
+        x[normal][fast[normal] != exact[normal]][:5].tolist()
+    assert torch.equal(fast[~normal], torch.zeros_like(fast[~normal])), x[~normal][fast[~normal] != 0][:5].tolist()
+    assert torch.equal(w_fast, w_exact), x[w_fast != w_exact][:5].tolist()

@@ -5,6 +5,7 @@ sampler computes in-kernel, so tests and ci/sanitizer_driver.py can compare it w
         seeds [B] int64, num_draft_tokens [B] int64 (on the kernels' device)
         -> uniform [T] float32 in (0, 1), exponential [B, V] float32 > 0, T = sum num_draft_tokens
     negative_log(u) -> [n] float32      u: [n] float32 in (0, 1), any device the kernels run on
+    weighed_exp(x) -> (exp_normal, tl.exp, their weights)   x: [n] float32 -> [n] float32 x2, [n] int64 x2
 
 Importing this module decorates its kernels: set TRITON_INTERPRET=1 first to run them on CPU tensors.
 """
@@ -16,6 +17,7 @@ import triton
 import triton.language as tl
 
 from reference import Noise
+from specverify.kernels.triton_cut import exp_normal, weight
 from specverify.kernels.triton_math import neg_log, philox_uniform, request_offset
 
 
@@ -65,3 +67,23 @@ def negative_log(u: torch.Tensor) -> torch.Tensor:
     if u.numel():
         _negative_log_kernel[(triton.cdiv(u.numel(), 1024),)](u, out, u.numel(), BLOCK=1024)
     return out
+
+
+@triton.jit
+def _weighed_exp_kernel(x_ptr, fast_ptr, exact_ptr, w_fast_ptr, w_exact_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    fast, exact = exp_normal(x), tl.exp(x)
+    tl.store(fast_ptr + offs, fast, mask=offs < n)
+    tl.store(exact_ptr + offs, exact, mask=offs < n)
+    tl.store(w_fast_ptr + offs, weight(fast), mask=offs < n)
+    tl.store(w_exact_ptr + offs, weight(exact), mask=offs < n)
+
+
+def weighed_exp(x: torch.Tensor) -> tuple:
+    """(triton_cut.exp_normal(x), tl.exp(x), weight of each) as the cut computes them, x: [n] float32."""
+    outs = tuple(torch.empty_like(x) for _ in range(2)) + tuple(torch.empty(x.shape, dtype=torch.int64,
+                                                                           device=x.device) for _ in range(2))
+    if x.numel():
+        _weighed_exp_kernel[(triton.cdiv(x.numel(), 1024),)](x, *outs, x.numel(), BLOCK=1024)
+    return outs
