@@ -1,7 +1,7 @@
 """The cut's launches compiled for the H100 without one: registers, spills and SASS size of each stage.
 
     python ci/cut_sass.py [--stages 0,1,2,3,4,p1,p0] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
-                          [--set NAME=VALUE]
+                          [--loops] [--set NAME=VALUE]
 
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
@@ -11,13 +11,16 @@ variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles
 ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled one for the PTX version it emits) gives registers and
 spills; ``nvdisasm`` the SASS, counted by line and by a few instruction classes, and written to DIR with
 ``--sass``. Compare two commits by running this from each
-one's checkout: the GPU is not needed, and so neither is a device run. Prints; asserts nothing.
+one's checkout: the GPU is not needed, and so neither is a device run. ``--loops`` adds each loop of the
+SASS (a label and the branch back to it): its instructions, which divided by the tokens a thread handles a
+trip give the instructions a token, and how many of them are a few telling kinds. Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -95,6 +98,31 @@ def compile_stage(meta: dict, kernel=None) -> tuple[str, str]:
     return run.stderr + run.stdout, sass
 
 
+LOOP_KINDS = ("MUFU", "F2I", "ATOMG", "LDG", "STG", "LDS", "SHFL", "LDL", "STL", "BAR")
+
+
+def loops(sass: str) -> list[tuple[str, int, dict]]:
+    """[(label, instructions, {kind: count})] of each loop in ``sass`` (nvdisasm's text): the instructions
+    from a label to a later branch back to it, counted by LOOP_KINDS (those present)."""
+    body: list = []         # instructions and labels, in order
+    for line in sass.splitlines():
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        inst = re.search(r"/\*[0-9a-f]{4,}\*/\s+([^;]+);", line)
+        if label:
+            body.append(("label", label.group(1)))
+        elif inst:
+            body.append(("inst", inst.group(1).strip()))
+    at = {text: i for i, (kind, text) in enumerate(body) if kind == "label"}
+    found = []
+    for i, (kind, text) in enumerate(body):
+        target = re.search(r"BRA\s+`?\((\.L_x_\d+)\)", text) if kind == "inst" else None
+        if target and at.get(target.group(1), i) < i:
+            insts = [t for k, t in body[at[target.group(1)]:i + 1] if k == "inst"]
+            kinds = {name: sum(name in t for t in insts) for name in LOOP_KINDS}
+            found.append((target.group(1), len(insts), {k: n for k, n in kinds.items() if n}))
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--stages", default="0,1,2,3,4,p1,p0")
@@ -102,6 +130,7 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=128)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
+    ap.add_argument("--loops", action="store_true", help="each loop's instructions, by a few kinds")
     add_set_option(ap)
     args = ap.parse_args()
     apply_sets(triton_filter, args.set)
@@ -117,6 +146,9 @@ def main() -> None:
         lines = [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line]
         counts = {op: sass.count(op) for op in ("MUFU", "LDG", "STG", "ATOM", "BRA", "BAR")}
         print(f"stage {stage}: {'; '.join(lines)}; SASS {len(sass.splitlines())} lines, {counts}", flush=True)
+        if args.loops:
+            for label, n, kinds in loops(sass):
+                print(f"  loop {label}: {n} instructions, {kinds}")
         if args.sass:
             os.makedirs(args.sass, exist_ok=True)
             with open(os.path.join(args.sass, f"stage{stage}.sass"), "w") as f:

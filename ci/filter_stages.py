@@ -1,6 +1,6 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
-    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace]
+    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace | --ncu]
                                [--set NAME=VALUE ...] [--settings 'none;top_p=0.9'] [--all-tensors]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
@@ -9,7 +9,10 @@ around each launch, median of 35 calls after 5 warm-up calls. ``--programs`` set
 whole filtered call instead, three ways: eager (CUDA events around each call), the host's wall clock per
 call with nothing synchronised, and replayed from a CUDA graph (the GPU's work alone); ``--profile`` adds
 the host's heaviest functions. ``--trace`` gives each launch's GPU time alone, from the profiler's kernel
-records of 40 whole calls (no event around a launch: at B = 1 those cost more than the launches). ``--set``
+records of 40 whole calls (no event around a launch: at B = 1 those cost more than the launches). ``--ncu``
+runs one call of each setting, after three to compile and warm, between cudaProfilerStart and Stop, for
+Nsight Compute to profile those alone: ``ncu --profile-from-start off --clock-control none --set full
+python ci/filter_stages.py --ncu ...`` (docs/nightly/2026-11-27-h100-filters5/1-*). ``--set``
 overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
@@ -84,6 +87,18 @@ def kernel_trace(sets, filters, calls: int = 40, warm: int = 5) -> str:
     return ", ".join(out) + f" (us; {per_call} launches a call)"
 
 
+def profiled_call(sets, filters, warm: int = 3) -> None:
+    """One call on ``sets[0]`` between cudaProfilerStart and cudaProfilerStop, after ``warm`` calls."""
+    call = _caller(sets, filters)
+    for i in range(warm):
+        call(sets[i % len(sets)])
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call(sets[0])
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def _caller(sets, filters):
     """call(s): the filtered call on input set s, or the unfiltered one where ``filters`` is None."""
     from reference import SpecBatch  # noqa: PLC0415
@@ -146,6 +161,14 @@ def whole_call(sets, filters, calls: int = 200, profile: bool = False) -> dict:
     return out
 
 
+def _filters(args, setting: tuple) -> tuple:
+    """The (top_k, top_p, min_p) tensors of a bench_gpu.FILTER_SETTINGS entry: those on, or all three with
+    ``--all-tensors``."""
+    on = (True,) * 3 if args.all_tensors else (setting[0] > 0, setting[1] < 1, setting[2] > 0)
+    return tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
+                 for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--B", type=int, default=128)
@@ -154,6 +177,7 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true", help="the whole call: eager, host, graph replay")
     ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
     ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
+    ap.add_argument("--ncu", action="store_true", help="one call a setting in a profiler range, for ncu")
     add_set_option(ap)
     ap.add_argument("--all-tensors", action="store_true",
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
@@ -168,6 +192,10 @@ def main() -> None:
         for name, setting in bench_gpu.FILTER_SETTINGS.items():
             if args.settings is not None and name not in args.settings.split(";"):
                 continue
+            if args.ncu:
+                profiled_call(sets, None if setting is None else _filters(args, setting))
+                print(f"ncu range B={args.B} {name}", flush=True)
+                continue
             if setting is None:
                 if args.trace:
                     print(f"trace B={args.B} {name:20s} {kernel_trace(sets, None)}", flush=True)
@@ -176,9 +204,7 @@ def main() -> None:
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
-            on = (True,) * 3 if args.all_tensors else (setting[0] > 0, setting[1] < 1, setting[2] > 0)
-            filters = tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
-                            for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
+            filters = _filters(args, setting)
             if args.trace:
                 print(f"trace B={args.B} {name:20s} {kernel_trace(sets, filters)}", flush=True)
                 continue
