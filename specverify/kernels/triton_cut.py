@@ -170,7 +170,7 @@ def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr
         ahead1 = ahead2
         ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
         # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
-        # instructions (e is finite: a NaN logit weighs 0, as it compares false)
+        # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
         ge = (x[None, :] >= cand[:, None]).to(tl.float32)
         cnt += ge
         if MASS:
@@ -324,8 +324,8 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, sl
     """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
     passes), and the gather (GATHER, where [lo, hi) may hold tokens) or without. Per lane sums: no reduction
     in the loop (a tile's reduction to place its bracket tokens in order cost a third of the read). Keys
-    compare as int32 (int64 compares take twice the instructions): hi = KMAX, above every key, is a flag
-    instead, and lo is below KMAX wherever anything is gathered."""
+    compare as int32 (int64 compares take twice the instructions): hi = KMAX, above every key, compares as
+    2**31 - 1, and lo is below KMAX wherever anything is gathered."""
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
