@@ -116,7 +116,13 @@ def _assert_reference_kept_set_and_mass(batch: SpecBatch, records: torch.Tensor)
     value, index = batch.target_logits.cpu().float(), torch.arange(batch.vocab_size)[None, :]
     got = (value > records[0][:, None]) | ((value == records[0][:, None]) & (index <= records[1][:, None]))
     assert torch.equal(got, want), (got != want).nonzero().tolist()
-    z = torch.where(want, torch.exp(logits - logits.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
+    _assert_reference_mass(records, want, logits)
+
+
+def _assert_reference_mass(records: torch.Tensor, want: torch.Tensor, scaled: torch.Tensor) -> None:
+    """Z' of ``records`` is the float64 mass of the kept tokens ``want`` [B, V], e = exp(l / T - max) of the
+    float64 logits over temperature ``scaled`` [B, V]."""
+    z = torch.where(want, torch.exp(scaled - scaled.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
     torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
 
 
@@ -147,9 +153,7 @@ def test_min_p_alone_keeps_the_references_tokens_and_mass(device, one_launch_row
     got = e >= records[2][:, None]
     assert torch.equal(got, want), (got != want).nonzero().tolist()
     assert want.sum(dim=1).min() < 10 and want.sum(dim=1).max() > 1_000
-    scaled = logits.double() / t
-    z = torch.where(want, torch.exp(scaled - scaled.max(dim=1, keepdim=True).values), 0.0).sum(dim=1)
-    torch.testing.assert_close(records[3].double(), z, rtol=1e-5, atol=0)
+    _assert_reference_mass(records, want, logits.double() / t)
 
 
 @pytest.mark.parametrize("device", DEVICES)
