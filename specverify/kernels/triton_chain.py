@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_cut import KMAX, gather, kept, order_key, work_gathered, work_parts, work_tokens
+from specverify.kernels.triton_cut import (KMAX, count_word, gather, kept, order_key, work_gathered, work_parts,
+                                           work_tokens)
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -96,9 +97,9 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         if gathers:
             key_lo = tl.minimum(tl.load(work_ptr + 2 * rid), KMAX - 1).to(tl.int32)
             buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
-            slot_ptr = (work_parts(work_ptr, NR, rid, S1, split) + 3).to(tl.pointer_type(tl.int32))
+            count_ptr = count_word(work_parts(work_ptr, NR, rid, S1, split))
             split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region,
-                                                                    slot_ptr, True, BLOCK_V)
+                                                                    count_ptr, True, BLOCK_V)
         else:
             split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
                                                                     work_ptr, False, BLOCK_V)
@@ -110,10 +111,11 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
 
 
 @triton.jit
-def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, slot_ptr, GATHER: tl.constexpr,
+def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, GATHER: tl.constexpr,
                  BLOCK_V: tl.constexpr):
     """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index) over [lo, hi); with GATHER,
-    the entries whose order key is at least key_lo also go to buf_ptr (``triton_cut.gather``)."""
+    the entries whose order key is at least key_lo also go to buf_ptr (``triton_cut.gather``, by its atomic
+    count: stage 4 zeroed it; the ballot's instructions made this loop no faster)."""
     # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
     run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)
     run_sum = tl.zeros([BLOCK_V], dtype=tl.float32)
@@ -136,7 +138,7 @@ def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, slot_ptr, GATH
         run_max = new_max
         if GATHER:
             key = order_key(logit)
-            gather(key, offs, mask & (key >= key_lo), buf_ptr, region, slot_ptr, BLOCK_V)
+            gather(key, offs, mask & (key >= key_lo), buf_ptr, 0, region, count_ptr, BLOCK_V, 0)
     split_max = tl.max(run_max, axis=0)
     safe = tl.where(split_max == float("-inf"), 0.0, split_max)
     split_sum = tl.sum(run_sum * tl.exp(run_max - safe), axis=0)

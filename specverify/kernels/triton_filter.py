@@ -74,22 +74,25 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE and NC_GPU are the launches' shapes on the GPU (``_shapes``), read on
+# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE, NC_GPU and PASS1_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on
 # every call and part of the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them
 # at any time. The values are the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
-# stage 1's tile and warps: its per-lane sums are int64, and a wide tile's registers leave one program an
-# SM, too few loads in flight to stream the row; one logit a thread holds 32 registers
-BLOCK_READ, READ_WARPS = 256, 8
+# stage 1's tile and warps: four logits a thread, whose gather places them by one warp ballot each
+# (``triton_cut.gather``), at 64 registers a thread (READ_MAXNREG)
+BLOCK_READ, READ_WARPS = 1024, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
 COUNT_TILE = 512
 # registers a thread of the read may hold (0: as ptxas likes): its kernel holds every loop of ``sweep``, and
-# the largest would set the occupancy of all
-READ_MAXNREG = 32
+# the largest would set the occupancy of all (uncapped, 99 registers)
+READ_MAXNREG = 64
 # the bracket's and the record's warps (0: pass 1's) and register caps (0: none): uncapped, the bracket's
 # mass tally holds 173 registers, one program an SM; at 8 warps the record spills, and uncapped at 4 (250
 # registers) two programs an SM leave its search waiting on loads, where 96 registers fit five: 660 on 132
 # SMs, one wave of B = 128's 640 rows
 BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 96
+# registers a thread of pass 1 gathering (PRE) may hold: ptxas takes 48 where 40 suffice, and 48 fit five
+# programs of 8 warps an SM where 40 fit six
+PASS1_MAXNREG = 40
 # sample entries a step of the bracket's tally on the GPU: its sums are [NG, SAMPLE_TILE] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds; MASS_SAMPLE_TILE for a
 # bracket by mass (top-p alone), whose three sums a point spill at 256 (docs/benchmarks.md, issue 29)
@@ -163,7 +166,7 @@ def _cut_kernel(
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr, BLOCK_FB: tl.constexpr,
     BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
-    FINISH: tl.constexpr, PRE: tl.constexpr,
+    FINISH: tl.constexpr, PRE: tl.constexpr, NW: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -210,7 +213,7 @@ def _cut_kernel(
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read:
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
-                          CAP, BLOCK_READ, BLOCK_COUNT)
+                          CAP, BLOCK_READ, BLOCK_COUNT, NW)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
             # its read writes it, and split 0 an unfiltered row's
@@ -224,7 +227,7 @@ def _cut_kernel(
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT)
+                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -244,7 +247,8 @@ def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on,
     """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
     the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
     its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
-    pass 1 only gathers. A row whose sample max is not finite is left to stage 0 (hi = DEFER). Returns 1 where
+    pass 1 only gathers (one lane group a split: ``triton_cut.gather``'s atomic count). A row whose sample max
+    is not finite is left to stage 0 (hi = DEFER). Returns 1 where
     pass 1 gathers the row, else 0 (int64)."""
     top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
     lo = tl.full([], KMAX, tl.int64)
@@ -262,6 +266,7 @@ def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on,
             for field in tl.static_range(NPART):
                 tl.store(mine + field, tl.zeros([], tl.int64))
             tl.store(mine + 5, tl.minimum(chunk, V - split * chunk).to(tl.int64))
+            tl.store(mine + 3, tl.full([], 1, tl.int64))      # pass 1 gathers by one atomic count a split
     return gathers.to(tl.int64)
 
 
@@ -278,23 +283,19 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 @triton.jit
 def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr):
+          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region (the fourth word, their count, counts them as they are placed). A top-k row with
+    tokens to its region in lane groups (``triton_cut.gather``; NW the launch's warps). A top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
     tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
     mine = work_parts(work_ptr, NR, rid, SF, split)
-    tl.store(mine + 3, tl.zeros([], tl.int64))
-    tl.debug_barrier()      # the counter is zero before any thread of the program adds to it
-    # the gather counts in the word's low half (little-endian), so that its slots compare and address in int32
-    slot = (mine + 3).to(tl.pointer_type(tl.int32))
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, slot,
-        HAS_M, BLOCK_V, BLOCK_COUNT)
+        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
+        HAS_M, BLOCK_V, BLOCK_COUNT, NW)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
@@ -310,7 +311,7 @@ _buffers: dict = {}
 def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU)
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -322,7 +323,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
-     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu) = shapes
+     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -353,15 +354,16 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
     meta["PRE"] = read_meta["PRE"] = pre
     if B * K1 <= one_launch_rows:
-        stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3)),)
+        stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3, NW=read_meta["num_warps"])),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
-        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage)) for stage, splits, m in plans
+        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage, NW=m["num_warps"])) for stage, splits, m in plans
                        if stage or not whole)
         if pre:         # the count bracket, then pass 1 gathering, before the others
-            pass1 = dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)     # pass 1's meta, and CAP
+            # pass 1's meta, and CAP
+            pass1 = _options(dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps), 0, pass1_maxnreg, wide)
             stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
