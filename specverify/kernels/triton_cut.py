@@ -42,6 +42,12 @@ def order_key(v):
 EX2_FTZ = tl.constexpr(type(order_key).__name__ != "InterpretedFunction")
 
 
+def ballot_warps(block_v: int, num_warps: int) -> int:
+    """The NW of ``gather`` for a program of num_warps gathering block_v-entry tiles: num_warps where it places
+    tokens by ballot (every thread holds an entry of a tile, none twice), else 0 (the atomic gather)."""
+    return num_warps if block_v >= 32 * num_warps else 0
+
+
 def _ballot_asm(lanes: int) -> tuple:
     """PTX of ``_ballot`` for a thread holding ``lanes`` entries: operands $0.. before (lanes), total (lanes),
     inside (lanes). A ballot a register: an entry's slot is the warp's count of the registers before it plus
@@ -152,17 +158,16 @@ def _ballot(inside, BLOCK_V: tl.constexpr, NW: tl.constexpr):
     """(before, total) [BLOCK_V] int32 for a tile held by NW warps, BLOCK_V / (32 NW) entries a thread: the
     tokens ``inside`` of the entry's warp placed before it, and all of that warp's. On the GPU a warp ballot
     (no memory), in the interpreter the same for warps of consecutive entries (``lane_groups``)."""
-    P: tl.constexpr = BLOCK_V // (32 * NW)
     flag = inside.to(tl.int32)
     if EX2_FTZ:
-        tl.static_assert((P == 1) | (P == 2) | (P == 4) | (P == 8), "a ballot of 1, 2, 4 or 8 entries a thread")
-        if P == 1:
+        tl.static_assert(BLOCK_V <= 256 * NW, "a ballot of 1, 2, 4 or 8 entries a thread")
+        if BLOCK_V == 32 * NW:
             before, total = tl.inline_asm_elementwise(_BALLOT1, _BALLOT1_C, [flag], dtype=(tl.int32, tl.int32),
                                                       is_pure=False, pack=1)
-        elif P == 2:
+        elif BLOCK_V == 64 * NW:
             before, total = tl.inline_asm_elementwise(_BALLOT2, _BALLOT2_C, [flag], dtype=(tl.int32, tl.int32),
                                                       is_pure=False, pack=2)
-        elif P == 4:
+        elif BLOCK_V == 128 * NW:
             before, total = tl.inline_asm_elementwise(_BALLOT4, _BALLOT4_C, [flag], dtype=(tl.int32, tl.int32),
                                                       is_pure=False, pack=4)
         else:
@@ -173,13 +178,6 @@ def _ballot(inside, BLOCK_V: tl.constexpr, NW: tl.constexpr):
         before = tl.reshape(tl.cumsum(group, axis=1) - group, [BLOCK_V])
         total = tl.reshape(tl.broadcast_to(tl.sum(group, axis=1)[:, None], [NW, BLOCK_V // NW]), [BLOCK_V])
     return before, total
-
-
-@triton.jit
-def ballot_warps(BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """NW where a program of NW warps gathers BLOCK_V-entry tiles by ballot (every thread holds an entry of a
-    tile, and no entry is held twice), else 0: the atomic gather."""
-    return NW if BLOCK_V >= 32 * NW else 0
 
 
 @triton.jit
@@ -375,10 +373,11 @@ def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, parts_ptr,
-          HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW: tl.constexpr):
+          HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW_V: tl.constexpr,
+          NW_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
-    mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``, NW the program's
-    warps), in no particular order, and their counts to parts_ptr (``gather_end``). Its loops: with the min-p
+    mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and
+    NW_COUNT its NW for the two tiles, ``ballot_warps``), in no particular order, and their counts to parts_ptr (``gather_end``). Its loops: with the min-p
     sums (floor > 0; without the gather where [lo, hi) is empty), without them (floor 0: every token passes,
     and they are a fifth of the read's instructions), and, where the caller needs no mass (``weigh`` false),
     without any: keys, counts and the gather alone, since the exponential and the int64 sums are most of the
@@ -396,16 +395,16 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, True, BLOCK_V, NW)
+                                                                buf_ptr, region, parts_ptr, True, True, True, BLOCK_V, NW_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, False, BLOCK_V, NW)
+                                                                buf_ptr, region, parts_ptr, True, True, False, BLOCK_V, NW_V)
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, parts_ptr, True, False, True, BLOCK_V, NW)
+                                                            region, parts_ptr, True, False, True, BLOCK_V, NW_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, parts_ptr, False, False, True, BLOCK_COUNT, NW)
+                                                            region, parts_ptr, False, False, True, BLOCK_COUNT, NW_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
@@ -447,12 +446,11 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
     # tokens are its own concern): no flag to test a token
     hi32 = tl.minimum(hi, KMAX - 1).to(tl.int32)
     lo32 = tl.minimum(lo, KMAX - 1).to(tl.int32)
-    NWG: tl.constexpr = ballot_warps(BLOCK_V, NW)
-    group, sub = lane_groups(region, BLOCK_V, NWG)
+    group, sub = lane_groups(region, BLOCK_V, NW)
     group_ptr = buf_ptr + group * sub
     count = zi
     count_ptr = count_word(parts_ptr)
-    gather_start(parts_ptr, BLOCK_V, NWG)
+    gather_start(parts_ptr, BLOCK_V, NW)
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
     ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
     ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
@@ -482,8 +480,8 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
                 w_mp += tl.where(mp, w, 0)
         if GATHER:
             if gather_on:
-                count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NWG)
-    gather_end(parts_ptr, group, count, BLOCK_V, NWG)
+                count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NW)
+    gather_end(parts_ptr, group, count, BLOCK_V, NW)
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)

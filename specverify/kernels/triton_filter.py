@@ -60,8 +60,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_gather_kernel
-from specverify.kernels.triton_cut import (KMAX, KMIN, NPART, bracket, order_key, pick, row_settings, sample_max,
-                                           sweep, unweighed, work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_cut import (KMAX, KMIN, NPART, ballot_warps, bracket, order_key, pick, row_settings,
+                                           sample_max, sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
@@ -166,7 +166,7 @@ def _cut_kernel(
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr, BLOCK_FB: tl.constexpr,
     BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
-    FINISH: tl.constexpr, PRE: tl.constexpr, NW: tl.constexpr,
+    FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -213,7 +213,7 @@ def _cut_kernel(
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read:
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
-                          CAP, BLOCK_READ, BLOCK_COUNT, NW)
+                          CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
             # its read writes it, and split 0 an unfiltered row's
@@ -227,7 +227,7 @@ def _cut_kernel(
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW)
+                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -283,9 +283,11 @@ def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
 
 @triton.jit
 def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW: tl.constexpr):
+          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
+          NW_V: tl.constexpr, NW_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region in lane groups (``triton_cut.gather``; NW the launch's warps). A top-k row with
+    tokens to its region in lane groups (``triton_cut.gather``; NW_V and NW_COUNT its NW for the two tiles). A
+    top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
     tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
     split = tl.program_id(2)
@@ -295,7 +297,7 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, 
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
-        HAS_M, BLOCK_V, BLOCK_COUNT, NW)
+        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
@@ -354,18 +356,24 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
     meta["PRE"] = read_meta["PRE"] = pre
     if B * K1 <= one_launch_rows:
-        stages = ((3, (B, K1, sf), dict(read_meta, STAGE=3, NW=read_meta["num_warps"])),)
+        stages = ((3, (B, K1, sf), _ballots(dict(read_meta, STAGE=3))),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
-        stages = tuple((stage, (B, K1, splits), dict(m, STAGE=stage, NW=m["num_warps"])) for stage, splits, m in plans
+        stages = tuple((stage, (B, K1, splits), _ballots(dict(m, STAGE=stage))) for stage, splits, m in plans
                        if stage or not whole)
         if pre:         # the count bracket, then pass 1 gathering, before the others
             # pass 1's meta, and CAP
             pass1 = _options(dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps), 0, pass1_maxnreg, wide)
             stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
+
+
+def _ballots(meta: dict) -> dict:
+    """meta with the read's gather plan for its two tiles at its warps (``triton_cut.ballot_warps``)."""
+    return dict(meta, NW_READ=ballot_warps(meta["BLOCK_READ"], meta["num_warps"]),
+                NW_COUNT=ballot_warps(meta["BLOCK_COUNT"], meta["num_warps"]))
 
 
 def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:
