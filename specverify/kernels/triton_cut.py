@@ -491,29 +491,35 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
 
 
 @triton.jit
-def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_R: tl.constexpr):
-    """Move the gathered tokens of a row's n_splits splits down so that they follow each other from buf_ptr:
-    split s's ``region`` slots hold its lane groups' (``gather_end``: parts_ptr's words 3 and 7 on, NPART a
-    split) one after another, region / groups each. Returns how many tokens there are, or -1 when a group
-    overflowed."""
+def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
+    other from buf_ptr: split s's ``region`` slots hold its lane groups' (``gather_end``: parts_ptr's words 3
+    and 7 on, NPART a split) one after another, region / groups each. Returns how many tokens there are, or
+    -1 when a group overflowed."""
+    ff = tl.arange(0, BLOCK_F)
+    gg = tl.arange(0, GROUPS)
+    # every count in one load, not one dependent load a group
+    groups = tl.load(parts_ptr + ff * NPART + 3, mask=ff < n_splits, other=1)
+    counts = tl.load(parts_ptr + ff[:, None] * NPART + 7 + gg[None, :],
+                     mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
+    subs = region // groups
+    over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
     n = tl.zeros([], tl.int64)
-    over = tl.zeros([], tl.int32)
     for s in range(n_splits):
-        groups = tl.load(parts_ptr + s * NPART + 3)
-        sub = region // groups
-        for g in range(groups):
-            got = tl.load(parts_ptr + s * NPART + 7 + g)
-            over = tl.maximum(over, (got > sub).to(tl.int32))
+        sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
+        mine = tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0)         # [GROUPS]
+        for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
+            got = tl.minimum(tl.sum(tl.where(gg == g, mine, 0), axis=0), sub)
             src = s * region + g * sub
             if src > 0:         # a move down never overwrites a slot of a later group
-                for start in range(0, tl.minimum(got, sub), BLOCK_R):
+                for start in range(0, got, BLOCK_R):
                     i = start + tl.arange(0, BLOCK_R)
                     live = i < got
                     moved = tl.load(buf_ptr + src + i, mask=live)
                     # a tile's destination can overlap its own source: every thread loads before any stores
                     tl.debug_barrier()
                     tl.store(buf_ptr + n + i, moved, mask=live)
-            n += tl.minimum(got, sub)
+            n += got
     tl.debug_barrier()          # what any thread moved is in place before any thread reads it
     return tl.where(over > 0, -1, n)
 

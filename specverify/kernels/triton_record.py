@@ -49,7 +49,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
         z_w = w_mp
         if (k_on | p_on) & ~alone:
-            n = compact(buf, parts, SF, region, BLOCK_R)
+            n = compact(buf, parts, SF, region, BLOCK_F, BLOCK_R)
             if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
                 ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
