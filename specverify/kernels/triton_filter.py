@@ -114,6 +114,7 @@ FINISH_N = 16
 # a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
+ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other rows
 # (1); off (0), the cut reads every row (docs/benchmarks.md, issue 29: ci/bench_gpu.py --filters --set
@@ -356,7 +357,11 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
     meta["PRE"] = read_meta["PRE"] = pre
     if B * K1 <= one_launch_rows:
-        stages = ((3, (B, K1, sf), _ballots(dict(read_meta, STAGE=3))),)
+        # its splits gather by one atomic count each, at 256 logits a tile: with eight ballot groups a split and
+        # 1,024-logit tiles, B = 1's one launch measured 70-100 us against 35-72 (the last split compacts every
+        # split's groups alone)
+        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE))
+        stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
