@@ -1,0 +1,7 @@
+#!/bin/bash
+nvidia-smi --query-gpu=name --format=csv
+timeout 120 python -m pytest -x -q tests/test_triton_filters.py -k "one_launch_cut_writes" 2>&1 | tail -30
+S='none;top_k=50;top_p=0.9;min_p=0.1;top_k=50, top_p=0.9'
+python ci/filter_stages.py --B 128 --trace --all-tensors --settings "$S" 2>&1 | grep -E "trace|Error|error" | sed 's/^/new /' | tee $OUT/trace-new.txt
+python ci/filter_stages.py --B 128 --trace --all-tensors --settings 'top_k=50;top_k=50, top_p=0.9' --set PASS1_MAXNREG=0 2>&1 | grep trace | sed 's/^/new-p1r0 /' | tee $OUT/trace-new-p1r0.txt
+timeout 300 python -m pytest -n 4 -q tests/test_triton_filters.py 2>&1 | tail -15 | tee $OUT/tests.txt
