@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_cut import (KMAX, count_word, gather, kept, order_key, work_gathered, work_parts,
-                                           work_tokens)
+from specverify.kernels.triton_cut import KMAX, kept, order_key, work_gathered, work_parts, work_tokens
+from specverify.kernels.triton_gather import count_word, gather
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -114,7 +114,7 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
 def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, GATHER: tl.constexpr,
                  BLOCK_V: tl.constexpr):
     """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index) over [lo, hi); with GATHER,
-    the entries whose order key is at least key_lo also go to buf_ptr (``triton_cut.gather``, by its atomic
+    the entries whose order key is at least key_lo also go to buf_ptr (``triton_gather.gather``, by its atomic
     count: stage 4 zeroed it; the ballot's instructions made this loop no faster)."""
     # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
     run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)

@@ -8,7 +8,7 @@ requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l 
     bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
     sweep(...)        one read of [lo_v, hi_v): six of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
                       stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
-    compact(...)      the gathered tokens of every split, moved to follow each other
+    (the gather and the compaction of its tokens are ``triton_gather``'s)
     unpack(...)       (valid, key, index, e) of gathered slots; decode(...) the same of loaded ones
 
 Masses are fixed point: ``MASS_ONE`` per unit of e, so sums are exact integers whatever the order.
@@ -19,15 +19,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from specverify.kernels.triton_gather import (INLINE_ASM, NPART, count_word, gather, gather_end, gather_start,
+                                              lane_groups)
+
 MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
 KMIN = tl.constexpr(-2147483648)            # at or below every order key
 KMAX = tl.constexpr(2147483648)             # above every order key
 NONE = tl.constexpr(-9223372036854775808)   # an empty slot of the gathered tokens
 DROP = tl.constexpr(104.0)                  # exp(-104) is below float32's smallest number: no mass deeper
-# words per (row, split) of the work space: six partial sums (0-2, 4-6), the number of lane groups its gather
-# used (3), and from word 7 each group's count of gathered tokens (at most GROUPS)
-NPART = tl.constexpr(15)
-GROUPS = tl.constexpr(8)
 
 
 @triton.jit
@@ -37,36 +36,6 @@ def order_key(v):
     return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
-# inline assembly: the GPU's ex2 without subnormal results (``exp_normal``) and its warp ballot (``_ballot``);
-# the interpreter has none
-EX2_FTZ = tl.constexpr(type(order_key).__name__ != "InterpretedFunction")
-
-
-def ballot_warps(block_v: int, num_warps: int) -> int:
-    """The NW of ``gather`` for a program of num_warps gathering block_v-entry tiles: num_warps where it places
-    tokens by ballot (every thread holds an entry of a tile, none twice), else 0 (the atomic gather)."""
-    return num_warps if block_v >= 32 * num_warps else 0
-
-
-def _ballot_asm(lanes: int) -> tuple:
-    """PTX of ``_ballot`` for a thread holding ``lanes`` entries: operands $0.. before (lanes), total (lanes),
-    inside (lanes). A ballot a register: an entry's slot is the warp's count of the registers before it plus
-    the lower lanes' of its own."""
-    before, total, inside = 0, lanes, 2 * lanes
-    asm = ["{", f".reg .pred p<{lanes}>;", f".reg .b32 b<{lanes}>, lt, t, run;", "mov.u32 lt, %lanemask_lt;",
-           "mov.u32 run, 0;"]
-    for j in range(lanes):
-        asm += [f"setp.ne.b32 p{j}, ${inside + j}, 0;", f"vote.sync.ballot.b32 b{j}, p{j}, -1;",
-                f"and.b32 t, b{j}, lt;", "popc.b32 t, t;", f"add.s32 ${before + j}, run, t;", f"popc.b32 t, b{j};",
-                "add.s32 run, run, t;"]
-    asm += [f"mov.u32 ${total + j}, run;" for j in range(lanes)] + ["}"]
-    return tl.constexpr(" ".join(asm)), tl.constexpr(",".join(["=r"] * (2 * lanes) + ["r"] * lanes))
-
-
-_BALLOT1, _BALLOT1_C = _ballot_asm(1)
-_BALLOT2, _BALLOT2_C = _ballot_asm(2)
-_BALLOT4, _BALLOT4_C = _ballot_asm(4)
-_BALLOT8, _BALLOT8_C = _ballot_asm(8)
 
 
 @triton.jit
@@ -89,7 +58,7 @@ def exp_normal(x):
     (``weight`` truncates anything below 2**-44 to 0): on the GPU one ex2 instruction without its handling
     of subnormal results, the three instructions of tl.exp's lowering that only those need. Bit for bit
     tl.exp's exponent of x * log2(e) elsewhere. The interpreter takes tl.exp."""
-    if EX2_FTZ:
+    if INLINE_ASM:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
                                          dtype=tl.float32, is_pure=True, pack=1)
     else:
@@ -151,96 +120,6 @@ def work_parts(work_ptr, NR, rid, SF, split):
 def work_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr):
     """Row rid's CAP gathered tokens in the cut's work space."""
     return work_ptr + NR * (3 + SF * NPART) + rid * CAP
-
-
-@triton.jit
-def _ballot(inside, BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """(before, total) [BLOCK_V] int32 for a tile held by NW warps, BLOCK_V / (32 NW) entries a thread: the
-    tokens ``inside`` of the entry's warp placed before it, and all of that warp's. On the GPU a warp ballot
-    (no memory), in the interpreter the same for warps of consecutive entries (``lane_groups``)."""
-    flag = inside.to(tl.int32)
-    if EX2_FTZ:
-        tl.static_assert(BLOCK_V <= 256 * NW, "a ballot of 1, 2, 4 or 8 entries a thread")
-        if BLOCK_V == 32 * NW:
-            before, total = tl.inline_asm_elementwise(_BALLOT1, _BALLOT1_C, [flag], dtype=(tl.int32, tl.int32),
-                                                      is_pure=False, pack=1)
-        elif BLOCK_V == 64 * NW:
-            before, total = tl.inline_asm_elementwise(_BALLOT2, _BALLOT2_C, [flag], dtype=(tl.int32, tl.int32),
-                                                      is_pure=False, pack=2)
-        elif BLOCK_V == 128 * NW:
-            before, total = tl.inline_asm_elementwise(_BALLOT4, _BALLOT4_C, [flag], dtype=(tl.int32, tl.int32),
-                                                      is_pure=False, pack=4)
-        else:
-            before, total = tl.inline_asm_elementwise(_BALLOT8, _BALLOT8_C, [flag], dtype=(tl.int32, tl.int32),
-                                                      is_pure=False, pack=8)
-    else:
-        group = tl.reshape(flag, [NW, BLOCK_V // NW])
-        before = tl.reshape(tl.cumsum(group, axis=1) - group, [BLOCK_V])
-        total = tl.reshape(tl.broadcast_to(tl.sum(group, axis=1)[:, None], [NW, BLOCK_V // NW]), [BLOCK_V])
-    return before, total
-
-
-@triton.jit
-def lane_groups(region, BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """(group [BLOCK_V] int32, slots a group) of a gather of BLOCK_V-entry tiles by NW warps into ``region``
-    slots: one group a warp (the warp holding each entry: on the GPU its thread's, in the interpreter entries
-    of BLOCK_V / NW in a row), or one group where NW is 0 (``ballot_warps``)."""
-    if NW > 0:
-        if EX2_FTZ:
-            group = tl.inline_asm_elementwise("mov.u32 $0, %tid.x; shr.u32 $0, $0, 5;", "=r,r",
-                                              [tl.zeros([BLOCK_V], tl.int32)], dtype=tl.int32, is_pure=True, pack=1)
-        else:
-            group = tl.arange(0, BLOCK_V) // (BLOCK_V // NW)
-        return group, region // NW
-    else:
-        return tl.zeros([BLOCK_V], tl.int32), region
-
-
-@triton.jit
-def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """Store the tokens ``inside`` [BLOCK_V] (order keys ``key``, indices ``offs``) as int64 (key << 32 |
-    2**32 - 1 - index) to their lane group's slots, group_ptr [BLOCK_V] the first of each entry's group
-    (``lane_groups``), count [BLOCK_V] int32 its tokens so far; returns count with this tile's. Those past a
-    group's ``sub`` slots are counted, not stored. A token's slot is its warp's ballot (``_ballot``): no atomic,
-    whose round trip to memory each tile would wait on. With one group (NW = 0, ``ballot_warps``), an atomic
-    add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot."""
-    # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
-    packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
-    if NW > 0:
-        before, total = _ballot(inside, BLOCK_V, NW)
-        at = count + before
-        count += total
-    else:
-        at = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
-    tl.store(group_ptr + at, packed, mask=inside & (at < sub))
-    return count
-
-
-@triton.jit
-def count_word(parts_ptr):
-    """The atomic gather's int32 count: the low half (little-endian) of its one group's count word, so that
-    slots compare and address in int32."""
-    return (parts_ptr + 7).to(tl.pointer_type(tl.int32))
-
-
-@triton.jit
-def gather_start(parts_ptr, BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """Zero the atomic gather's count word, where ``gather`` takes one (NW = 0), before any thread adds to it."""
-    if NW == 0:
-        tl.store(parts_ptr + 7, tl.zeros([], tl.int64))
-        tl.debug_barrier()
-
-
-@triton.jit
-def gather_end(parts_ptr, group, count, BLOCK_V: tl.constexpr, NW: tl.constexpr):
-    """Write the split's number of lane groups (word 3) and, for ballot groups, each one's count (word 7 on),
-    for ``compact``."""
-    if NW > 0:
-        tl.static_assert(NW <= GROUPS, "at most GROUPS lane groups a split")
-        tl.store(parts_ptr + 7 + group, count.to(tl.int64))     # a group's lanes store the same count
-        tl.store(parts_ptr + 3, tl.full([], NW, tl.int64))
-    else:
-        tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
 
 
 @triton.jit
@@ -377,13 +256,14 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
           NW_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and
-    NW_COUNT its NW for the two tiles, ``ballot_warps``), in no particular order, and their counts to parts_ptr (``gather_end``). Its loops: with the min-p
-    sums (floor > 0; without the gather where [lo, hi) is empty), without them (floor 0: every token passes,
-    and they are a fifth of the read's instructions), and, where the caller needs no mass (``weigh`` false),
-    without any: keys, counts and the gather alone, since the exponential and the int64 sums are most of the
-    read's instructions. Masses are 0 there, and tiles of BLOCK_COUNT. Where min-p is the row's only filter
-    (``only_mp``), its Z' is the min-p mass alone: the loop sums the min-p count and mass, the other four are
-    0, and nothing is gathered (its record compacts nothing)."""
+    NW_COUNT its NW for the two tiles, ``triton_gather.ballot_warps``), in no particular order, and their counts to
+    parts_ptr (``gather_end``). Its loops: with the min-p sums (floor > 0; without the gather where [lo, hi)
+    is empty), without them (floor 0: every token passes, and they are a fifth of the read's instructions),
+    and, where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone,
+    since the exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and
+    tiles of BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone:
+    the loop sums the min-p count and mass, the other four are 0, and nothing is gathered (its record
+    compacts nothing)."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
@@ -395,16 +275,19 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, True, BLOCK_V, NW_V)
+                                                                buf_ptr, region, parts_ptr, True, True, True, BLOCK_V,
+                                                                NW_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, False, BLOCK_V, NW_V)
+                                                                buf_ptr, region, parts_ptr, True, True, False, BLOCK_V,
+                                                                NW_V)
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, parts_ptr, True, False, True, BLOCK_V, NW_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, parts_ptr, False, False, True, BLOCK_COUNT, NW_COUNT)
+                                                            region, parts_ptr, False, False, True, BLOCK_COUNT,
+                                                            NW_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
 
 
@@ -450,7 +333,7 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
     group_ptr = buf_ptr + group * sub
     count = zi
     count_ptr = count_word(parts_ptr)
-    gather_start(parts_ptr, BLOCK_V, NW)
+    gather_start(parts_ptr, NW)
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
     ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
     ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
@@ -481,47 +364,13 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
         if GATHER:
             if gather_on:
                 count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NW)
-    gather_end(parts_ptr, group, count, BLOCK_V, NW)
+    gather_end(parts_ptr, group, count, NW)
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
     else:                       # no min-p: every token passes its test
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
     return tl.sum(c_hi, 0).to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s
-
-
-@triton.jit
-def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
-    other from buf_ptr: split s's ``region`` slots hold its lane groups' (``gather_end``: parts_ptr's words 3
-    and 7 on, NPART a split) one after another, region / groups each. Returns how many tokens there are, or
-    -1 when a group overflowed."""
-    ff = tl.arange(0, BLOCK_F)
-    gg = tl.arange(0, GROUPS)
-    # every count in one load, not one dependent load a group
-    groups = tl.load(parts_ptr + ff * NPART + 3, mask=ff < n_splits, other=1)
-    counts = tl.load(parts_ptr + ff[:, None] * NPART + 7 + gg[None, :],
-                     mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
-    subs = region // groups
-    over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
-    n = tl.zeros([], tl.int64)
-    for s in range(n_splits):
-        sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
-        mine = tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0)         # [GROUPS]
-        for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
-            got = tl.minimum(tl.sum(tl.where(gg == g, mine, 0), axis=0), sub)
-            src = s * region + g * sub
-            if src > 0:         # a move down never overwrites a slot of a later group
-                for start in range(0, got, BLOCK_R):
-                    i = start + tl.arange(0, BLOCK_R)
-                    live = i < got
-                    moved = tl.load(buf_ptr + src + i, mask=live)
-                    # a tile's destination can overlap its own source: every thread loads before any stores
-                    tl.debug_barrier()
-                    tl.store(buf_ptr + n + i, moved, mask=live)
-            n += got
-    tl.debug_barrier()          # what any thread moved is in place before any thread reads it
-    return tl.where(over > 0, -1, n)
 
 
 @triton.jit

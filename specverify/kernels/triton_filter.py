@@ -60,8 +60,9 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_gather_kernel
-from specverify.kernels.triton_cut import (KMAX, KMIN, NPART, ballot_warps, bracket, order_key, pick, row_settings,
-                                           sample_max, sweep, unweighed, work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_cut import (KMAX, KMIN, bracket, order_key, pick, row_settings, sample_max, sweep,
+                                           unweighed, work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_gather import NPART, ballot_meta
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
@@ -74,11 +75,10 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE, NC_GPU and PASS1_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on
-# every call and part of the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them
-# at any time. The values are the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
-# stage 1's tile and warps: four logits a thread, whose gather places them by one warp ballot each
-# (``triton_cut.gather``), at 64 registers a thread (READ_MAXNREG)
+# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE, NC_GPU and PASS1_MAXNREG are the launches' shapes on the GPU
+# (``_shapes``), read on every call and part of the plan's key, so that a probe (ci/filter_stages.py --set)
+# or a test may change them at any time: the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
+# stage 1's tile and warps: four logits a thread, placed by a warp ballot each (``triton_gather.gather``)
 BLOCK_READ, READ_WARPS = 1024, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
 COUNT_TILE = 512
@@ -248,7 +248,7 @@ def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on,
     """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
     the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
     its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
-    pass 1 only gathers (one lane group a split: ``triton_cut.gather``'s atomic count). A row whose sample max
+    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample max
     is not finite is left to stage 0 (hi = DEFER). Returns 1 where
     pass 1 gathers the row, else 0 (int64)."""
     top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
@@ -287,7 +287,7 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, 
           HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
           NW_V: tl.constexpr, NW_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region in lane groups (``triton_cut.gather``; NW_V and NW_COUNT its NW for the two tiles). A
+    tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two tiles). A
     top-k row with
     nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
     tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
@@ -357,28 +357,21 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
     meta["PRE"] = read_meta["PRE"] = pre
     if B * K1 <= one_launch_rows:
-        # its splits gather by one atomic count each, at 256 logits a tile: with eight ballot groups a split and
-        # 1,024-logit tiles, B = 1's one launch measured 70-100 us against 35-72 (the last split compacts every
-        # split's groups alone)
+        # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
+        # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
         one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE))
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
-        stages = tuple((stage, (B, K1, splits), _ballots(dict(m, STAGE=stage))) for stage, splits, m in plans
+        stages = tuple((stage, (B, K1, splits), ballot_meta(dict(m, STAGE=stage))) for stage, splits, m in plans
                        if stage or not whole)
         if pre:         # the count bracket, then pass 1 gathering, before the others
             # pass 1's meta, and CAP
             pass1 = _options(dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps), 0, pass1_maxnreg, wide)
             stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
-
-
-def _ballots(meta: dict) -> dict:
-    """meta with the read's gather plan for its two tiles at its warps (``triton_cut.ballot_warps``)."""
-    return dict(meta, NW_READ=ballot_warps(meta["BLOCK_READ"], meta["num_warps"]),
-                NW_COUNT=ballot_warps(meta["BLOCK_COUNT"], meta["num_warps"]))
 
 
 def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMIN, MASS_ONE, NPART, compact, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
