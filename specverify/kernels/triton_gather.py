@@ -19,6 +19,7 @@ import triton.language as tl
 
 NPART = tl.constexpr(15)    # work-space words per (row, split), as above
 GROUPS = tl.constexpr(8)    # the most lane groups a split's gather has
+COMPACT_COLS = tl.constexpr(128)    # ``compact`` moves a split's groups in one tile where each holds at most this
 
 
 @triton.jit
@@ -168,21 +169,31 @@ def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R
                      mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
     subs = region // groups
     over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
+    cc = tl.arange(0, COMPACT_COLS)
     n = tl.zeros([], tl.int64)
     for s in range(n_splits):
         sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
-        mine = tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0)         # [GROUPS]
-        for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
-            got = tl.minimum(tl.sum(tl.where(gg == g, mine, 0), axis=0), sub)
-            src = s * region + g * sub
-            if src > 0:         # a move down never overwrites a slot of a later group
-                for start in range(0, got, BLOCK_R):
-                    i = start + tl.arange(0, BLOCK_R)
-                    live = i < got
-                    moved = tl.load(buf_ptr + src + i, mask=live)
-                    # a tile's destination can overlap its own source: every thread loads before any stores
-                    tl.debug_barrier()
-                    tl.store(buf_ptr + n + i, moved, mask=live)
-            n += got
+        got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
+        if tl.max(got, axis=0) <= COMPACT_COLS:
+            # the split's groups in one tile: its destination lies below the next split's slots, and can
+            # overlap only this split's own, which every thread loads before any stores
+            live = cc[None, :] < got[:, None]
+            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live)
+            tl.debug_barrier()
+            tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
+            n += tl.sum(got, axis=0)
+        else:
+            for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
+                got_g = tl.sum(tl.where(gg == g, got, 0), axis=0)
+                src = s * region + g * sub
+                if src > 0:         # a move down never overwrites a slot of a later group
+                    for start in range(0, got_g, BLOCK_R):
+                        i = start + tl.arange(0, BLOCK_R)
+                        live = i < got_g
+                        moved = tl.load(buf_ptr + src + i, mask=live)
+                        # a tile's destination can overlap its own source: every thread loads before any stores
+                        tl.debug_barrier()
+                        tl.store(buf_ptr + n + i, moved, mask=live)
+                n += got_g
     tl.debug_barrier()          # what any thread moved is in place before any thread reads it
     return tl.where(over > 0, -1, n)
