@@ -75,9 +75,9 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG, NG_COUNT, BLOCK_READ to SEARCH_TILE, NC_GPU and PASS1_MAXNREG are the launches' shapes on the GPU
-# (``_shapes``), read on every call and part of the plan's key, so that a probe (ci/filter_stages.py --set)
-# or a test may change them at any time: the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
+# NG to PRE_BRACKET_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on every call and part of
+# the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them at any time: the
+# stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: four logits a thread, placed by a warp ballot each (``triton_gather.gather``)
 BLOCK_READ, READ_WARPS = 1024, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
@@ -85,11 +85,13 @@ COUNT_TILE = 512
 # registers a thread of the read may hold (0: as ptxas likes): its kernel holds every loop of ``sweep``, and
 # the largest would set the occupancy of all (uncapped, 99 registers)
 READ_MAXNREG = 64
-# the bracket's and the record's warps (0: pass 1's) and register caps (0: none): uncapped, the bracket's
-# mass tally holds 173 registers, one program an SM; at 8 warps the record spills, and uncapped at 4 (250
-# registers) two programs an SM leave its search waiting on loads, where 96 registers fit five: 660 on 132
-# SMs, one wave of B = 128's 640 rows
-BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 0, 128, 4, 96
+# the bracket's and the record's warps (0: pass 1's) and register caps (0: none): the bracket's mass tally
+# holds 173 registers uncapped, and 168 at 4 warps fit three programs an SM without spilling. At 8 warps the
+# record spills, and uncapped at 4 (250 registers) two programs an SM leave its search waiting on loads,
+# where 96 registers fit five: 660 on 132 SMs, one wave of B = 128's 640 rows. The PRE plan's bracket
+# before pass 1 (STAGE 4, top-k's rows by count) is a kernel of its own, and its own shape suits it best
+BRACKET_WARPS, BRACKET_MAXNREG, RECORD_WARPS, RECORD_MAXNREG = 4, 168, 4, 96
+PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG = 4, 128
 # registers a thread of pass 1 gathering (PRE) may hold: ptxas takes 48 where 40 suffice, and 48 fit five
 # programs of 8 warps an SM where 40 fit six
 PASS1_MAXNREG = 40
@@ -97,28 +99,24 @@ PASS1_MAXNREG = 40
 # tile sets the registers of stage 0 and so how many of its programs an SM holds; MASS_SAMPLE_TILE for a
 # bracket by mass (top-p alone), whose three sums a point spill at 256 (docs/benchmarks.md, issue 29)
 SAMPLE_TILE, MASS_SAMPLE_TILE = 256, 128
-# gathered tokens a step of the record launch's tallies on the GPU
-SEARCH_TILE = 256
+SEARCH_TILE = 256       # gathered tokens a step of the record launch's tallies on the GPU
 # candidate keys per search step on the GPU: the tally of every gathered token against each key is the
-# step's cost, so fewer keys and more steps is cheaper (docs/benchmarks.md, issue 29)
+# step's cost, so fewer keys and more steps is cheaper
 NC_GPU = 4
 # the most gathered tokens a row's cut is ranked over at once (``triton_rank``; 0: always search): a
 # [RANK_N, RANK_N] comparison a row; a vocabulary this short compiles the record launch without the search
 # and the slow path, whose registers leave few programs an SM
 RANK_N = 64
-# the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens)
-SCRATCH_SHARE = 4
-# a search ends by ranking its interval's tokens once at most this many are left (a power of 2, at most RANK_N;
-# 0: it searches to the end)
-FINISH_N = 16
+# the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens);
+# it ends by ranking its interval's tokens once at most FINISH_N are left (a power of 2, at most RANK_N; 0: never)
+SCRATCH_SHARE, FINISH_N = 4, 16
 # a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
 ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
-# as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other rows
-# (1); off (0), the cut reads every row (docs/benchmarks.md, issue 29: ci/bench_gpu.py --filters --set
-# GATHER_IN_PASS1=0 times the other plan)
+# as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
+# rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
 GATHER_IN_PASS1 = 1
 DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
@@ -314,7 +312,8 @@ _buffers: dict = {}
 def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG)
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
+            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -326,7 +325,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
-     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg) = shapes
+     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
+     pre_bracket_maxnreg) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -367,10 +367,10 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
         stages = tuple((stage, (B, K1, splits), ballot_meta(dict(m, STAGE=stage))) for stage, splits, m in plans
                        if stage or not whole)
-        if pre:         # the count bracket, then pass 1 gathering, before the others
-            # pass 1's meta, and CAP
+        if pre:         # the count bracket, then pass 1 gathering (pass 1's meta, and CAP), before the others
             pass1 = _options(dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps), 0, pass1_maxnreg, wide)
-            stages = ((4, (B, K1, 1), dict(stages[0][2], STAGE=4)), (None, (B, K1, sf), pass1)) + stages
+            pre_bracket = _options(dict(meta, STAGE=4), pre_bracket_warps, pre_bracket_maxnreg, wide)
+            stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)), (None, (B, K1, sf), pass1)) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
