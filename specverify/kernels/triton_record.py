@@ -9,8 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, weight, work_parts, work_tokens
-from specverify.kernels.triton_gather import NPART, compact
+from specverify.kernels.triton_cut import KMIN, MASS_ONE, NONE, decode, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_gather import GROUPS, NPART
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
@@ -20,6 +20,65 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
     """The sum of field ``field`` over a row's SF splits' partial sums."""
     ff = tl.arange(0, BLOCK_F)
     return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
+
+
+COMPACT_COLS = tl.constexpr(128)    # ``compact`` moves a split's groups in one tile where each holds at most this
+
+
+@triton.jit
+def _moved_mass(moved, live, inv_t, m):
+    """The mass of the gathered tokens ``moved`` where ``live``."""
+    _, _, _, e = decode(moved, inv_t, m)
+    return tl.sum(tl.where(live, weight(e), 0))
+
+
+@triton.jit
+def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
+    other from buf_ptr: split s's ``region`` slots hold its lane groups' (``triton_gather.gather_end``:
+    parts_ptr's words 3 and 7 on, NPART a split) one after another, region / groups each. Returns (how many
+    tokens there are, or -1 when a group overflowed; their mass), weighed as they move, so that the search
+    reads them one time fewer."""
+    ff = tl.arange(0, BLOCK_F)
+    gg = tl.arange(0, GROUPS)
+    # every count in one load, not one dependent load a group
+    groups = tl.load(parts_ptr + ff * NPART + 3, mask=ff < n_splits, other=1)
+    counts = tl.load(parts_ptr + ff[:, None] * NPART + 7 + gg[None, :],
+                     mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
+    subs = region // groups
+    over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
+    cc = tl.arange(0, COMPACT_COLS)
+    n = tl.zeros([], tl.int64)
+    mass = tl.zeros([], tl.int64)
+    for s in range(n_splits):
+        sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
+        got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
+        if tl.max(got, axis=0) <= COMPACT_COLS:
+            # the split's groups in one tile: its destination lies below the next split's slots, and can
+            # overlap only this split's own, which every thread loads before any stores
+            live = cc[None, :] < got[:, None]
+            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live, other=NONE)
+            mass += _moved_mass(moved, live, inv_t, m)
+            tl.debug_barrier()
+            tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
+            n += tl.sum(got, axis=0)
+        else:
+            for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
+                got_g = tl.sum(tl.where(gg == g, got, 0), axis=0)
+                src = s * region + g * sub
+                for start in range(0, got_g, BLOCK_R):
+                    i = start + tl.arange(0, BLOCK_R)
+                    live = i < got_g
+                    moved = tl.load(buf_ptr + src + i, mask=live, other=NONE)
+                    mass += _moved_mass(moved, live, inv_t, m)
+                    # a tile's destination can overlap its own source: every thread loads before any stores;
+                    # a move down never overwrites a slot of a later group, and the first group stays
+                    tl.debug_barrier()
+                    if src > 0:
+                        tl.store(buf_ptr + n + i, moved, mask=live)
+                n += got_g
+    tl.debug_barrier()          # what any thread moved is in place before any thread reads it
+    return tl.where(over > 0, -1, n), mass
 
 
 @triton.jit
@@ -50,7 +109,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
         z_w = w_mp
         if (k_on | p_on) & ~alone:
-            n = compact(buf, parts, SF, region, BLOCK_F, BLOCK_R)
+            n, w_in = compact(buf, parts, SF, region, inv_t, m, BLOCK_F, BLOCK_R)
             if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
                 ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
@@ -61,7 +120,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
+                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), w_in, scr_at, lo,
                                                               tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
                                                               SCRATCH, FINISH)

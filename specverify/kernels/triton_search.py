@@ -180,12 +180,15 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 
 @triton.jit
-def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
+def resolve(buf_ptr, n, w_in, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
-    """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
-    w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
-    cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own."""
-    n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
+    """The cut from the n tokens gathered from [lo, hi), whose mass is w_in, given the (count, mass, min-p mass)
+    at or above hi; w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the
+    tokens, cut key, cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the
+    gathered tokens' own. With min-p off, Z' comes from the search's own sums (every token of a tie group
+    weighs the same); with it on, from one more pass over the tokens (``gathered_kept_mass``)."""
+    n_in, w_all_in = n, w_in
+    kept_in = w_in
     ok = n_in > 0
     c_k = c_hi + n_in
     cut_key = lo
@@ -198,6 +201,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
                                                       FINISH)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
+        kept_in = w_at          # top-k keeps its crossing's whole tie group
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
@@ -210,13 +214,16 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         # a key that is no token's (a failed search: not ok) weighs nothing here
         w_c = tl.maximum(weight(tl.where((cut_key > KMIN) & (e_c <= 1.0), e_c, 0.0)), 1)
         n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
+        kept_in = w_above + n_kept * ((w_at - w_above) // tl.maximum(ties, 1))
         if n_kept < ties:
             idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, zero, zero + V, ties, zero, zero, zero,
                                                       ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
                                                       True, False, NC, BLOCK_R, SCRATCH, FINISH)
             cut_idx = idx.to(tl.int32)
-    return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
-                                                     BLOCK_R), w_k, c_k
+    z = w_hi_mp + kept_in
+    if floor > 0.0:
+        z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_R)
+    return ok, cut_key, cut_idx, z, w_k, c_k
 
 
 @triton.jit
@@ -337,9 +344,10 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
         if ca - cb > CAP:       # one key: its whole tie group is kept
             cut_key, w_k, c_k = a, wa, ca
         else:
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
-                                                         a, b, cb, wb, wb, w_all, k, True, top_p, False, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
+            n_ab = _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK)
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, n_ab, _sum_gathered(buf_ptr, n_ab, inv_t, m, BLOCK)[1],
+                                                         scr_at, a, b, cb, wb, wb, w_all, k, True, top_p, False, floor,
+                                                         V, inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         up, mid = w_hi >= target, w_lo >= target
@@ -356,7 +364,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             cut_key = a
             cut_idx = tl.where(n_tie < ca - cb, _nth_index(row_ptr, V, a.to(tl.int32), n_tie, BLOCK), V)
         else:
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
-                                                         a, b, cb, wb, wb, w_k, k, False, top_p, True, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
+            n_ab = _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK)
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, n_ab, _sum_gathered(buf_ptr, n_ab, inv_t, m, BLOCK)[1],
+                                                         scr_at, a, b, cb, wb, wb, w_k, k, False, top_p, True, floor,
+                                                         V, inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     return cut_key, cut_idx
