@@ -27,9 +27,9 @@ COMPACT_COLS = tl.constexpr(128)    # ``compact`` moves a split's groups in one 
 
 @triton.jit
 def _moved_mass(moved, live, inv_t, m):
-    """The mass of the gathered tokens ``moved`` where ``live``."""
+    """The weights of the gathered tokens ``moved`` where ``live`` (0 elsewhere)."""
     _, _, _, e = decode(moved, inv_t, m)
-    return tl.sum(tl.where(live, weight(e), 0))
+    return tl.where(live, weight(e), 0)
 
 
 @triton.jit
@@ -49,7 +49,10 @@ def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexp
     over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
     cc = tl.arange(0, COMPACT_COLS)
     n = tl.zeros([], tl.int64)
+    # a split's tile is summed once; the loop's tiles, which the one-launch plan's splits (one group each,
+    # tiles of BLOCK_R) take, per lane, since a reduction a tile costs a barrier each
     mass = tl.zeros([], tl.int64)
+    mass_loop = tl.zeros([BLOCK_R], tl.int64)
     for s in range(n_splits):
         sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
         got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
@@ -58,7 +61,7 @@ def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexp
             # overlap only this split's own, which every thread loads before any stores
             live = cc[None, :] < got[:, None]
             moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live, other=NONE)
-            mass += _moved_mass(moved, live, inv_t, m)
+            mass += tl.sum(tl.sum(_moved_mass(moved, live, inv_t, m), axis=1), axis=0)
             tl.debug_barrier()
             tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
             n += tl.sum(got, axis=0)
@@ -70,7 +73,7 @@ def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexp
                     i = start + tl.arange(0, BLOCK_R)
                     live = i < got_g
                     moved = tl.load(buf_ptr + src + i, mask=live, other=NONE)
-                    mass += _moved_mass(moved, live, inv_t, m)
+                    mass_loop += _moved_mass(moved, live, inv_t, m)
                     # a tile's destination can overlap its own source: every thread loads before any stores;
                     # a move down never overwrites a slot of a later group, and the first group stays
                     tl.debug_barrier()
@@ -78,7 +81,7 @@ def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexp
                         tl.store(buf_ptr + n + i, moved, mask=live)
                 n += got_g
     tl.debug_barrier()          # what any thread moved is in place before any thread reads it
-    return tl.where(over > 0, -1, n), mass
+    return tl.where(over > 0, -1, n), mass + tl.sum(mass_loop, axis=0)
 
 
 @triton.jit
