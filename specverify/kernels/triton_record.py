@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMIN, MASS_ONE, NONE, decode, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, weight, work_parts, work_tokens
 from specverify.kernels.triton_gather import GROUPS, NPART
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
@@ -22,23 +22,17 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
     return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
 
 
-COMPACT_COLS = tl.constexpr(128)    # ``compact`` moves a split's groups in one tile where each holds at most this
+# ``compact`` moves a ballot split's groups in one tile where each holds at most this (a dependent load and
+# store a group cost top-p's B = 128 record 6 us)
+COMPACT_COLS = tl.constexpr(128)
 
 
 @triton.jit
-def _moved_mass(moved, live, inv_t, m):
-    """The weights of the gathered tokens ``moved`` where ``live`` (0 elsewhere)."""
-    _, _, _, e = decode(moved, inv_t, m)
-    return tl.where(live, weight(e), 0)
-
-
-@triton.jit
-def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
+def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
     """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
     other from buf_ptr: split s's ``region`` slots hold its lane groups' (``triton_gather.gather_end``:
-    parts_ptr's words 3 and 7 on, NPART a split) one after another, region / groups each. Returns (how many
-    tokens there are, or -1 when a group overflowed; their mass), weighed as they move, so that the search
-    reads them one time fewer."""
+    parts_ptr's words 3 and 7 on, NPART a split) one after another, region / groups each. Returns how many
+    tokens there are, or -1 when a group overflowed."""
     ff = tl.arange(0, BLOCK_F)
     gg = tl.arange(0, GROUPS)
     # every count in one load, not one dependent load a group
@@ -49,39 +43,33 @@ def compact(buf_ptr, parts_ptr, n_splits, region, inv_t, m, BLOCK_F: tl.constexp
     over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
     cc = tl.arange(0, COMPACT_COLS)
     n = tl.zeros([], tl.int64)
-    # a split's tile is summed once; the loop's tiles, which the one-launch plan's splits (one group each,
-    # tiles of BLOCK_R) take, per lane, since a reduction a tile costs a barrier each
-    mass = tl.zeros([], tl.int64)
-    mass_loop = tl.zeros([BLOCK_R], tl.int64)
     for s in range(n_splits):
         sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
+        n_groups = tl.sum(tl.where(ff == s, groups, 0), axis=0)
         got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
-        if tl.max(got, axis=0) <= COMPACT_COLS:
-            # the split's groups in one tile: its destination lies below the next split's slots, and can
-            # overlap only this split's own, which every thread loads before any stores
+        if (n_groups > 1) & (tl.max(got, axis=0) <= COMPACT_COLS):
+            # a ballot split's groups in one tile: its destination lies below the next split's slots, and
+            # can overlap only this split's own, which every thread loads before any stores
             live = cc[None, :] < got[:, None]
-            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live, other=NONE)
-            mass += tl.sum(tl.sum(_moved_mass(moved, live, inv_t, m), axis=1), axis=0)
+            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live)
             tl.debug_barrier()
             tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
             n += tl.sum(got, axis=0)
         else:
-            for g in range(tl.sum(tl.where(ff == s, groups, 0), axis=0)):
+            for g in range(n_groups):
                 got_g = tl.sum(tl.where(gg == g, got, 0), axis=0)
                 src = s * region + g * sub
-                for start in range(0, got_g, BLOCK_R):
-                    i = start + tl.arange(0, BLOCK_R)
-                    live = i < got_g
-                    moved = tl.load(buf_ptr + src + i, mask=live, other=NONE)
-                    mass_loop += _moved_mass(moved, live, inv_t, m)
-                    # a tile's destination can overlap its own source: every thread loads before any stores;
-                    # a move down never overwrites a slot of a later group, and the first group stays
-                    tl.debug_barrier()
-                    if src > 0:
+                if src > 0:         # a move down never overwrites a slot of a later group
+                    for start in range(0, got_g, BLOCK_R):
+                        i = start + tl.arange(0, BLOCK_R)
+                        live = i < got_g
+                        moved = tl.load(buf_ptr + src + i, mask=live)
+                        # a tile's destination can overlap its own source: every thread loads before any stores
+                        tl.debug_barrier()
                         tl.store(buf_ptr + n + i, moved, mask=live)
                 n += got_g
     tl.debug_barrier()          # what any thread moved is in place before any thread reads it
-    return tl.where(over > 0, -1, n), mass + tl.sum(mass_loop, axis=0)
+    return tl.where(over > 0, -1, n)
 
 
 @triton.jit
@@ -112,7 +100,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
         z_w = w_mp
         if (k_on | p_on) & ~alone:
-            n, w_in = compact(buf, parts, SF, region, inv_t, m, BLOCK_F, BLOCK_R)
+            n = compact(buf, parts, SF, region, BLOCK_F, BLOCK_R)
             if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
                 ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
@@ -123,7 +111,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), w_in, scr_at, lo,
+                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
                                                               tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
                                                               SCRATCH, FINISH)

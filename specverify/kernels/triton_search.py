@@ -180,15 +180,15 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 
 @triton.jit
-def resolve(buf_ptr, n, w_in, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
+def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
-    """The cut from the n tokens gathered from [lo, hi), whose mass is w_in, given the (count, mass, min-p mass)
-    at or above hi; w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the
-    tokens, cut key, cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the
-    gathered tokens' own. With min-p off, Z' comes from the search's own sums (every token of a tie group
-    weighs the same); with it on, from one more pass over the tokens (``gathered_kept_mass``)."""
-    n_in, w_all_in = n, w_in
-    kept_in = w_in
+    """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
+    w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
+    cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
+    With min-p off, Z' comes from the search's own sums (every token of a tie group weighs the same); with it
+    on, from one more pass over the tokens (``gathered_kept_mass``)."""
+    n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
+    kept_in = w_all_in
     ok = n_in > 0
     c_k = c_hi + n_in
     cut_key = lo
@@ -344,10 +344,9 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
         if ca - cb > CAP:       # one key: its whole tie group is kept
             cut_key, w_k, c_k = a, wa, ca
         else:
-            n_ab = _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK)
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, n_ab, _sum_gathered(buf_ptr, n_ab, inv_t, m, BLOCK)[1],
-                                                         scr_at, a, b, cb, wb, wb, w_all, k, True, top_p, False, floor,
-                                                         V, inv_t, m, NC, BLOCK, SCRATCH, FINISH)
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
+                                                         a, b, cb, wb, wb, w_all, k, True, top_p, False, floor, V,
+                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         up, mid = w_hi >= target, w_lo >= target
@@ -364,8 +363,7 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             cut_key = a
             cut_idx = tl.where(n_tie < ca - cb, _nth_index(row_ptr, V, a.to(tl.int32), n_tie, BLOCK), V)
         else:
-            n_ab = _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK)
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, n_ab, _sum_gathered(buf_ptr, n_ab, inv_t, m, BLOCK)[1],
-                                                         scr_at, a, b, cb, wb, wb, w_k, k, False, top_p, True, floor,
-                                                         V, inv_t, m, NC, BLOCK, SCRATCH, FINISH)
+            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
+                                                         a, b, cb, wb, wb, w_k, k, False, top_p, True, floor, V,
+                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
     return cut_key, cut_idx
