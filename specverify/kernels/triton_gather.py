@@ -1,12 +1,12 @@
 """The gather of the target-filter cut's read (``triton_cut.sweep``): the tokens of a split that lie in the
 bracket go to its ``region`` slots of the cut's work space (``triton_filter``'s layout), and the record launch
-moves every split's down to follow each other (``triton_record.compact``). ``@triton.jit`` functions on one
-program's tiles:
+moves every split's down to follow each other (``compact``). ``@triton.jit`` functions on one program's tiles:
 
     lane_groups(region, BLOCK_V, NW)  -> each entry's group (its warp) and the slots a group holds
     gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), or
                                       by an atomic count (NW = 0, one group a split)
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
+    compact(...)                      a row's gathered tokens, split by split and group by group, moved together
 
 Per (row, split) the work space holds NPART words: six partial sums (0-2, 4-6), the number of groups the
 split's gather used (3), and from word 7 each group's count.
@@ -19,6 +19,9 @@ import triton.language as tl
 
 NPART = tl.constexpr(15)    # work-space words per (row, split), as above
 GROUPS = tl.constexpr(8)    # the most lane groups a split's gather has
+# ``compact`` moves a ballot split's groups in one tile where each holds at most this, not one dependent load
+# and store a group
+COMPACT_COLS = tl.constexpr(128)
 
 
 @triton.jit
@@ -145,10 +148,55 @@ def gather_start(parts_ptr, NW: tl.constexpr):
 @triton.jit
 def gather_end(parts_ptr, group, count, NW: tl.constexpr):
     """Write the split's number of lane groups (word 3) and, for ballot groups, each one's count (word 7 on),
-    for ``triton_record.compact``."""
+    for ``compact``."""
     if NW > 0:
         tl.static_assert(NW <= GROUPS, "at most GROUPS lane groups a split")
         tl.store(parts_ptr + 7 + group, count.to(tl.int64))     # a group's lanes store the same count
         tl.store(parts_ptr + 3, tl.full([], NW, tl.int64))
     else:
         tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
+
+
+@triton.jit
+def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
+    other from buf_ptr: split s's ``region`` slots hold its lane groups' (``gather_end``: parts_ptr's words 3
+    and 7 on, NPART a split) one after another, region / groups each. Returns how many tokens there are, or
+    -1 when a group overflowed."""
+    ff = tl.arange(0, BLOCK_F)
+    gg = tl.arange(0, GROUPS)
+    # every count in one load, not one dependent load a group
+    groups = tl.load(parts_ptr + ff * NPART + 3, mask=ff < n_splits, other=1)
+    counts = tl.load(parts_ptr + ff[:, None] * NPART + 7 + gg[None, :],
+                     mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
+    subs = region // groups
+    over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
+    cc = tl.arange(0, COMPACT_COLS)
+    n = tl.zeros([], tl.int64)
+    for s in range(n_splits):
+        sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
+        n_groups = tl.sum(tl.where(ff == s, groups, 0), axis=0)
+        got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
+        if (n_groups > 1) & (tl.max(got, axis=0) <= COMPACT_COLS):
+            # a ballot split's groups in one tile: its destination lies below the next split's slots, and
+            # can overlap only this split's own, which every thread loads before any stores
+            live = cc[None, :] < got[:, None]
+            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live)
+            tl.debug_barrier()
+            tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
+            n += tl.sum(got, axis=0)
+        else:
+            for g in range(n_groups):
+                got_g = tl.sum(tl.where(gg == g, got, 0), axis=0)
+                src = s * region + g * sub
+                if src > 0:         # a move down never overwrites a slot of a later group
+                    for start in range(0, got_g, BLOCK_R):
+                        i = start + tl.arange(0, BLOCK_R)
+                        live = i < got_g
+                        moved = tl.load(buf_ptr + src + i, mask=live)
+                        # a tile's destination can overlap its own source: every thread loads before any stores
+                        tl.debug_barrier()
+                        tl.store(buf_ptr + n + i, moved, mask=live)
+                n += got_g
+    tl.debug_barrier()          # what any thread moved is in place before any thread reads it
+    return tl.where(over > 0, -1, n)

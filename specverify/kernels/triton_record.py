@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, weight, work_parts, work_tokens
-from specverify.kernels.triton_gather import GROUPS, NPART
+from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
@@ -20,56 +20,6 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
     """The sum of field ``field`` over a row's SF splits' partial sums."""
     ff = tl.arange(0, BLOCK_F)
     return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
-
-
-# ``compact`` moves a ballot split's groups in one tile where each holds at most this (a dependent load and
-# store a group cost top-p's B = 128 record 6 us)
-COMPACT_COLS = tl.constexpr(128)
-
-
-@triton.jit
-def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
-    other from buf_ptr: split s's ``region`` slots hold its lane groups' (``triton_gather.gather_end``:
-    parts_ptr's words 3 and 7 on, NPART a split) one after another, region / groups each. Returns how many
-    tokens there are, or -1 when a group overflowed."""
-    ff = tl.arange(0, BLOCK_F)
-    gg = tl.arange(0, GROUPS)
-    # every count in one load, not one dependent load a group
-    groups = tl.load(parts_ptr + ff * NPART + 3, mask=ff < n_splits, other=1)
-    counts = tl.load(parts_ptr + ff[:, None] * NPART + 7 + gg[None, :],
-                     mask=(ff[:, None] < n_splits) & (gg[None, :] < groups[:, None]), other=0)
-    subs = region // groups
-    over = tl.max(tl.max((counts > subs[:, None]).to(tl.int32), axis=1), axis=0)
-    cc = tl.arange(0, COMPACT_COLS)
-    n = tl.zeros([], tl.int64)
-    for s in range(n_splits):
-        sub = tl.sum(tl.where(ff == s, subs, 0), axis=0)
-        n_groups = tl.sum(tl.where(ff == s, groups, 0), axis=0)
-        got = tl.minimum(tl.sum(tl.where(ff[:, None] == s, counts, 0), axis=0), sub)      # [GROUPS]
-        if (n_groups > 1) & (tl.max(got, axis=0) <= COMPACT_COLS):
-            # a ballot split's groups in one tile: its destination lies below the next split's slots, and
-            # can overlap only this split's own, which every thread loads before any stores
-            live = cc[None, :] < got[:, None]
-            moved = tl.load(buf_ptr + s * region + gg[:, None] * sub + cc[None, :], mask=live)
-            tl.debug_barrier()
-            tl.store(buf_ptr + n + (tl.cumsum(got, 0) - got)[:, None] + cc[None, :], moved, mask=live)
-            n += tl.sum(got, axis=0)
-        else:
-            for g in range(n_groups):
-                got_g = tl.sum(tl.where(gg == g, got, 0), axis=0)
-                src = s * region + g * sub
-                if src > 0:         # a move down never overwrites a slot of a later group
-                    for start in range(0, got_g, BLOCK_R):
-                        i = start + tl.arange(0, BLOCK_R)
-                        live = i < got_g
-                        moved = tl.load(buf_ptr + src + i, mask=live)
-                        # a tile's destination can overlap its own source: every thread loads before any stores
-                        tl.debug_barrier()
-                        tl.store(buf_ptr + n + i, moved, mask=live)
-                n += got_g
-    tl.debug_barrier()          # what any thread moved is in place before any thread reads it
-    return tl.where(over > 0, -1, n)
 
 
 @triton.jit
