@@ -36,8 +36,6 @@ def order_key(v):
     return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
-
-
 @triton.jit
 def key_value(key):
     """The float32 of an int32 order key."""
@@ -255,15 +253,14 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
           HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW_V: tl.constexpr,
           NW_COUNT: tl.constexpr):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
-    mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and
-    NW_COUNT its NW for the two tiles, ``triton_gather.ballot_warps``), in no particular order, and their counts to
-    parts_ptr (``gather_end``). Its loops: with the min-p sums (floor > 0; without the gather where [lo, hi)
-    is empty), without them (floor 0: every token passes, and they are a fifth of the read's instructions),
-    and, where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone,
-    since the exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and
-    tiles of BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone:
-    the loop sums the min-p count and mass, the other four are 0, and nothing is gathered (its record
-    compacts nothing)."""
+    mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and NW_COUNT
+    its NW for the two tiles, ``triton_gather.ballot_warps``), in no particular order, and their counts to
+    parts_ptr (``gather_end``). Its loops: with the min-p sums (floor > 0; without the gather where [lo, hi) is
+    empty), without them (floor 0: every token passes, and they are a fifth of the read's instructions), and,
+    where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone, since the
+    exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and tiles of
+    BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone: the loop
+    sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing)."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0

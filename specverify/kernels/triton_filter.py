@@ -246,9 +246,8 @@ def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on,
     """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
     the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
     its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
-    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample max
-    is not finite is left to stage 0 (hi = DEFER). Returns 1 where
-    pass 1 gathers the row, else 0 (int64)."""
+    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample
+    max is not finite is left to stage 0 (hi = DEFER). Returns 1 where pass 1 gathers the row, else 0 (int64)."""
     top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], DEFER, tl.int64)
@@ -285,10 +284,10 @@ def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, 
           HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
           NW_V: tl.constexpr, NW_COUNT: tl.constexpr):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two tiles). A
-    top-k row with
-    nothing above its bracket and min-p off is read without masses: its cut and Z' come from the gathered
-    tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left 0."""
+    tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two
+    tiles). A top-k row with nothing above its bracket and min-p off is read without masses: its cut and Z'
+    come from the gathered tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left
+    0."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
