@@ -1,12 +1,12 @@
 """The cut's launches compiled for the H100 without one: registers, spills and SASS size of each stage.
 
     python ci/cut_sass.py [--stages 0,1,2,3,4,p1,p0] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
-                          [--loops] [--set NAME=VALUE]
+                          [--loops] [--lazy] [--set NAME=VALUE]
 
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
 row), with the filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
-gathering for the cut (``triton_chain._row_stats_gather_kernel``, with top-k passed; ``4`` and the PRE
+gathering for the cut (``triton_chain._row_stats_cut_kernel``, with top-k passed; ``4`` and the PRE
 variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles the plan without them),
 ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled one for the PTX version it emits) gives registers and
 spills; ``nvdisasm`` the SASS, counted by line and by a few instruction classes, and written to DIR with
@@ -38,14 +38,15 @@ from specverify.kernels import triton_chain, triton_filter  # noqa: E402
 
 POINTERS = {"logits_ptr": "*fp32", "temperature_ptr": "*fp32", "num_draft_ptr": "*i64", "scratch_ptr": "*i64",
             "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "work_ptr": "*i64",
-            "record_ptr": "*fp32", "tickets_ptr": "*i32"}
+            "record_ptr": "*fp32", "tickets_ptr": "*i32", "draft_ids_ptr": "*i64", "q_ptr": "*fp32",
+            "uniform_ptr": "*fp32", "seeds_ptr": "*i64"}
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
-def stage_metas(B: int, V: int, flags: tuple) -> dict:
+def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict:
     """{STAGE: meta} of the cut's launches at B requests of 4 drafts, and of the one-launch plan (STAGE 3) where
-    this checkout has one. Earlier checkouts' ``_recipe`` takes fewer knobs and returns one meta: what it
-    takes is passed, so that two commits compare."""
+    this checkout has one; lazy: (HAS_Q, SEEDED) of a lazy cut (``triton_lazy``), or None. Earlier checkouts'
+    ``_recipe`` takes fewer knobs and returns one meta: what it takes is passed, so that two commits compare."""
     import inspect  # noqa: PLC0415
 
     dtypes = tuple(dt for dt, on in zip(("torch.int64", "torch.float32", "torch.float32"), flags) if on)
@@ -53,7 +54,7 @@ def stage_metas(B: int, V: int, flags: tuple) -> dict:
                  chunk1=triton.cdiv(triton.cdiv(V, 1024), 4) * 1024, gather_in_pass1=triton_filter.GATHER_IN_PASS1,
                  cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
-                 finish_n=getattr(triton_filter, "FINISH_N", 0),
+                 finish_n=getattr(triton_filter, "FINISH_N", 0), lazy=lazy,
                  shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None)
     takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
     metas = {}
@@ -131,13 +132,15 @@ def main() -> None:
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
     ap.add_argument("--loops", action="store_true", help="each loop's instructions, by a few kinds")
+    ap.add_argument("--lazy", action="store_true", help="the lazy cut's plan (draft probs, injected noise)")
     add_set_option(ap)
     args = ap.parse_args()
     apply_sets(triton_filter, args.set)
     flags = tuple(bool(int(x)) for x in args.flags.split(","))
-    metas = stage_metas(args.B, args.V, flags)
+    metas = stage_metas(args.B, args.V, flags, (True, False) if args.lazy else None)
     print(f"triton {triton.__version__}, sm_90a, B={args.B} V={args.V} filters passed {args.flags}")
-    passes = dict(p1=triton_chain._row_stats_gather_kernel, p0=triton_chain._row_stats_kernel)
+    passes = dict(p1=getattr(triton_chain, "_row_stats_cut_kernel", None) or triton_chain._row_stats_gather_kernel,
+                  p0=triton_chain._row_stats_kernel)
     for stage in (int(s) if s.isdigit() else s for s in args.stages.split(",")):
         if stage not in metas:
             print(f"stage {stage}: not in this plan")

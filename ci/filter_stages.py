@@ -51,7 +51,7 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
         steps = launches(s.token_ids, s.num_accepted, s.num_draft, s.drafts, s.logits, s.q, s.temperature,
                          uniform=s.uniform, exponential=s.exponential,
                          splits=cut_splits(filters[0], *s.token_ids.shape, s.logits.shape[1], s.logits.device))
-        cut, record = triton_filter.cut_launches(steps[0], *filters)
+        cut, record = triton_filter.cut_launches(steps[0], *filters, steps[-1])
         plan = [(f"stage {st[3]['STAGE']} grid {st[1]}" if "STAGE" in st[3] else f"pass 1 grid {st[1]}", st)
                 for st in cut] + [("pass 2", with_cut(steps[-1], record))]
         for label, step in plan:

@@ -12,9 +12,11 @@ onwards, T = sum k_b, K1 = K + 1 output columns; the scratch layout is ``triton_
         scratch_ptr     [words]     int64: writes the split partials [B K1 S1] (float32 max and sum of
                                     exp(l / T), float32 argmax value, int32 argmax index), zeroes the race
                                     keys [B, 2] int64 and tickets [B] int32
-    _row_stats_gather_kernel  grid (B, K1, S1), the target filter's pass 1 (``triton_filter``, PRE plan)
-        as _row_stats_kernel, and work_ptr [words] int64, the cut's work space (S1 its splits), region:
-                                    gathers each row the cut's stage 4 marked, in chunk split's region
+    _row_stats_cut_kernel  grid (B, K1, S1), the target filter's pass 1 (``triton_filter``)
+        as _row_stats_kernel, and work_ptr [words] int64, the cut's work space (S1 its splits), region,
+        draft_ids_ptr [T] int64: with GATHER (the PRE plan) gathers each row the cut's stage 4 marked, in
+                                    chunk split's region; with LAZY (``triton_lazy``) writes each draft
+                                    row's mass before its draft token as the split partials part_mass
     _decide_race_kernel  grid (B, S2)
         logits_ptr, temperature_ptr, num_draft_ptr as pass 1
         draft_ids_ptr   [T]         int64, -1 = placeholder
@@ -51,26 +53,28 @@ def _row_stats_kernel(
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B)
+           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, False)
 
 
 @triton.jit
-def _row_stats_gather_kernel(
+def _row_stats_cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
-    V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region,
-    CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+    V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region, draft_ids_ptr,
+    GATHER: tl.constexpr, LAZY: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, work_ptr, region, True, CAP, BLOCK_V, BLOCK_B)
+           stats_at, chunk, work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, LAZY)
 
 
 @triton.jit
 def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
-           BLOCK_B: tl.constexpr):
+           BLOCK_B: tl.constexpr, draft_ids_ptr, LAZY: tl.constexpr):
     """Pass 1's program (b, j, split); with GATHER, the target filter's pass 1 (``triton_filter``): a row that
     the cut's stage 4 found unweighed also has the tokens of its bracket [lo, KMAX) gathered to the cut's work
-    space (the cut's splits are pass 1's), so that the cut reads only the other rows."""
+    space (the cut's splits are pass 1's), so that the cut reads only the other rows. With LAZY, the lazy
+    cut's pass 1 (``triton_lazy``): a draft row also sums the mass before its draft token in the cut's order
+    (logit descending, lower index first), to part_mass."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
@@ -91,6 +95,13 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         hi = tl.minimum(lo + chunk, V)
         rid = b * K1 + j
         NR = tl.num_programs(0) * K1
+        x_logit = tl.full([], float("inf"), tl.float32)
+        x_idx = tl.full([], -1, tl.int32)
+        if LAZY:        # a placeholder's slot and the bonus row have no draft: nothing lies before +inf
+            if j < k_b:
+                x_idx = tl.load(draft_ids_ptr + request_offset(num_draft_ptr, b, BLOCK_B) + j).to(tl.int32)
+                if x_idx >= 0:
+                    x_logit = tl.load(row_ptr + x_idx).to(tl.float32)
         gathers = False
         if GATHER:      # the rows the cut's stage 4 marked
             gathers = tl.load(work_gathered(work_ptr, NR, rid)) != 0
@@ -98,27 +109,32 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
             key_lo = tl.minimum(tl.load(work_ptr + 2 * rid), KMAX - 1).to(tl.int32)
             buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
             count_ptr = count_word(work_parts(work_ptr, NR, rid, S1, split))
-            split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region,
-                                                                    count_ptr, True, BLOCK_V)
+            split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
+                row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, x_logit, x_idx, True, LAZY, BLOCK_V)
         else:
-            split_max, split_sum, amax_val, amax_idx = _split_stats(row_ptr, lo, hi, inv_t, 0, work_ptr, region,
-                                                                    work_ptr, False, BLOCK_V)
+            split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
+                row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, LAZY, BLOCK_V)
         out = (b * K1 + j) * S1 + split
         tl.store(part_max_ptr + out, split_max)
         tl.store(part_sum_ptr + out, split_sum)
         tl.store(part_amax_val_ptr + out, amax_val)
         tl.store(part_amax_idx_ptr + out, amax_idx)
+        if LAZY:
+            tl.store(part_mass_ptr + out, split_a)
 
 
 @triton.jit
-def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, GATHER: tl.constexpr,
-                 BLOCK_V: tl.constexpr):
-    """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index) over [lo, hi); with GATHER,
-    the entries whose order key is at least key_lo also go to buf_ptr (``triton_gather.gather``, by its atomic
-    count: stage 4 zeroed it; the ballot's instructions made this loop no faster)."""
+def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, x_logit, x_idx, GATHER: tl.constexpr,
+                 LAZY: tl.constexpr, BLOCK_V: tl.constexpr):
+    """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index, the sum's part before the
+    draft) over [lo, hi); with GATHER, the entries whose order key is at least key_lo also go to buf_ptr
+    (``triton_gather.gather``, by its atomic count: stage 4 zeroed it; the ballot's instructions made this
+    loop no faster). With LAZY, the last is the sum over entries before (x_logit, x_idx) in the cut's order,
+    else 0."""
     # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
     run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)
     run_sum = tl.zeros([BLOCK_V], dtype=tl.float32)
+    run_a = tl.zeros([BLOCK_V], dtype=tl.float32)
     best_val = tl.full([BLOCK_V], float("-inf"), tl.float32)
     best_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
     for start in range(lo, hi, BLOCK_V):
@@ -135,6 +151,9 @@ def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, GAT
         safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
         e = tl.exp(tl.minimum(run_max, x) - safe_max)
         run_sum = tl.where(x > run_max, run_sum * e + 1.0, run_sum + e)
+        if LAZY:
+            before = (logit > x_logit) | ((logit == x_logit) & (offs < x_idx))
+            run_a = tl.where(x > run_max, run_a * e + tl.where(before, 1.0, 0.0), run_a + tl.where(before, e, 0.0))
         run_max = new_max
         if GATHER:
             key = order_key(logit)
@@ -142,12 +161,15 @@ def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, GAT
     split_max = tl.max(run_max, axis=0)
     safe = tl.where(split_max == float("-inf"), 0.0, split_max)
     split_sum = tl.sum(run_sum * tl.exp(run_max - safe), axis=0)
+    split_a = tl.zeros([], tl.float32)
+    if LAZY:
+        split_a = tl.sum(run_a * tl.exp(run_max - safe), axis=0)
     amax_val = tl.max(best_val, axis=0)
     amax_idx = tl.min(tl.where(best_val == amax_val, best_idx, NO_INDEX), axis=0)
     # A split whose real entries are all -inf: its lowest real index is its representative
     # (it ties at -inf); never the sentinel.
     amax_idx = tl.where(amax_idx == NO_INDEX, lo, amax_idx)
-    return split_max, split_sum, amax_val, amax_idx
+    return split_max, split_sum, amax_val, amax_idx, split_a
 
 
 @triton.jit
@@ -203,6 +225,9 @@ def _decide_race_kernel(
         # p_x > 0: u > 0, but a float64 uniform below float32's range loads as 0 (SPEC 2)
         accept = tl.where(greedy, x == row_amax, (q_x > 0.0) & (p_x > 0.0) & (u * q_x <= p_x))
     accept = accept & ~hole
+    if FILTERED:    # a lazy cut's tags (``triton_lazy``): accepted without the row's cut, or never reached
+        how = tl.load(rec + 5 * n_rows, mask=is_draft, other=0.0)
+        accept = tl.where(how == 3.0, True, tl.where(how == 4.0, False, accept))
     n_acc = tl.min(tl.where(is_draft & (accept == 0), jj, k_b), axis=0)
     # the race's row: the residual where n_acc < k_end, else p (the bonus row, or a placeholder's)
     k_end = k_b

@@ -32,7 +32,7 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                              split of the row to finish writes the record
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
-                                             (``triton_chain._row_stats_gather_kernel``, the cut's splits
+                                             (``triton_chain._row_stats_cut_kernel``, the cut's splits
                                              its own); stages 0 and 1 then skip what 4 and pass 1 did
 
 How a row's cut is found (``triton_cut``, ``triton_search``). Masses are fixed point (``MASS_ONE`` per unit
@@ -59,11 +59,12 @@ import torch
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_chain import _row_stats_gather_kernel
+from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut import (KMAX, KMIN, bracket, order_key, pick, row_settings, sample_max, sweep,
                                            unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
 from specverify.kernels.triton_launch import alignment_mask
+from specverify.kernels.triton_lazy import NEEDED, SKIP, lazy_tags
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
 
@@ -118,6 +119,8 @@ ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
 GATHER_IN_PASS1 = 1
+# a cut of top-p alone in the three launches searches only the rows pass 2 needs (``triton_lazy``; 0: every row)
+LAZY_CUT = 1
 DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
 
@@ -158,6 +161,7 @@ def _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: tl.
 def _cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
     work_ptr, record_ptr, tickets_ptr, V, K1, S1, n_part, ints_at, stats_at, SF, chunk, region,
+    draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr,
     STAGE: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, CAP: tl.constexpr,
     NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, NC: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -165,7 +169,8 @@ def _cut_kernel(
     BLOCK_R: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr, BLOCK_FB: tl.constexpr,
     BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
-    FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr,
+    FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
+    HAS_Q: tl.constexpr, SEEDED: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -176,7 +181,8 @@ def _cut_kernel(
     instead of a launch before it, and the row's last split to finish its read writes the record. With PRE
     (top-k passed, many rows), STAGE 4, grid (B, K1), brackets the top-k rows before pass 1, which then
     gathers the unweighed ones (``triton_cut.unweighed``) as it reads them: stage 0 brackets the other rows
-    and stage 1 reads them."""
+    and stage 1 reads them. With LAZY (top-p alone, ``triton_lazy``), stage 0 first tags the rows whose cut
+    the call's verification does not need (lo the tag, hi SKIP), which stages 1 and 2 leave uncut."""
     k_b = tl.load(num_draft_ptr + tl.program_id(0))
     NR = tl.num_programs(0) * K1
     if STAGE == 4:
@@ -199,6 +205,18 @@ def _cut_kernel(
                 mine = True
                 if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
                     mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
+                if LAZY & p_on & ~k_on & (floor <= 0.0):     # a row of top-p alone
+                    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, \
+                        part_a_ptr = scratch_views(scratch_ptr, n_part, ints_at, stats_at)
+                    tag = lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr,
+                                    part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, part_a_ptr,
+                                    tl.program_id(0), tl.program_id(1), k_b,
+                                    request_offset(num_draft_ptr, tl.program_id(0), BLOCK_B), K1, S1, top_p, inv_t,
+                                    HAS_Q, SEEDED, BLOCK_K, BLOCK_S)
+                    mine = tag == NEEDED
+                    if not mine:
+                        tl.store(work_ptr + 2 * rid, tag.to(tl.int64))
+                        tl.store(work_ptr + 2 * rid + 1, tl.full([], SKIP, tl.int64))
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
@@ -210,7 +228,7 @@ def _cut_kernel(
                 read = True
                 if PRE:         # pass 1 gathered the rows stage 4 found unweighed
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
-                if read:
+                if read & (hi != SKIP):
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
                           CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         else:
@@ -234,9 +252,11 @@ def _cut_kernel(
                     if writes:
                         tl.store(tickets_ptr + rid, 0)
             if writes:
-                write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p,
-                             p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB, RANK_N, RANK_BLOCK,
-                             ONLY_RANK, SCRATCH, FINISH)
+                write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
+                             k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
+                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
+                if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
+                    tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
 
 
 @triton.jit
@@ -318,11 +338,14 @@ def _shapes() -> tuple:
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
-            one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False):
+            one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False,
+            lazy: tuple | None = None):
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
     cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
-    with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's."""
+    with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's.
+    lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
+    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg) = shapes
@@ -336,6 +359,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
     # ones on the GPU; the results are the same integers either way
     wide = _INTERPRETED
+    lazy = lazy if not whole and B * K1 > one_launch_rows else None
     meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=ng, NG_COUNT=ng_count,
                 NC=64 if wide else nc_gpu, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
                 BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f,
@@ -345,7 +369,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_READ=block_v if wide else min(block_v, block_read),
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
-                num_warps=warps)
+                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -366,10 +390,14 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                  (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
         stages = tuple((stage, (B, K1, splits), ballot_meta(dict(m, STAGE=stage))) for stage, splits, m in plans
                        if stage or not whole)
-        if pre:         # the count bracket, then pass 1 gathering (pass 1's meta, and CAP), before the others
-            pass1 = _options(dict(CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps), 0, pass1_maxnreg, wide)
+        # pass 1 gathering (its meta: pass 1's, and CAP) or summing for the lazy cut, or both, before the others
+        pass1 = dict(GATHER=pre, LAZY=lazy is not None, CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+        if pre:         # after the count bracket
             pre_bracket = _options(dict(meta, STAGE=4), pre_bracket_warps, pre_bracket_maxnreg, wide)
-            stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)), (None, (B, K1, sf), pass1)) + stages
+            stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)),
+                      (None, (B, K1, sf), _options(pass1, 0, pass1_maxnreg, wide))) + stages
+        elif lazy:
+            stages = ((None, (B, K1, S1), pass1),) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
@@ -400,7 +428,7 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
     return work, views[rows], tickets
 
 
-def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
+def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) -> tuple:
     """(the launch steps, record [6, B K1]) of pass 1 and the cut: ``pass1`` is triton_chain's pass-1 step,
     whose arguments and scratch the cut shares; top_k / top_p / min_p [B] or None (off for every request).
     Pass 1, then three steps (two where rows are gathered whole: no bracket), or one for at most
@@ -408,32 +436,42 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p) -> tuple:
     bracket, pass 1 gathering the unweighed rows, then the three. CAP, NS, CH, READ_PROGRAMS, RANK_N,
     SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1 and the launch shapes (``_shapes``) are read here,
     so that a test can shrink them to reach the sample and slow paths, turn ranking, the search's scratch or
-    its ranked end off, or choose the plan."""
+    its ranked end off, or choose the plan. ``pass2``: the pass-2 step (``triton_chain``) of a call of the
+    standard rule, which makes a cut of top-p alone in the three launches lazy (``triton_lazy``; LAZY_CUT):
+    its pass 1 also sums the masses before the drafts, and stage 0 leaves the rows pass 2 needs no cut of."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, chunk1 = args1
     B = grid1[0]
     filters = (top_k, top_p, min_p)
     given = tuple(f for f in filters if f is not None)
-    rid, sf, chunk, region, words, stages = cut_recipe(B, K1, V, S1, chunk1, meta1,
-                                                       tuple(f is not None for f in filters),
-                                                       tuple(f.dtype for f in given))
+    flags = tuple(f is not None for f in filters)
+    lazy = None
+    if pass2 is not None and LAZY_CUT and top_p is not None and not (pass2[3]["SYNTHETIC"] or pass2[3]["BLOCK"]):
+        lazy = (pass2[3]["HAS_Q"], pass2[3]["SEEDED"])
+    rid, sf, chunk, region, words, stages = cut_recipe(B, K1, V, S1, chunk1, meta1, flags,
+                                                       tuple(f.dtype for f in given), lazy)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+    # the drafts, q, its row stride and the noise of pass 2, which the lazy cut's stage 0 tests (stand-ins else)
+    args2 = pass2[2] if lazy is not None else (logits, stride, logits, logits, stride) + (logits,) * 6
+    args += (args2[2], args2[3], args2[4], args2[7], args2[10])
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_gather_kernel, grid, args1 + (work, region), meta, key and key + ("pass 1",), stream)
+                  (_row_stats_cut_kernel, grid, args1 + (work, region, args2[2]), meta, key and key + ("pass 1",),
+                   stream)
                   for stage, grid, meta in stages)
-    return steps if stages[0][0] == 4 else (pass1,) + steps, record
+    return steps if stages[0][0] in (4, None) else (pass1,) + steps, record
 
 
-def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple) -> tuple:
+def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
+               lazy: tuple | None = None) -> tuple:
     """``_recipe`` of a cut after pass 1 (S1 splits of chunk1 entries, launched with meta1) at this module's
-    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order."""
+    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's."""
     return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, CAP, NS, CH,
                    READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(), chunk1,
-                   GATHER_IN_PASS1)
+                   GATHER_IN_PASS1, lazy)
 
 
 def pass1_splits(rows: int, V: int, want1: int) -> int:

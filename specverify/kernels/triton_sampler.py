@@ -41,9 +41,11 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
     return synthetic_rates_f32(rate, num_speculative_steps)
 
 
-def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, **noise) -> tuple:
+def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, lazy: bool = False,
+         **noise) -> tuple:
     """Pass 1 and the cut launch for ``batch``'s filters: (the pass-2 step reading the cut, the pass-1 step,
-    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it."""
+    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it; lazy: the cut may
+    leave the rows uncut whose cut pass 2 does not need (``triton_filter.cut_launches``)."""
     if noise.get("splits") is None:
         noise = dict(noise, splits=cut_splits(batch.top_k, batch.num_requests, token_ids.shape[1], batch.vocab_size,
                                               batch.device))
@@ -51,7 +53,7 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
                      batch.draft_probs, batch.temperature, **noise)
     if not steps:
         return None
-    cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p)
+    cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p, steps[-1] if lazy else None)
     for step in cut:
         launch(*step)
     return with_cut(steps[-1], record), steps[0], record
@@ -70,7 +72,7 @@ def cut_splits(top_k, B: int, K1: int, V: int, device: torch.device) -> tuple | 
 def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
     """The standard or synthetic rule on a filtered batch (SPEC 3.4): pass 1, the cut launch, pass 2 reading
     the cut. kwargs as triton_sample_into takes them (noise or seeds, rates, block_v, splits)."""
-    cut = _cut(batch, token_ids, num_accepted, **kwargs)
+    cut = _cut(batch, token_ids, num_accepted, lazy=True, **kwargs)
     if cut is not None:
         launch(*cut[0])
 
