@@ -23,7 +23,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_math import at_drafts, philox_uniform, row_norms
 
-NEEDED, ACCEPTED, UNREACHED = 0, 3, 4
+NEEDED, ACCEPTED, UNREACHED = tl.constexpr(0), tl.constexpr(3), tl.constexpr(4)
 MARGIN = tl.constexpr(1e-4)
 ABS_MARGIN = tl.constexpr(1e-6)     # a mass of 2**18 tokens truncated to 2**-44 each, with room
 SKIP = tl.constexpr(2147483650)     # stage 0's hi of a row it leaves uncut (its lo holds the tag)
