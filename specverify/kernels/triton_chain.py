@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
-from specverify.kernels.triton_cut import KMAX, kept, order_key, work_gathered, work_parts, work_tokens
+from specverify.kernels.triton_cut import KMAX, kept, order_key, row_settings, work_gathered, work_parts, work_tokens
 from specverify.kernels.triton_gather import count_word, gather
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
@@ -53,28 +53,33 @@ def _row_stats_kernel(
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, False)
+           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr, num_draft_ptr,
+           num_draft_ptr, False, False, False, False)
 
 
 @triton.jit
 def _row_stats_cut_kernel(
     logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr,
-    V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region, draft_ids_ptr,
-    GATHER: tl.constexpr, LAZY: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+    V, K1, S1, n_part, ints_at, stats_at, chunk, work_ptr, region, draft_ids_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+    GATHER: tl.constexpr, LAZY: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr,
+    CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, LAZY)
+           stats_at, chunk, work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, top_k_ptr, top_p_ptr,
+           min_p_ptr, LAZY, HAS_K, HAS_P, HAS_M)
 
 
 @triton.jit
 def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
-           BLOCK_B: tl.constexpr, draft_ids_ptr, LAZY: tl.constexpr):
+           BLOCK_B: tl.constexpr, draft_ids_ptr, top_k_ptr, top_p_ptr, min_p_ptr, LAZY: tl.constexpr,
+           HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr):
     """Pass 1's program (b, j, split); with GATHER, the target filter's pass 1 (``triton_filter``): a row that
     the cut's stage 4 found unweighed also has the tokens of its bracket [lo, KMAX) gathered to the cut's work
     space (the cut's splits are pass 1's), so that the cut reads only the other rows. With LAZY, the lazy
-    cut's pass 1 (``triton_lazy``): a draft row also sums the mass before its draft token in the cut's order
-    (logit descending, lower index first), to part_mass."""
+    cut's pass 1 (``triton_lazy``): a draft row of top-p alone (the filter settings, HAS_K/P/M as the cut's)
+    also sums the mass before its draft token in the cut's order (logit descending, lower index first), to
+    part_mass; the other rows run the loop without that sum."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
@@ -97,10 +102,14 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         NR = tl.num_programs(0) * K1
         x_logit = tl.full([], float("inf"), tl.float32)
         x_idx = tl.full([], -1, tl.int32)
-        if LAZY:        # a placeholder's slot and the bonus row have no draft: nothing lies before +inf
-            if j < k_b:
+        lazy_row = False
+        if LAZY:        # a placeholder's slot and the bonus row have no draft: triton_lazy tests none there
+            on, k, k_on, top_p, p_on, floor, _ = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+                                                              HAS_K, HAS_P, HAS_M)
+            if on & p_on & ~k_on & (floor <= 0.0) & (j < k_b):
                 x_idx = tl.load(draft_ids_ptr + request_offset(num_draft_ptr, b, BLOCK_B) + j).to(tl.int32)
-                if x_idx >= 0:
+                lazy_row = x_idx >= 0
+                if lazy_row:
                     x_logit = tl.load(row_ptr + x_idx).to(tl.float32)
         gathers = False
         if GATHER:      # the rows the cut's stage 4 marked
@@ -110,10 +119,13 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
             buf_ptr = work_tokens(work_ptr, NR, rid, S1, CAP) + split * region
             count_ptr = count_word(work_parts(work_ptr, NR, rid, S1, split))
             split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
-                row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, x_logit, x_idx, True, LAZY, BLOCK_V)
-        else:
+                row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, x_logit, x_idx, True, False, BLOCK_V)
+        elif lazy_row:
             split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
                 row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, LAZY, BLOCK_V)
+        else:
+            split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
+                row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, False, BLOCK_V)
         out = (b * K1 + j) * S1 + split
         tl.store(part_max_ptr + out, split_max)
         tl.store(part_sum_ptr + out, split_sum)

@@ -205,18 +205,19 @@ def _cut_kernel(
                 mine = True
                 if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
                     mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
-                if LAZY & p_on & ~k_on & (floor <= 0.0):     # a row of top-p alone
+                if LAZY:        # the rows of top-p alone (pass 1 summed their masses before the drafts)
                     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, \
                         part_a_ptr = scratch_views(scratch_ptr, n_part, ints_at, stats_at)
-                    tag = lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr,
-                                    part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, part_a_ptr,
-                                    tl.program_id(0), tl.program_id(1), k_b,
-                                    request_offset(num_draft_ptr, tl.program_id(0), BLOCK_B), K1, S1, top_p, inv_t,
-                                    HAS_Q, SEEDED, BLOCK_K, BLOCK_S)
-                    mine = tag == NEEDED
-                    if not mine:
-                        tl.store(work_ptr + 2 * rid, tag.to(tl.int64))
-                        tl.store(work_ptr + 2 * rid + 1, tl.full([], SKIP, tl.int64))
+                    if p_on & ~k_on & (floor <= 0.0):
+                        tag = lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr,
+                                        seeds_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
+                                        part_a_ptr, tl.program_id(0), tl.program_id(1), k_b,
+                                        request_offset(num_draft_ptr, tl.program_id(0), BLOCK_B), K1, S1, top_p, inv_t,
+                                        HAS_Q, SEEDED, BLOCK_K, BLOCK_S)
+                        mine = tag == NEEDED
+                        if not mine:
+                            tl.store(work_ptr + 2 * rid, tag.to(tl.int64))
+                            tl.store(work_ptr + 2 * rid + 1, tl.full([], SKIP, tl.int64))
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
@@ -391,7 +392,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         stages = tuple((stage, (B, K1, splits), ballot_meta(dict(m, STAGE=stage))) for stage, splits, m in plans
                        if stage or not whole)
         # pass 1 gathering (its meta: pass 1's, and CAP) or summing for the lazy cut, or both, before the others
-        pass1 = dict(GATHER=pre, LAZY=lazy is not None, CAP=cap, BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+        pass1 = dict(GATHER=pre, LAZY=lazy is not None, HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap,
+                     BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
         if pre:         # after the count bracket
             pre_bracket = _options(dict(meta, STAGE=4), pre_bracket_warps, pre_bracket_maxnreg, wide)
             stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)),
@@ -459,8 +461,8 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     args2 = pass2[2] if lazy is not None else (logits, stride, logits, logits, stride) + (logits,) * 6
     args += (args2[2], args2[3], args2[4], args2[7], args2[10])
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_cut_kernel, grid, args1 + (work, region, args2[2]), meta, key and key + ("pass 1",),
-                   stream)
+                  (_row_stats_cut_kernel, grid, args1 + (work, region, args2[2]) + args[5:8], meta,
+                   key and key + ("pass 1",), stream)
                   for stage, grid, meta in stages)
     return steps if stages[0][0] in (4, None) else (pass1,) + steps, record
 
