@@ -64,7 +64,7 @@ from specverify.kernels.triton_cut import (KMAX, KMIN, bracket, order_key, pick,
                                            unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
 from specverify.kernels.triton_launch import alignment_mask
-from specverify.kernels.triton_lazy import NEEDED, SKIP, lazy_tags
+from specverify.kernels.triton_lazy import SKIP, cut_needed
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
 
@@ -76,7 +76,7 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG to PRE_BRACKET_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on every call and part of
+# NG to LAZY_PASS1_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on every call and part of
 # the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them at any time: the
 # stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: four logits a thread, placed by a warp ballot each (``triton_gather.gather``)
@@ -96,6 +96,8 @@ PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG = 4, 128
 # registers a thread of pass 1 gathering (PRE) may hold: ptxas takes 48 where 40 suffice, and 48 fit five
 # programs of 8 warps an SM where 40 fit six
 PASS1_MAXNREG = 40
+# and where it also sums for the lazy cut: uncapped, ptxas takes 40 and schedules the three loops better
+LAZY_PASS1_MAXNREG = 0
 # sample entries a step of the bracket's tally on the GPU: its sums are [NG, SAMPLE_TILE] a program, so the
 # tile sets the registers of stage 0 and so how many of its programs an SM holds; MASS_SAMPLE_TILE for a
 # bracket by mass (top-p alone), whose three sums a point spill at 256 (docs/benchmarks.md, issue 29)
@@ -206,18 +208,10 @@ def _cut_kernel(
                 if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
                     mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
                 if LAZY:        # the rows of top-p alone (pass 1 summed their masses before the drafts)
-                    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, \
-                        part_a_ptr = scratch_views(scratch_ptr, n_part, ints_at, stats_at)
                     if p_on & ~k_on & (floor <= 0.0):
-                        tag = lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr,
-                                        seeds_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr,
-                                        part_a_ptr, tl.program_id(0), tl.program_id(1), k_b,
-                                        request_offset(num_draft_ptr, tl.program_id(0), BLOCK_B), K1, S1, top_p, inv_t,
-                                        HAS_Q, SEEDED, BLOCK_K, BLOCK_S)
-                        mine = tag == NEEDED
-                        if not mine:
-                            tl.store(work_ptr + 2 * rid, tag.to(tl.int64))
-                            tl.store(work_ptr + 2 * rid + 1, tl.full([], SKIP, tl.int64))
+                        mine = cut_needed(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr,
+                                          seeds_ptr, num_draft_ptr, scratch_ptr, work_ptr, rid, k_b, K1, S1, n_part,
+                                          ints_at, stats_at, top_p, inv_t, HAS_Q, SEEDED, BLOCK_K, BLOCK_S, BLOCK_B)
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
@@ -333,7 +327,7 @@ def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
-            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG)
+            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -349,7 +343,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
-     pre_bracket_maxnreg) = shapes
+     pre_bracket_maxnreg, lazy_pass1_maxnreg) = shapes
     tiles = triton.cdiv(V, block_v)
     chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
@@ -397,7 +391,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if pre:         # after the count bracket
             pre_bracket = _options(dict(meta, STAGE=4), pre_bracket_warps, pre_bracket_maxnreg, wide)
             stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)),
-                      (None, (B, K1, sf), _options(pass1, 0, pass1_maxnreg, wide))) + stages
+                      (None, (B, K1, sf), _options(pass1, 0, lazy_pass1_maxnreg if lazy else pass1_maxnreg,
+                                                   wide))) + stages
         elif lazy:
             stages = ((None, (B, K1, S1), pass1),) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages

@@ -6,7 +6,8 @@ Z' lies in [target, target + w(x)): the crossing token weighs no more than x. So
 (``triton_chain``'s LAZY pass 1: Z and the mass A before each draft) a row's test is often decided without
 its cut, and the cut launches search only the rows left open:
 
-    lazy_tags(...) -> the row's tag: NEEDED (0, its cut is searched), ACCEPTED (3, its draft is accepted
+    cut_needed(...) -> whether stage 0 brackets the row; else the tag is in the cut's work space
+    lazy_tags(...)  -> the row's tag: NEEDED (0, its cut is searched), ACCEPTED (3, its draft is accepted
                       whatever the cut), UNREACHED (4, the chain stops before it)
 
 Row n gets its cut, and so does every row after it where n's test is left open (a uniform within the
@@ -21,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_math import at_drafts, philox_uniform, row_norms
+from specverify.kernels.triton_math import at_drafts, philox_uniform, request_offset, row_norms, scratch_views
 
 NEEDED, ACCEPTED, UNREACHED = tl.constexpr(0), tl.constexpr(3), tl.constexpr(4)
 MARGIN = tl.constexpr(1e-4)
@@ -72,3 +73,22 @@ def lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform
     # the stop is sure where the chain reaches the bonus row or row n's draft is surely rejected
     sure = (n == k_b) | (tl.sum(tl.where((jj == n) & rejected, 1, 0), axis=0) > 0)
     return tl.where(j < n, ACCEPTED, tl.where((j > n) & sure, UNREACHED, NEEDED))
+
+
+@triton.jit
+def cut_needed(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr, num_draft_ptr,
+               scratch_ptr, work_ptr, rid, k_b, K1, S1, n_part, ints_at, stats_at, top_p, inv_t, HAS_Q: tl.constexpr,
+               SEEDED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr):
+    """Stage 0 of the lazy cut on program (b, j)'s row of top-p alone (``triton_filter``'s arguments, rid = b
+    K1 + j): whether its cut is needed. Where it is not, the row's bracket words (work[2 rid], work[2 rid + 1])
+    get (its tag, SKIP), which stages 1 and 2 read."""
+    _, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, _, part_a_ptr = \
+        scratch_views(scratch_ptr, n_part, ints_at, stats_at)
+    b = tl.program_id(0)
+    tag = lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr, part_max_ptr,
+                    part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, part_a_ptr, b, tl.program_id(1), k_b,
+                    request_offset(num_draft_ptr, b, BLOCK_B), K1, S1, top_p, inv_t, HAS_Q, SEEDED, BLOCK_K, BLOCK_S)
+    if tag != NEEDED:
+        tl.store(work_ptr + 2 * rid, tag.to(tl.int64))
+        tl.store(work_ptr + 2 * rid + 1, tl.full([], SKIP, tl.int64))
+    return tag == NEEDED
