@@ -21,12 +21,12 @@ filtered, side by side on the same inputs in one process: our filtered call (pas
 launches of triton_filter, pass 2 reading the cut), our unfiltered call, the softmax of the target rows
 followed by FlashInfer's top_k_renorm_probs / top_p_renorm_probs where flashinfer imports, and a
 sort-based PyTorch top-k/top-p filter (the structure of vLLM's fallback; min-p as softmax, max and
-compare). Each row also says how many target rows the cut launch resolved on its slow path, and on how
-many rows the cut's kept set differs from the PyTorch filter's. `--filters --dry-run` runs the same
-plumbing on the CPU under TRITON_INTERPRET=1 at a small size (wall-clock timings, meaningless as speed).
-Each setting is also timed in turn with the unfiltered call, as latency (synchronised, wall clock: B = 1 is
-host-bound, and an unfiltered time taken once drifts by more than the filters cost); `--filter-batches 1`
-times B = 1 alone.
+compare). Each row also says how many target rows the cut launch resolved on its slow path, how many
+the lazy cut left uncut, and on how many cut rows the kept set differs from the PyTorch filter's.
+`--filters --dry-run` runs the same plumbing on the CPU under TRITON_INTERPRET=1 at a small size
+(wall-clock timings, meaningless as speed). Each setting is also timed in turn with the unfiltered call,
+as latency (synchronised, wall clock: B = 1 is host-bound, and an unfiltered time taken once drifts by more
+than the filters cost); `--filter-batches 1` times B = 1 alone.
 ``--set`` overrides a ``triton_filter`` constant for the run, as the cut's probes do (``GATHER_IN_PASS1=0``:
 the plan whose pass 1 gathers nothing for the cut).
 
@@ -376,7 +376,8 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
             rows.append(row)
             print(f"filters B={B} V={V} {name:22s} ours {t:9.1f} us x{t / base:.2f}  torch sort "
                   f"{row['torch_sort_us']:9.1f}  flashinfer {row.get('flashinfer_us', float('nan')):9.1f}  "
-                  f"slow rows {row['slow_rows']}/{row['rows']}  kept sets unlike torch's {row['kept_differ']}  "
+                  f"slow rows {row['slow_rows']}/{row['rows']}  uncut {row['uncut_rows']}  "
+                  f"kept sets unlike torch's {row['kept_differ']}  "
                   f"latency in turn: {filtered_us:.1f} against {plain_us:.1f} us, x{filtered_us / plain_us:.2f}",
                   flush=True)
         del sets
@@ -386,8 +387,9 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
 
 
 def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:
-    """After our filtered call on ``pair``: how many target rows took the cut's slow path, and on how many
-    the kept set differs from the PyTorch sort filter's (float32 both; near-cut tokens may differ)."""
+    """After our filtered call on ``pair``: how many target rows took the cut's slow path, how many the lazy
+    cut left uncut (``triton_lazy``: pass 2 needs no cut of them), and on how many of the cut rows the kept set
+    differs from the PyTorch sort filter's (float32 both; near-cut tokens may differ)."""
     s, batch = pair
     filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
     rows = s.logits.shape[0]
@@ -398,7 +400,9 @@ def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:
     keep = ((logits > values[:, None]) | ((logits == values[:, None]) & (ids <= index[:, None]))) & \
         (torch.exp(logits / s.row_temp.cpu()[:, None] - record[4][:, None]) >= record[2][:, None])
     theirs = torch_filter(s.logits, s.row_temp, k, p, min_p).cpu() > 0
-    return dict(rows=rows, slow_rows=int((record[5] == 2).sum()), kept_differ=int((keep != theirs).any(dim=1).sum()))
+    cut = record[5] <= 2
+    return dict(rows=rows, slow_rows=int((record[5] == 2).sum()), uncut_rows=int((~cut).sum()),
+                kept_differ=int(((keep != theirs).any(dim=1) & cut).sum()))
 
 
 def block_cost(l2_bytes, bw, B: int = 128, V: int = 151_936, draws: int = 128) -> list[dict]:
@@ -471,9 +475,10 @@ def filter_markdown(rows, meta) -> str:
     lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {meta['date']}; "
              f"`{meta['command']}`.", "",
              "| B | filter (every request) | ours, filtered (us) | vs ours unfiltered | ours unfiltered (us) "
-             "| softmax + FlashInfer renorm (us) | PyTorch sort filter (us) | slow-path rows | kept sets unlike "
-             "PyTorch's | latency in turn: filtered / unfiltered (us) | latency ratio |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| softmax + FlashInfer renorm (us) | PyTorch sort filter (us) | slow-path rows | rows left uncut "
+             "| kept sets unlike PyTorch's (of the cut rows) | latency in turn: filtered / unfiltered (us) "
+             "| latency ratio |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         fi = f"{r['flashinfer_us']:.1f}" if "flashinfer_us" in r else "-"
         sort = f"{r['torch_sort_us']:.1f}" if "torch_sort_us" in r else "-"
@@ -481,7 +486,8 @@ def filter_markdown(rows, meta) -> str:
         paired = f"{r['paired_us']:.1f} / {r['paired_unfiltered_us']:.1f}" if "paired_us" in r else "-"
         paired_ratio = f"{r['paired_ratio']:.2f}" if "paired_us" in r else "-"
         lines.append(f"| {r['B']} | {r['setting']} | {r['us']:.1f} | {r['ratio']:.2f} | {r['unfiltered_us']:.1f} | "
-                     f"{fi} | {sort} | {slow} | {r.get('kept_differ', '-')} | {paired} | {paired_ratio} |")
+                     f"{fi} | {sort} | {slow} | {r.get('uncut_rows', '-')} | {r.get('kept_differ', '-')} | {paired} "
+                     f"| {paired_ratio} |")
     return "\n".join(lines) + "\n"
 
 

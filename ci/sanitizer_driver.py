@@ -82,24 +82,27 @@ CASES = [
 # V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
 # logits. Batches of at most triton_filter.ONE_LAUNCH_ROWS rows (B K1: [2, 1] and [1, 2] here) are cut in one
 # launch, the others in three; the last two run triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket,
-# then pass 1 gathering the unweighed top-k rows, then the cut's three launches for the others)
+# then pass 1 gathering the unweighed top-k rows, then the cut's three launches for the others). The last
+# filters by top-p alone in three launches: the lazy cut (``triton_lazy``) leaves the rows uncut that pass 2
+# needs no cut of
 FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0), ([1, 2], 1_003, "standard", 0),
             ([2, 1], 20_011, "standard", 0), ([3, 1, 2], 1_003, "block", 0), ([3, 2, 4, 1], 20_011, "standard", 1),
-            ([2, 3, 1], 20_011, "block", 1)]
+            ([2, 3, 1], 20_011, "block", 1), ([4, 3, 2, 4], 20_011, "standard", 0, "top-p alone")]
 
 
 def filtered_calls(g, device: str) -> int:
     """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
     errors = 0
     default = triton_filter.GATHER_IN_PASS1
-    for counts, V, method, gather_in_pass1 in FILTERED:
+    for counts, V, method, gather_in_pass1, *alone in FILTERED:
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
         B = plain.num_requests
         pick = lambda options: [options[b % len(options)] for b in range(B)]  # noqa: E731
+        top_k, min_p = ([0], [0.0]) if alone else ([3, 0, 50, 1], [0.0, 0.05, 0.1, 0.0])
         batch = SpecBatch(plain.num_draft_tokens, plain.draft_token_ids, plain.target_logits, plain.draft_probs,
-                          plain.temperature, torch.tensor(pick([3, 0, 50, 1])), torch.tensor(pick([0.9, 1.0, 0.5])),
-                          torch.tensor(pick([0.0, 0.05, 0.1, 0.0])))
+                          plain.temperature, torch.tensor(pick(top_k)), torch.tensor(pick([0.9, 1.0, 0.5])),
+                          torch.tensor(pick(min_p)))
         seeds = request_seeds(4321 + V, B)
         out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
         cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
