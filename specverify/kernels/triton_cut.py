@@ -6,6 +6,8 @@ requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l 
     order_key(v) / key_value(key)    float32 <-> int32 keys ordered as the floats (-0.0 is +0.0)
     kept(l, idx, cut_val, cut_idx, floor, inv_t, m) -> (keep, e = exp(l / T - m))
     bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
+    pre_bracket(...)  stage 4's bracket of a top-k row before pass 1 (``triton_filter``'s PRE plan)
+    bounds(...)       -> a row's bracket as stage 0 left it in the work space
     sweep(...)        one read of [lo_v, hi_v): six of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
                       stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
     (the gather and the compaction of its tokens are ``triton_gather``'s)
@@ -27,6 +29,7 @@ KMIN = tl.constexpr(-2147483648)            # at or below every order key
 KMAX = tl.constexpr(2147483648)             # above every order key
 NONE = tl.constexpr(-9223372036854775808)   # an empty slot of the gathered tokens
 DROP = tl.constexpr(104.0)                  # exp(-104) is below float32's smallest number: no mass deeper
+DEFER = tl.constexpr(2147483649)            # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
 
 @triton.jit
@@ -383,3 +386,43 @@ def decode(packed, inv_t, m):
     key = (packed >> 32).to(tl.int32)
     e = tl.where(valid, exp_normal(key_value(key) * inv_t - m), 0.0)     # e is only weighed
     return valid, key, (4294967295 - (packed & 4294967295)).to(tl.int32), e
+
+
+@triton.jit
+def pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
+                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
+                BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr):
+    """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
+    the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
+    its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
+    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample
+    max is not finite is left to stage 0 (hi = DEFER). Returns 1 where pass 1 gathers the row, else 0 (int64)."""
+    top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
+    lo = tl.full([], KMAX, tl.int64)
+    hi = tl.full([], DEFER, tl.int64)
+    if (top > float("-inf")) & (top < float("inf")):
+        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
+                         BLOCK_MASS)
+    tl.store(work_ptr + 2 * rid, lo)
+    tl.store(work_ptr + 2 * rid + 1, hi)
+    gathers = unweighed(k_on, hi, floor)
+    if gathers:
+        # the unweighed read's sums: nothing above the bracket, no mass, every token passes min-p
+        for split in range(SF):
+            mine = work_parts(work_ptr, NR, rid, SF, split)
+            for field in tl.static_range(NPART):
+                tl.store(mine + field, tl.zeros([], tl.int64))
+            tl.store(mine + 5, tl.minimum(chunk, V - split * chunk).to(tl.int64))
+            tl.store(mine + 3, tl.full([], 1, tl.int64))      # pass 1 gathers by one atomic count a split
+    return gathers.to(tl.int64)
+
+
+@triton.jit
+def bounds(work_ptr, rid, V, CAP: tl.constexpr):
+    """The row's bracket: stage 0's, or everything where the row has at most CAP tokens (no stage 0 then)."""
+    lo = tl.full([], KMIN, tl.int64)
+    hi = tl.full([], KMAX, tl.int64)
+    if V > CAP:
+        lo = tl.load(work_ptr + 2 * rid)
+        hi = tl.load(work_ptr + 2 * rid + 1)
+    return lo, hi

@@ -60,8 +60,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
-from specverify.kernels.triton_cut import (KMAX, KMIN, bracket, order_key, pick, row_settings, sample_max, sweep,
-                                           unweighed, work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, order_key, pick, pre_bracket,
+                                           row_settings, sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed
@@ -123,7 +123,6 @@ ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 GATHER_IN_PASS1 = 1
 # a cut of top-p alone in the three launches searches only the rows pass 2 needs (``triton_lazy``; 0: every row)
 LAZY_CUT = 1
-DEFER = tl.constexpr(2147483649)    # stage 4's hi of a row it leaves to stage 0: no bracket's key
 
 
 @triton.jit
@@ -193,7 +192,7 @@ def _cut_kernel(
             HAS_K, HAS_P, HAS_M, BLOCK_B)
         gathers = tl.zeros([], tl.int64)
         if live & on & k_on:
-            gathers = _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
+            gathers = pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
                                    NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
@@ -219,7 +218,7 @@ def _cut_kernel(
                     tl.store(work_ptr + 2 * rid + 1, hi)
         elif STAGE == 1:
             if live & on:
-                lo, hi = _bounds(work_ptr, rid, V, CAP)
+                lo, hi = bounds(work_ptr, rid, V, CAP)
                 read = True
                 if PRE:         # pass 1 gathered the rows stage 4 found unweighed
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
@@ -234,7 +233,7 @@ def _cut_kernel(
             writes = (STAGE == 2) | (tl.program_id(2) == 0)
             if live & on:
                 if STAGE == 2:
-                    lo, hi = _bounds(work_ptr, rid, V, CAP)
+                    lo, hi = bounds(work_ptr, rid, V, CAP)
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
@@ -252,46 +251,6 @@ def _cut_kernel(
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
-
-
-@triton.jit
-def _pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
-                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
-                 BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr):
-    """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
-    the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
-    its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
-    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample
-    max is not finite is left to stage 0 (hi = DEFER). Returns 1 where pass 1 gathers the row, else 0 (int64)."""
-    top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
-    lo = tl.full([], KMAX, tl.int64)
-    hi = tl.full([], DEFER, tl.int64)
-    if (top > float("-inf")) & (top < float("inf")):
-        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
-                         BLOCK_MASS)
-    tl.store(work_ptr + 2 * rid, lo)
-    tl.store(work_ptr + 2 * rid + 1, hi)
-    gathers = unweighed(k_on, hi, floor)
-    if gathers:
-        # the unweighed read's sums: nothing above the bracket, no mass, every token passes min-p
-        for split in range(SF):
-            mine = work_parts(work_ptr, NR, rid, SF, split)
-            for field in tl.static_range(NPART):
-                tl.store(mine + field, tl.zeros([], tl.int64))
-            tl.store(mine + 5, tl.minimum(chunk, V - split * chunk).to(tl.int64))
-            tl.store(mine + 3, tl.full([], 1, tl.int64))      # pass 1 gathers by one atomic count a split
-    return gathers.to(tl.int64)
-
-
-@triton.jit
-def _bounds(work_ptr, rid, V, CAP: tl.constexpr):
-    """The row's bracket: stage 0's, or everything where the row has at most CAP tokens (no stage 0 then)."""
-    lo = tl.full([], KMIN, tl.int64)
-    hi = tl.full([], KMAX, tl.int64)
-    if V > CAP:
-        lo = tl.load(work_ptr + 2 * rid)
-        hi = tl.load(work_ptr + 2 * rid + 1)
-    return lo, hi
 
 
 @triton.jit
