@@ -42,6 +42,7 @@ import triton.language as tl
 from specverify.kernels.triton_block import block_weights
 from specverify.kernels.triton_cut import KMAX, kept, order_key, row_settings, work_gathered, work_parts, work_tokens
 from specverify.kernels.triton_gather import count_word, gather
+from specverify.kernels.triton_lazy import ACCEPTED, UNREACHED
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -239,7 +240,7 @@ def _decide_race_kernel(
     accept = accept & ~hole
     if FILTERED:    # a lazy cut's tags (``triton_lazy``): accepted without the row's cut, or never reached
         how = tl.load(rec + 5 * n_rows, mask=is_draft, other=0.0)
-        accept = tl.where(how == 3.0, True, tl.where(how == 4.0, False, accept))
+        accept = tl.where(how == ACCEPTED, True, tl.where(how == UNREACHED, False, accept))
     n_acc = tl.min(tl.where(is_draft & (accept == 0), jj, k_b), axis=0)
     # the race's row: the residual where n_acc < k_end, else p (the bonus row, or a placeholder's)
     k_end = k_b
