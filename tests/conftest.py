@@ -13,9 +13,13 @@ if not torch.cuda.is_available():
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
-# The longest tests (25-30 s each on 2 cores) start first: under --dist worksteal the other worker
+# The longest tests (25-55 s each on 2 cores) start first: under --dist worksteal the other worker
 # takes the short ones, and no long test is left to run alone at the end of the session.
-LONGEST_FIRST = ("draft_probs_bf16_own_stream]", "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",
+LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-differential_injected[tree_path_equals",
+                 "triton-differential_seeded[block]", "triton-input_integrity", "triton-differential_injected[block]",
+                 "test_pass1_gathers_the_records", "test_many_request_launch_reads", "test_two_shards_merged",
+                 "test_shipped_suite_stops_calling", "test_shipped_suite_under_exitfirst",
+                 "draft_probs_bf16_own_stream]", "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",
                  "test_interrupted_run_writes", "triton-batch_invariance", "test_failure_no_single_call_shows",
                  "triton-differential_seeded[bulk]", "triton-differential_seeded[replicated]")
 

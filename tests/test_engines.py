@@ -156,23 +156,37 @@ def test_cli_runs_the_engine_checks(tmp_path, capsys):
     assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
 
 
-def test_cli_fails_an_engine_mutant_and_leaves_a_reproducer(tmp_path, capsys):
+MUTANT = "specverify.mutants.engines:q_stale_engine"
+
+
+@pytest.fixture(scope="module")
+def mutant_cli_run(tmp_path_factory):
+    """(exit status, printed report, failures directory) of one CLI run of the q-stale mutant: the run whose
+    report and reproducer the two tests below check, started once (a CLI run loads the engine in a worker)."""
+    import contextlib
+    import io
+
     from specverify.cli import main
-    code = main(["check", "specverify.mutants.engines:q_stale_engine", "--profile", "smoke", "--cases", "sharp_drafter",
-                 "--checks", "engine_sequences", "-n", "1", "--failures-dir", str(tmp_path)])
-    text = capsys.readouterr().out
+    failures = tmp_path_factory.mktemp("engine-failures")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["check", MUTANT, "--profile", "smoke", "--cases", "sharp_drafter", "--checks", "engine_sequences",
+                     "-n", "1", "--failures-dir", str(failures)])
+    return code, printed.getvalue(), failures
+
+
+def test_cli_fails_an_engine_mutant_and_leaves_a_reproducer(mutant_cli_run):
+    code, text, failures = mutant_cli_run
     assert code == 1 and "FAIL  engine_sequences[sharp_drafter]" in text, text
-    assert list(tmp_path.glob("*.txt")) and "replay: specverify replay" in text
+    assert list(failures.glob("*.txt")) and "replay: specverify replay" in text
 
 
-def test_an_engine_reproducer_replays(tmp_path, capsys):
+def test_an_engine_reproducer_replays(mutant_cli_run, capsys):
     """``specverify replay`` on an engine reproducer re-runs the failing check on its case and profile (the
     same seeds): STILL FAILS (exit 1) on the mutant that failed, PASSES (exit 0) on the correct engine."""
     from specverify.cli import main
-    mutant = "specverify.mutants.engines:q_stale_engine"
-    main(["check", mutant, "--profile", "smoke", "--cases", "sharp_drafter", "--checks", "engine_sequences", "-n", "1",
-          "--failures-dir", str(tmp_path)])
-    (reproducer,) = tmp_path.glob("*.json")
+    mutant = MUTANT
+    (reproducer,) = mutant_cli_run[2].glob("*.json")
     capsys.readouterr()
     assert main(["replay", str(reproducer), mutant]) == 1 and "STILL FAILS" in capsys.readouterr().out
     assert main(["replay", str(reproducer), SPEC]) == 0 and "PASSES" in capsys.readouterr().out
