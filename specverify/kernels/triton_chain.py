@@ -42,7 +42,7 @@ import triton.language as tl
 from specverify.kernels.triton_block import block_weights
 from specverify.kernels.triton_cut import KMAX, kept, order_key, row_settings, work_gathered, work_parts, work_tokens
 from specverify.kernels.triton_gather import count_word, gather
-from specverify.kernels.triton_lazy import ACCEPTED, UNREACHED
+from specverify.kernels.triton_lazy import ACCEPTED, UNREACHED, top_p_alone
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
 
@@ -107,7 +107,7 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         if LAZY:        # a placeholder's slot and the bonus row have no draft: triton_lazy tests none there
             on, k, k_on, top_p, p_on, floor, _ = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
                                                               HAS_K, HAS_P, HAS_M)
-            if on & p_on & ~k_on & (floor <= 0.0) & (j < k_b):
+            if top_p_alone(on, k_on, p_on, floor) & (j < k_b):
                 x_idx = tl.load(draft_ids_ptr + request_offset(num_draft_ptr, b, BLOCK_B) + j).to(tl.int32)
                 lazy_row = x_idx >= 0
                 if lazy_row:

@@ -64,7 +64,7 @@ from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, o
                                            row_settings, sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
 from specverify.kernels.triton_launch import alignment_mask
-from specverify.kernels.triton_lazy import SKIP, cut_needed
+from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
 
@@ -207,7 +207,7 @@ def _cut_kernel(
                 if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
                     mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
                 if LAZY:        # the rows of top-p alone (pass 1 summed their masses before the drafts)
-                    if p_on & ~k_on & (floor <= 0.0):
+                    if top_p_alone(on, k_on, p_on, floor):
                         mine = cut_needed(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr,
                                           seeds_ptr, num_draft_ptr, scratch_ptr, work_ptr, rid, k_b, K1, S1, n_part,
                                           ints_at, stats_at, top_p, inv_t, HAS_Q, SEEDED, BLOCK_K, BLOCK_S, BLOCK_B)
@@ -411,11 +411,16 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     work, record, tickets = _work(logits.device, stream, words, B * K1)
     args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
         + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
-    # the drafts, q, its row stride and the noise of pass 2, which the lazy cut's stage 0 tests (stand-ins else)
-    args2 = pass2[2] if lazy is not None else (logits, stride, logits, logits, stride) + (logits,) * 6
-    args += (args2[2], args2[3], args2[4], args2[7], args2[10])
+    # the drafts, q, its row stride, the uniforms and the seeds that the lazy cut's stage 0 tests, from pass 2's
+    # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise, so stand-ins
+    tested = (logits, logits, stride, logits, logits)
+    if lazy is not None:
+        rows_and_noise = pass2[2]
+        tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
+    drafts = tested[0]
+    args += tested
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_cut_kernel, grid, args1 + (work, region, args2[2]) + args[5:8], meta,
+                  (_row_stats_cut_kernel, grid, args1 + (work, region, drafts) + args[5:8], meta,
                    key and key + ("pass 1",), stream)
                   for stage, grid, meta in stages)
     return steps if stages[0][0] in (4, None) else (pass1,) + steps, record

@@ -6,6 +6,7 @@ Z' lies in [target, target + w(x)): the crossing token weighs no more than x. So
 (``triton_chain``'s LAZY pass 1: Z and the mass A before each draft) a row's test is often decided without
 its cut, and the cut launches search only the rows left open:
 
+    top_p_alone(...) -> whether a request's rows are cut lazily (pass 1 and stage 0 ask the same)
     cut_needed(...) -> whether stage 0 brackets the row; else the tag is in the cut's work space
     lazy_tags(...)  -> the row's tag: NEEDED (0, its cut is searched), ACCEPTED (3, its draft is accepted
                       whatever the cut), UNREACHED (4, the chain stops before it)
@@ -31,6 +32,12 @@ SKIP = tl.constexpr(2147483650)     # stage 0's hi of a row it leaves uncut (its
 
 
 @triton.jit
+def top_p_alone(on, k_on, p_on, floor):
+    """Whether a request's rows are cut lazily: random, top-p on, top-k and min-p off (``row_settings``)."""
+    return on & p_on & ~k_on & (floor <= 0.0)
+
+
+@triton.jit
 def lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr, part_max_ptr,
               part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, part_a_ptr, b, j, k_b, d_off, K1, S1, top_p, inv_t,
               HAS_Q: tl.constexpr, SEEDED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
@@ -46,12 +53,10 @@ def lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform
     pmax = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
     part_a = tl.load(part_a_ptr + pidx, mask=pmask, other=0.0)
     a = tl.sum(tl.where(pmask, part_a * tl.exp(pmax - row_max[:, None]), 0.0), axis=1)
-    x, hole, _, q_x = at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, row0, k_b, inv_t,
-                                row_max, z, HAS_Q, BLOCK_K)
+    # over a sum of 1, at_drafts' p(x) is e_x = exp(l(x) / T - max), as pass 2 computes it
+    x, hole, e_x, q_x = at_drafts(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, d_off, row0, k_b, inv_t,
+                                  row_max, 1.0, HAS_Q, BLOCK_K)
     is_draft = jj < k_b
-    x_logit = tl.load(logits_ptr + (row0 + jj) * stride_logits + tl.where(hole, 0, x), mask=is_draft,
-                      other=0.0).to(tl.float32)
-    e_x = tl.exp(x_logit * inv_t - row_max)
     if SEEDED:
         u = philox_uniform(tl.load(seeds_ptr + b), jj, 0)
     else:
