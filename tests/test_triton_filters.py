@@ -496,3 +496,47 @@ def test_lazy_cut_searches_every_row_from_a_test_its_bounds_leave_open(device, s
         assert torch.equal(t0, t1) and torch.equal(n0, n1), (t0, t1, n0, n1)
     assert set(tags[0].tolist()) <= {1.0, 2.0}, tags
     assert {3.0, 4.0} & set(tags[1:].flatten().tolist()), tags
+
+
+def _records_and_gathered(batch: SpecBatch, monkeypatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(records [6, B K1], [B K1] the tokens each row's record was found from) of a one-launch cut of ``batch``:
+    the latter the sum of the row's splits' gather counts in the work space (``triton_filter``'s layout)."""
+    grids = []
+    real_cut_launches = triton_sampler.cut_launches
+
+    def cut_launches(*args):
+        steps, record = real_cut_launches(*args)
+        grids.append(steps[-1][1])
+        return steps, record
+    monkeypatch.setattr(triton_sampler, "cut_launches", cut_launches)
+    records = _records(batch)
+    monkeypatch.setattr(triton_sampler, "cut_launches", real_cut_launches)
+    NR, sf = grids[-1][0] * grids[-1][1], grids[-1][2]
+    work = next(iter(triton_filter._buffers.values()))[0].cpu()
+    return records, work[3 * NR: 3 * NR + NR * sf * 15].view(NR, sf, 15)[:, :, 7].sum(dim=1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shared_one_launch_cut_writes_the_records_of_splits_cutting_alone(device, monkeypatch):
+    """In the one-launch plan the splits of a row share its sample bracket and narrow its gathered tokens
+    together (``triton_coop``; on the GPU a barrier between phases, under the interpreter a launch a phase).
+    Its records must be those of each split bracketing alone and the last one searching (COOP_ONE_LAUNCH
+    = 0), on rows over the gather capacity (V = 20,011 > CAP) filtered by top-p alone (narrowed by mass),
+    top-k alone (by count), both (by count, the top kept) and top-p with min-p; and the narrowing must
+    leave those rows few enough tokens to rank (at most RANK_N), where each split alone gathers hundreds."""
+    B, K, V = 4, 1, 20_011
+    g = torch.Generator().manual_seed(21)
+    batch = SpecBatch(torch.full((B,), K), torch.zeros(B * K, dtype=torch.int64),
+                      (torch.randn(B * (K + 1), V, generator=g) * 3).float(), None, torch.tensor([1.0, 0.8, 1.0, 1.5]),
+                      torch.tensor([0, 50, 50, 0]), torch.tensor([0.9, 1.0, 0.9, 0.8]),
+                      torch.tensor([0.0, 0.0, 0.0, 1e-3])).to(device)
+    assert B * (K + 1) <= triton_filter.ONE_LAUNCH_ROWS
+    monkeypatch.setattr(triton_filter, "COOP_ONE_LAUNCH", 0)
+    alone, searched = _records_and_gathered(batch, monkeypatch)
+    monkeypatch.setattr(triton_filter, "COOP_ONE_LAUNCH", 1)
+    for work, *_ in triton_filter._buffers.values():    # nothing of the first call's may be read as this one's
+        work.fill_(1 << 40)
+    shared, narrowed = _records_and_gathered(batch, monkeypatch)
+    assert torch.equal(shared, alone), (shared != alone).nonzero().tolist()
+    assert shared[5].tolist() == [1.0] * (B * (K + 1))
+    assert int(narrowed.max()) <= triton_filter.RANK_N < int(searched.min()), (narrowed, searched)
