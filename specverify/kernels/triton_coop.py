@@ -29,7 +29,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_cut import (KMAX, KMIN, NONE, bracket_keys, decode, first_drops, key_value,
                                            sample_run, second_drops, unweighed, weight, work_parts, work_tokens)
-from specverify.kernels.triton_gather import NPART
+from specverify.kernels.triton_gather import GROUPS, NPART
 
 NR_C = tl.constexpr(32)     # candidate keys a narrowing round
 TILE_C = tl.constexpr(64)   # gathered tokens a step of a round's tally ([TILE_C, NR_C] sums a thread block)
@@ -140,6 +140,19 @@ def _round_ptr(coop_ptr, SF, split, r, BR_NG: tl.constexpr):
 
 
 @triton.jit
+def _gathered(parts_ptr, region):
+    """(groups, slots a group, [GROUPS] tokens in each) of one split's gather (``triton_gather``: the number of
+    lane groups at word 3, their counts from word 7), and the split's tokens in all: region + 1 where a group
+    overflowed its slots."""
+    gg = tl.arange(0, GROUPS)
+    groups = tl.load(parts_ptr + 3, cache_modifier=".cg")
+    sub = region // groups
+    counts = tl.load(parts_ptr + 7 + gg, mask=gg < groups, other=0, cache_modifier=".cg")
+    total = tl.where(tl.max(counts, axis=0) > sub, region + 1, tl.sum(counts, axis=0))
+    return groups, sub, counts, total
+
+
+@triton.jit
 def _narrow_start(coop_ptr, work_ptr, NR, rid, SF, region, lo, hi, above, k, k_on, top_p, p_on, floor,
                   FROZEN: tl.constexpr, BR_NG: tl.constexpr, BLOCK_F: tl.constexpr):
     """The search before round 0: (on, a, b, count and mass at or above b, target, whether b may move), the
@@ -157,8 +170,12 @@ def _narrow_start(coop_ptr, work_ptr, NR, rid, SF, region, lo, hi, above, k, k_o
         at = work_parts(work_ptr, NR, rid, SF, 0) + ff * NPART
         c_hi = tl.load(at, mask=live, other=0, cache_modifier=".cg")
         w_hi = tl.load(at + 1, mask=live, other=0, cache_modifier=".cg")
-        n = tl.load(at + 7, mask=live, other=0, cache_modifier=".cg")
         w_all = tl.load(at + 4, mask=live, other=0, cache_modifier=".cg")
+        gg = tl.arange(0, GROUPS)
+        groups = tl.load(at + 3, mask=live, other=1, cache_modifier=".cg")
+        counts = tl.load(at[:, None] + 7 + gg[None, :], mask=live[:, None] & (gg[None, :] < groups[:, None]), other=0,
+                         cache_modifier=".cg")
+        n = tl.where(tl.max(counts, axis=1) > region // groups, region + 1, tl.sum(counts, axis=1))
     w_all = tl.sum(w_all, axis=0)
     target = tl.where(k_on, k, tl.maximum((top_p.to(tl.float64) * w_all.to(tl.float64)).to(tl.int64), 1))
     # a bracket to narrow, and every split's tokens in its region
@@ -213,23 +230,26 @@ def narrow_round(coop_ptr, work_ptr, NR, rid, SF, split, region, lo, hi, above, 
                          r > 0, BR_NG, BLOCK_F)
     mine = _round_ptr(coop_ptr, SF, split, r, BR_NG)
     parts = work_parts(work_ptr, NR, rid, SF, split)
+    groups, sub, counts, total = _gathered(parts, region)
     if r == 0:
         tl.store(mine + 2 * NR_C, tl.load(parts, cache_modifier=".cg"))
         tl.store(mine + 2 * NR_C + 1, tl.load(parts + 1, cache_modifier=".cg"))
-        tl.store(mine + 2 * NR_C + 2, tl.load(parts + 7, cache_modifier=".cg"))
+        tl.store(mine + 2 * NR_C + 2, total)
         tl.store(mine + 2 * NR_C + 3, tl.load(parts + 4, cache_modifier=".cg"))
     if on:
         cand = _candidates(a, b)
         buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
-        n = tl.minimum(tl.load(parts + 7, cache_modifier=".cg"), region)
         cnt = tl.zeros([TILE_C, NR_C], tl.int32)
         mass = tl.zeros([TILE_C, NR_C], tl.int64)
-        for start in range(0, n, TILE_C):
-            i = start + tl.arange(0, TILE_C)
-            valid, key, _, e = decode(tl.load(buf + i, mask=i < n, other=NONE), inv_t, m)
-            ge = valid[:, None] & (key.to(tl.int64)[:, None] >= cand[None, :])
-            cnt += ge.to(tl.int32)
-            mass += tl.where(ge, weight(e)[:, None], 0)
+        gg = tl.arange(0, GROUPS)
+        for g in range(groups):
+            n = tl.sum(tl.where(gg == g, counts, 0), axis=0)
+            for start in range(0, n, TILE_C):
+                i = start + tl.arange(0, TILE_C)
+                valid, key, idx, e = decode(tl.load(buf + g * sub + i, mask=i < n, other=NONE), inv_t, m)
+                ge = valid[:, None] & (key.to(tl.int64)[:, None] >= cand[None, :])
+                cnt += ge.to(tl.int32)
+                mass += tl.where(ge, weight(e)[:, None], 0)
         j = tl.arange(0, NR_C)
         tl.store(mine + j, tl.sum(cnt, axis=0).to(tl.int64))
         tl.store(mine + NR_C + j, tl.sum(mass, axis=0))
@@ -246,36 +266,50 @@ def narrow_keep(coop_ptr, work_ptr, NR, rid, SF, split, region, lo, hi, above, k
     if on:
         parts = work_parts(work_ptr, NR, rid, SF, split)
         buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
-        n = tl.minimum(tl.load(parts + 7, cache_modifier=".cg"), region)
+        groups, sub, counts, total = _gathered(parts, region)
         kept = tl.zeros([], tl.int64)
         c_up = tl.zeros([], tl.int64)
         w_up = tl.zeros([], tl.int64)
         w_up_mp = tl.zeros([], tl.int64)
-        for start in range(0, n, TILE_C):
-            i = start + tl.arange(0, TILE_C)
-            packed = tl.load(buf + i, mask=i < n, other=NONE)
-            valid, key, _, e = decode(packed, inv_t, m)
-            key = key.to(tl.int64)
-            inside = valid & (key >= a) & (key < b)
-            up = valid & (key >= b)
-            w = weight(e)
-            # min-p's test as pass 2 takes it (``triton_cut.kept``); with min-p off the floor is 0, which every e passes
-            mp = tl.exp(key_value(key.to(tl.int32)) * inv_t - m) >= floor
-            c_up += tl.sum(up.to(tl.int64), axis=0)
-            w_up += tl.sum(tl.where(up, w, 0), axis=0)
-            w_up_mp += tl.sum(tl.where(up & mp, w, 0), axis=0)
-            at = kept + tl.cumsum(inside.to(tl.int64), 0) - 1
-            # in place: a tile's destination can overlap its own source, so every thread loads before any stores
-            tl.debug_barrier()
-            tl.store(buf + at, packed, mask=inside)
-            kept += tl.sum(inside.to(tl.int64), axis=0)
+        gg = tl.arange(0, GROUPS)
+        # the kept tokens of every lane group move to the split's first slots, one group after another: a token
+        # never moves up, and every slot it may land on was read before
+        for g in range(groups):
+            n = tl.sum(tl.where(gg == g, counts, 0), axis=0)
+            for start in range(0, n, TILE_C):
+                i = start + tl.arange(0, TILE_C)
+                packed = tl.load(buf + g * sub + i, mask=i < n, other=NONE)
+                valid, key, idx, e = decode(packed, inv_t, m)
+                key = key.to(tl.int64)
+                inside = valid & (key >= a) & (key < b)
+                up = valid & (key >= b)
+                w = weight(e)
+                # min-p's test as pass 2 takes it (``triton_cut.kept``); off, the floor is 0, which every e passes
+                mp = tl.exp(key_value(key.to(tl.int32)) * inv_t - m) >= floor
+                c_up += tl.sum(up.to(tl.int64), axis=0)
+                w_up += tl.sum(tl.where(up, w, 0), axis=0)
+                w_up_mp += tl.sum(tl.where(up & mp, w, 0), axis=0)
+                at = kept + tl.cumsum(inside.to(tl.int64), 0) - 1
+                # a tile's destination can overlap its own source: every thread loads before any stores
+                tl.debug_barrier()
+                tl.store(buf + at, packed, mask=inside)
+                kept += tl.sum(inside.to(tl.int64), axis=0)
+        tl.debug_barrier()
         tl.store(parts, tl.load(parts) + c_up)
         tl.store(parts + 1, tl.load(parts + 1) + w_up)
         tl.store(parts + 2, tl.load(parts + 2) + w_up_mp)
+        tl.store(parts + 3, tl.full([], 1, tl.int64))      # one group now, the split's first slots
         tl.store(parts + 7, kept)
         # an unmoved top stays the read's (KMAX where nothing lay above the bracket)
         lo, hi = a, tl.where(b < tl.minimum(hi, above), b, hi)
     return lo, hi
+
+
+@triton.jit
+def shares(V, k_on, p_on, CAP: tl.constexpr):
+    """Whether a filtered row's splits share phases (and so wait at their barriers): where it has a bracket to
+    find, top-k or top-p on past CAP tokens. A row of min-p alone, or gathered whole, has nothing to share."""
+    return (V > CAP) & (k_on | p_on)
 
 
 @triton.jit

@@ -61,7 +61,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_coop import (bracket_share, coop_row, coop_words, narrow_keep, narrow_round, row_barrier,
-                                            shared_bracket)
+                                            shared_bracket, shares)
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, order_key, pick, pre_bracket,
                                            row_settings, sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
@@ -248,11 +248,17 @@ def _cut_kernel(
                 elif COOP:      # the row's splits share the bracket and narrow it (``triton_coop``)
                     coop = coop_row(work_ptr, NR, rid, SF, CAP, SCRATCH, BR_NG, ROUNDS)
                     if BARRIERS > 0:    # every phase in this launch
-                        for phase in tl.static_range(3 + ROUNDS):
-                            _shared(phase, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p,
-                                    p_on, floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
+                        if shares(V, k_on, p_on, CAP):
+                            for phase in tl.static_range(3 + ROUNDS):
+                                _shared(phase, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p,
+                                        p_on, floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG, NG_COUNT,
+                                        BLOCK_SAMPLE, BLOCK_MASS, BLOCK_F, BR_NG, BLOCK_READ, BLOCK_COUNT, NW_READ,
+                                        NW_COUNT)
+                                row_barrier(tickets_ptr + rid, (phase + 1) * SF)
+                        else:           # nothing to share: the read alone
+                            _shared(2, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p, p_on,
+                                    floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
                                     BLOCK_MASS, BLOCK_F, BR_NG, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
-                            row_barrier(tickets_ptr + rid, (phase + 1) * SF)
                     lo, hi = shared_bracket(coop, SF, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, NG, NG_COUNT,
                                             BLOCK_F)
                     if ROUNDS > 0:
@@ -267,7 +273,10 @@ def _cut_kernel(
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
-                    writes = done == (BARRIERS + 1) * SF - 1
+                    passed = BARRIERS
+                    if COOP:
+                        passed = tl.where(shares(V, k_on, p_on, CAP), BARRIERS, 0)
+                    writes = done == (passed + 1) * SF - 1
                     if writes:
                         tl.store(tickets_ptr + rid, 0)
             if writes:
@@ -391,7 +400,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         coop_on, rounds, resident = coop
         if coop_on and (wide or B * K1 * sf <= resident):
             words += B * K1 * coop_words(sf, meta["BR_NG"], rounds)
-            one.update(COOP=True, ROUNDS=rounds)
+            # the narrowing gathers every split's lane groups into its first slots, so the record compacts
+            # few tokens: the read places them by ballot, with no atomic round trip a tile
+            one = ballot_meta(dict(one, COOP=True, ROUNDS=rounds))
             if wide:    # the interpreter runs one program after another: a launch a phase
                 stages = tuple((5, (B, K1, sf), dict(one, STAGE=5, PHASE=p)) for p in range(3 + rounds)) + \
                     ((3, (B, K1, sf), dict(one, PHASE=3 + rounds)),)
