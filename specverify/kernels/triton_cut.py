@@ -128,37 +128,37 @@ def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: t
     """The largest l / T of the row's strided sample (``_sample_tile``)."""
     best = tl.full([BLOCK_R], float("-inf"), tl.float32)
     for start in range(0, NS, BLOCK_R):
-        best = tl.maximum(best, _sample_tile(row_ptr, V, start, NS, inv_t, NS, CH, BLOCK_R))
+        best = tl.maximum(best, _sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R))
     return tl.max(best, axis=0)
 
 
 @triton.jit
-def _sample_tile(row_ptr, V, start, end, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
-    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past end <= NS): chunks of CH
-    logits, NS / CH chunks spread evenly from the row's start to its end."""
+def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
+    NS / CH chunks spread evenly from the row's start to its end."""
     i = start + tl.arange(0, BLOCK_R)
     pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
-    return tl.load(row_ptr + pos, mask=i < end, other=float("-inf")).to(tl.float32) * inv_t
+    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
 
 
 @triton.jit
-def sample_run(row_ptr, V, cand, inv_t, m, s_from, s_to, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
-               NG: tl.constexpr, BLOCK_R: tl.constexpr):
-    """(count, sum of e, sum of e^2) of the entries [s_from, s_to) of a strided sample of NS tokens (chunks of
-    CH) with l / T >= cand; the sums are zero unless MASS (top-k's bracket counts alone). The tallies are
-    [NG, BLOCK_R], candidates across each thread's registers and samples across threads: a sample's e and
-    e^2 are computed once and stay in the thread that compares them (samples across registers would move
-    each through shared memory and square it once a candidate)."""
+def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
+                NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
+    sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R], candidates
+    across each thread's registers and samples across threads: a sample's e and e^2 are computed once and
+    stay in the thread that compares them (samples across registers would move each through shared
+    memory and square it once a candidate)."""
     cnt = tl.zeros([NG, BLOCK_R], tl.float32)
     s1 = tl.zeros([NG, BLOCK_R], tl.float32)
     s2 = tl.zeros([NG, BLOCK_R], tl.float32)
     # the loads run two tiles ahead of the tallies, as in ``sweep``
-    ahead1 = _sample_tile(row_ptr, V, s_from, s_to, inv_t, NS, CH, BLOCK_R)
-    ahead2 = _sample_tile(row_ptr, V, s_from + BLOCK_R, s_to, inv_t, NS, CH, BLOCK_R)
-    for start in range(s_from, s_to, BLOCK_R):
+    ahead1 = _sample_tile(row_ptr, V, 0, inv_t, NS, CH, BLOCK_R)
+    ahead2 = _sample_tile(row_ptr, V, BLOCK_R, inv_t, NS, CH, BLOCK_R)
+    for start in range(0, NS, BLOCK_R):
         x = ahead1
         ahead1 = ahead2
-        ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, s_to, inv_t, NS, CH, BLOCK_R)
+        ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
         # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
         # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
         ge = (x[None, :] >= cand[:, None]).to(tl.float32)
@@ -211,32 +211,16 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts."""
-    cnt, s1, s2 = sample_run(row_ptr, V, m - first_drops(NG), inv_t, m, 0, NS, BY_MASS, NS, CH, NG, BLOCK_R)
-    drop2 = second_drops(cnt, s1, s2, V, k, k_on, top_p, p_on, z, CAP, NS, NG)
-    cnt2, s1_2, s2_2 = sample_run(row_ptr, V, m - drop2, inv_t, m, 0, NS, BY_MASS, NS, CH, NG, BLOCK_R)
-    return bracket_keys(cnt, s1, s2, cnt2, s1_2, s2_2, drop2, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, NG)
-
-
-@triton.jit
-def first_drops(NG: tl.constexpr):
-    """[NG] the first grid's drops from the row max, denser near it."""
     g = tl.arange(0, NG)
-    return DROP * (g / (NG - 1)) * (g / (NG - 1))
-
-
-@triton.jit
-def _first_cells(cnt, s1, s2, V, k, k_on, top_p, p_on, z, CAP: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr):
-    """What the first grid's tallies (at ``first_drops``) say: (the drops at the ends of the lo cell and of the
-    hi cell, whether each test held anywhere, few: the sample holds few tokens above the hi cell, the sums
-    over the whole sample, and the tests' constants)."""
-    g = tl.arange(0, NG)
-    drop = first_drops(NG)
+    half: tl.constexpr = NG // 2
     rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
     lam = k.to(tl.float32) / rho
     r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
     r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
     tail = (1.0 - top_p.to(tl.float32)) * z
+    drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
     by_mass = p_on & ~k_on
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
@@ -244,38 +228,18 @@ def _first_cells(cnt, s1, s2, V, k, k_on, top_p, p_on, z, CAP: tl.constexpr, NS:
     few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
     lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
     hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
-    return lo_a, lo_b, hi_a, hi_b, j_lo < NG, j_hi >= 0, few, s1_all, s2_all, rho, r_lo, r_hi, tail, by_mass
-
-
-@triton.jit
-def second_drops(cnt, s1, s2, V, k, k_on, top_p, p_on, z, CAP: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr):
-    """[NG] the second grid's drops, from the first grid's tallies: half its points split the lo cell, half
-    the hi cell."""
-    lo_a, lo_b, hi_a, hi_b, _, _, _, _, _, _, _, _, _, _ = _first_cells(cnt, s1, s2, V, k, k_on, top_p, p_on, z,
-                                                                        CAP, NS, NG)
-    g = tl.arange(0, NG)
-    half: tl.constexpr = NG // 2
     h = (g % half + 1).to(tl.float32) / half
-    return tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
-
-
-@triton.jit
-def bracket_keys(cnt, s1, s2, cnt2, s1_2, s2_2, drop2, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr,
-                 NS: tl.constexpr, NG: tl.constexpr):
-    """The bracket [lo, hi) from both grids' tallies (the second at drop2, ``second_drops``)."""
-    lo_a, lo_b, hi_a, hi_b, lo_held, hi_held, few, s1_all, s2_all, rho, r_lo, r_hi, tail, by_mass = _first_cells(
-        cnt, s1, s2, V, k, k_on, top_p, p_on, z, CAP, NS, NG)
-    g = tl.arange(0, NG)
-    half: tl.constexpr = NG // 2
-    ok_lo, ok_hi = _holds(cnt2, s1_2, s2_2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
+    drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
     d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
     d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
     temperature = 1.0 / inv_t
-    lo = tl.where(lo_held, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
+    lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
     # top-p's crossing lies among what top-k keeps, often above top-k's own: where the whole top-k set is
     # few, it is gathered whole (nothing above the bracket)
     whole_k = k_on & p_on & (rho * r_lo < CAP / 2)
-    hi = tl.where(hi_held & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
+    hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
                   order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
 

@@ -60,8 +60,6 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
-from specverify.kernels.triton_coop import (bracket_share, coop_row, coop_words, narrow_keep, narrow_round, row_barrier,
-                                            shared_bracket, shares)
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, order_key, pick, pre_bracket,
                                            row_settings, sweep, unweighed, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta
@@ -125,9 +123,6 @@ ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 GATHER_IN_PASS1 = 1
 # a cut of top-p alone in the three launches searches only the rows pass 2 needs (``triton_lazy``; 0: every row)
 LAZY_CUT = 1
-# the one-launch plan's splits share each row's bracket and narrow it in NARROW_ROUNDS rounds (``triton_coop``;
-# 0: each split brackets alone, and the last searches alone), where the GPU holds the launch's programs at once
-COOP_ONE_LAUNCH, NARROW_ROUNDS = 1, 2
 
 
 @triton.jit
@@ -176,8 +171,7 @@ def _cut_kernel(
     BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
-    HAS_Q: tl.constexpr, SEEDED: tl.constexpr, COOP: tl.constexpr, PHASE: tl.constexpr, ROUNDS: tl.constexpr,
-    BARRIERS: tl.constexpr, BR_NG: tl.constexpr,
+    HAS_Q: tl.constexpr, SEEDED: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -222,11 +216,6 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS)
                     tl.store(work_ptr + 2 * rid, lo)
                     tl.store(work_ptr + 2 * rid + 1, hi)
-        elif STAGE == 5:    # one shared phase of the one-launch plan, a launch of its own (the interpreter)
-            if live & on:
-                _shared(PHASE, row_ptr, rid, NR, work_ptr, coop_row(work_ptr, NR, rid, SF, CAP, SCRATCH, BR_NG, ROUNDS),
-                        V, SF, chunk, region, k, k_on, top_p, p_on, floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG,
-                        NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS, BLOCK_F, BR_NG, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         elif STAGE == 1:
             if live & on:
                 lo, hi = bounds(work_ptr, rid, V, CAP)
@@ -245,38 +234,15 @@ def _cut_kernel(
             if live & on:
                 if STAGE == 2:
                     lo, hi = bounds(work_ptr, rid, V, CAP)
-                elif COOP:      # the row's splits share the bracket and narrow it (``triton_coop``)
-                    coop = coop_row(work_ptr, NR, rid, SF, CAP, SCRATCH, BR_NG, ROUNDS)
-                    if BARRIERS > 0:    # every phase in this launch
-                        if shares(V, k_on, p_on, CAP):
-                            for phase in tl.static_range(3 + ROUNDS):
-                                _shared(phase, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p,
-                                        p_on, floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG, NG_COUNT,
-                                        BLOCK_SAMPLE, BLOCK_MASS, BLOCK_F, BR_NG, BLOCK_READ, BLOCK_COUNT, NW_READ,
-                                        NW_COUNT)
-                                row_barrier(tickets_ptr + rid, (phase + 1) * SF)
-                        else:           # nothing to share: the read alone
-                            _shared(2, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p, p_on,
-                                    floor, inv_t, m, z, above, HAS_M, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
-                                    BLOCK_MASS, BLOCK_F, BR_NG, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
-                    lo, hi = shared_bracket(coop, SF, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, NG, NG_COUNT,
-                                            BLOCK_F)
-                    if ROUNDS > 0:
-                        lo, hi = narrow_keep(coop, work_ptr, NR, rid, SF, tl.program_id(2), region, lo, hi, above, k,
-                                             k_on, top_p, p_on, floor, inv_t, m, ROUNDS, CAP, BR_NG, BLOCK_F)
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
                           HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
-                if STAGE == 3:
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
-                    passed = BARRIERS
-                    if COOP:
-                        passed = tl.where(shares(V, k_on, p_on, CAP), BARRIERS, 0)
-                    writes = done == (passed + 1) * SF - 1
+                    writes = done == SF - 1
                     if writes:
                         tl.store(tickets_ptr + rid, 0)
             if writes:
@@ -285,28 +251,6 @@ def _cut_kernel(
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
-
-
-@triton.jit
-def _shared(PHASE: tl.constexpr, row_ptr, rid, NR, work_ptr, coop, V, SF, chunk, region, k, k_on, top_p, p_on, floor,
-            inv_t, m, z, above, HAS_M: tl.constexpr, CAP: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
-            NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr,
-            BLOCK_F: tl.constexpr, BR_NG: tl.constexpr, BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
-            NW_READ: tl.constexpr, NW_COUNT: tl.constexpr):
-    """Shared phase PHASE of the one-launch plan for this program's split of the row (``triton_coop``): the
-    sample's two grids (0, 1), the bracket and the read (2), a narrowing round (3 on)."""
-    split = tl.program_id(2)
-    if PHASE < 2:
-        bracket_share(row_ptr, coop, V, SF, split, PHASE, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG,
-                      NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS, BLOCK_F)
-    else:
-        lo, hi = shared_bracket(coop, SF, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, NG, NG_COUNT, BLOCK_F)
-        if PHASE == 2:
-            _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M, CAP,
-                  BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
-        else:
-            narrow_round(coop, work_ptr, NR, rid, SF, split, region, lo, hi, above, k, k_on, top_p, p_on, floor, inv_t,
-                         m, PHASE - 3, CAP, BR_NG, BLOCK_F)
 
 
 @triton.jit
@@ -349,14 +293,13 @@ def _shapes() -> tuple:
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
             one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False,
-            lazy: tuple | None = None, coop: tuple = (0, 0, 0)):
+            lazy: tuple | None = None):
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
     cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's.
     lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
-    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches. coop: (COOP_ONE_LAUNCH,
-    NARROW_ROUNDS, the programs the device holds at once, 0 under the interpreter) for the one-launch plan."""
+    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg) = shapes
@@ -380,8 +323,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_READ=block_v if wide else min(block_v, block_read),
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
-                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), COOP=False,
-                PHASE=-1, ROUNDS=0, BARRIERS=0, BR_NG=max(ng, ng_count), num_warps=warps)
+                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -394,20 +336,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     if B * K1 <= one_launch_rows:
         # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
         # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
-        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE),
-                   NW_READ=0, NW_COUNT=0)
-        stages = ((3, (B, K1, sf), one),)
-        coop_on, rounds, resident = coop
-        if coop_on and (wide or B * K1 * sf <= resident):
-            words += B * K1 * coop_words(sf, meta["BR_NG"], rounds)
-            # the narrowing gathers every split's lane groups into its first slots, so the record compacts
-            # few tokens: the read places them by ballot, with no atomic round trip a tile
-            one = ballot_meta(dict(one, COOP=True, ROUNDS=rounds))
-            if wide:    # the interpreter runs one program after another: a launch a phase
-                stages = tuple((5, (B, K1, sf), dict(one, STAGE=5, PHASE=p)) for p in range(3 + rounds)) + \
-                    ((3, (B, K1, sf), dict(one, PHASE=3 + rounds)),)
-            else:       # a barrier a phase, in a launch whose programs are all resident at once
-                stages = ((3, (B, K1, sf), dict(one, BARRIERS=3 + rounds, **_COOPERATIVE)),)
+        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE))
+        stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
@@ -475,7 +405,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     if pass2 is not None and LAZY_CUT and top_p is not None and not (pass2[3]["SYNTHETIC"] or pass2[3]["BLOCK"]):
         lazy = (pass2[3]["HAS_Q"], pass2[3]["SEEDED"])
     rid, sf, chunk, region, words, stages = cut_recipe(B, K1, V, S1, chunk1, meta1, flags,
-                                                       tuple(f.dtype for f in given), lazy, logits.device)
+                                                       tuple(f.dtype for f in given), lazy)
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(*given))
     work, record, tickets = _work(logits.device, stream, words, B * K1)
@@ -489,8 +419,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
         tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
     drafts = tested[0]
     args += tested
-    steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage, meta["PHASE"]), stream)
-                  if stage is not None else
+    steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
                   (_row_stats_cut_kernel, grid, args1 + (work, region, drafts) + args[5:8], meta,
                    key and key + ("pass 1",), stream)
                   for stage, grid, meta in stages)
@@ -498,28 +427,12 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
-               lazy: tuple | None = None, device: torch.device | None = None) -> tuple:
+               lazy: tuple | None = None) -> tuple:
     """``_recipe`` of a cut after pass 1 (S1 splits of chunk1 entries, launched with meta1) at this module's
-    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's;
-    device: the GPU the one-launch plan runs on (None: none, or the interpreter)."""
-    coop = (COOP_ONE_LAUNCH, NARROW_ROUNDS, _resident(device))
+    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's."""
     return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, CAP, NS, CH,
                    READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(), chunk1,
-                   GATHER_IN_PASS1, lazy, coop)
-
-
-_sm_counts: dict = {}
-
-
-def _resident(device: torch.device | None) -> int:
-    """How many of the one-launch plan's programs the device surely holds at once: one an SM (0 without a
-    CUDA device)."""
-    if device is None or device.type != "cuda":
-        return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _sm_counts:
-        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _sm_counts[index]
+                   GATHER_IN_PASS1, lazy)
 
 
 def pass1_splits(rows: int, V: int, want1: int) -> int:
@@ -533,9 +446,3 @@ def pass1_splits(rows: int, V: int, want1: int) -> int:
 
 
 _INTERPRETED = type(_cut_kernel).__name__ == "InterpretedFunction"
-try:    # a cooperative launch fails where the GPU cannot hold every program at once, rather than hang
-    from triton.backends.nvidia.compiler import CUDAOptions
-    _COOPERATIVE = ({"launch_cooperative_grid": True}
-                    if "launch_cooperative_grid" in getattr(CUDAOptions, "__dataclass_fields__", {}) else {})
-except ImportError:     # pragma: no cover (no CUDA backend)
-    _COOPERATIVE = {}
