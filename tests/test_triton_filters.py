@@ -201,8 +201,9 @@ def test_cut_records_do_not_depend_on_the_launch_plan(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gather, monkeypatch):
-    """A batch of few rows is cut in one launch, where each split finds the row's bracket itself and the last
-    split to finish writes the record: the records (cut value and index, Z', the way found) must be those of
+    """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
+    tokens into the row's list, and the last split to finish writes the record: the records (cut value and
+    index, Z', the way found) must be those of
     the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
     gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
     three)."""
@@ -221,6 +222,8 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gathe
         for work, *_ in triton_filter._buffers.values():
             work.fill_(1 << 40)
         one = _records(batch, block_v=32)
+        # the splits-done tickets and packed-token totals are zero again for the next call
+        assert all(int(tickets.abs().sum()) == 0 for _, _, tickets, _ in triton_filter._buffers.values())
         live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])
         assert torch.equal(one[:, live], three[:, live]), (one != three).nonzero().tolist()
         # unfiltered rows, the gathered bracket's search and the slow path (V = 160), rows gathered whole (V = 40)

@@ -124,6 +124,13 @@ def work_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr):
 
 
 @triton.jit
+def packed_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr):
+    """Row rid's CAP-token list in the cut's work space, after every row's search scratch: the one-launch plan's
+    splits put their gathered tokens there one after another."""
+    return work_ptr + NR * (3 + SF * NPART + CAP + SCRATCH) + rid * CAP
+
+
+@triton.jit
 def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
     """The largest l / T of the row's strided sample (``_sample_tile``)."""
     best = tl.full([BLOCK_R], float("-inf"), tl.float32)

@@ -19,17 +19,20 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     top_k_ptr [B] int64, top_p_ptr [B] float32/64, min_p_ptr [B] float32/64 (read when HAS_K/P/M)
     work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R] whether pass 1 gathers the row (PRE);
                                  [R, SF, NPART] partial sums; [R, CAP] gathered tokens, split s in slots
-                                 [s region, (s + 1) region); [R, SCRATCH] the search's scratch (``triton_search``)
+                                 [s region, (s + 1) region); [R, SCRATCH] the search's scratch (``triton_search``);
+                                 in the one-launch plan, [R, CAP] each row's tokens packed split after split
     record_ptr [6, R] float32 (out)
-    tickets_ptr [R] int32        the one-launch plan's count of a row's splits done (zero between calls)
+    tickets_ptr [2, R] int32     the one-launch plan's count of a row's splits done, and of the tokens they
+                                 packed (both zero between calls)
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
                  STAGE 1  grid (B, K1, SF)   one read of the row: sums, and the bracket's tokens gathered
                  STAGE 2  grid (B, K1)       the record (``triton_record``)
                  STAGE 3  grid (B, K1, SF)   all three in one launch, for a batch of few rows: every split
-                                             finds the row's bracket itself, reads its part, and the last
-                                             split of the row to finish writes the record
+                                             finds the row's bracket itself, reads its part, packs its
+                                             tokens into the row's list (``triton_gather.pack``), and the
+                                             last split of the row to finish writes the record
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
@@ -61,8 +64,9 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, order_key, pick, pre_bracket,
-                                           row_settings, sweep, unweighed, work_gathered, work_parts, work_tokens)
-from specverify.kernels.triton_gather import NPART, ballot_meta
+                                           packed_tokens, row_settings, sweep, unweighed, work_gathered, work_parts,
+                                           work_tokens)
+from specverify.kernels.triton_gather import NPART, ballot_meta, pack
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
@@ -230,6 +234,7 @@ def _cut_kernel(
             # its read writes it, and split 0 an unfiltered row's
             lo = tl.full([], KMIN, tl.int64)
             hi = tl.full([], KMAX, tl.int64)
+            n_packed = tl.zeros([], tl.int32)
             writes = (STAGE == 2) | (tl.program_id(2) == 0)
             if live & on:
                 if STAGE == 2:
@@ -239,16 +244,22 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS)
                     _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
                           HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                    if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
+                        pack(work_tokens(work_ptr, NR, rid, SF, CAP) + tl.program_id(2) * region,
+                             work_parts(work_ptr, NR, rid, SF, tl.program_id(2)), region,
+                             packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH), tickets_ptr + NR + rid, CAP,
+                             BLOCK_R)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
                     writes = done == SF - 1
                     if writes:
                         tl.store(tickets_ptr + rid, 0)
+                        n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
-                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH)
+                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
 
@@ -338,6 +349,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
         one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE))
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
+        words += B * K1 * cap       # the rows' lists of packed tokens (``triton_cut.packed_tokens``)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
@@ -376,8 +388,8 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
-    if tickets is None or tickets.numel() < rows:
-        tickets = torch.zeros(rows, dtype=torch.int32, device=device)
+    if tickets is None or tickets.numel() < 2 * rows:     # [R] tickets, then [R] packed-token totals
+        tickets = torch.zeros(2 * rows, dtype=torch.int32, device=device)
     if rows not in views:
         views[rows] = record[:6 * rows]
     _buffers[key] = (work, record, tickets, views)

@@ -158,6 +158,22 @@ def gather_end(parts_ptr, group, count, NW: tl.constexpr):
 
 
 @triton.jit
+def pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, CAP: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Copy one split's tokens (the atomic gather's one group: its count at parts_ptr's word 7, the tokens from
+    buf_ptr) into its row's list at dst_ptr, after those of the splits that claimed their place before it: the
+    int32 total at total_ptr (zero before the row's first split) hands out the offset. A split whose group
+    overflowed its ``region`` slots claims CAP + 1, so that the total says the list is not whole."""
+    tl.debug_barrier()          # every thread's gathered stores and count are in before any thread reads them
+    n = tl.load(parts_ptr + 7, cache_modifier=".cg")
+    whole = n <= region
+    at = tl.atomic_add(total_ptr, tl.where(whole, n, CAP + 1).to(tl.int32), sem="relaxed").to(tl.int64)
+    if whole & (at + n <= CAP):
+        for start in range(0, n, BLOCK_R):
+            i = start + tl.arange(0, BLOCK_R)
+            tl.store(dst_ptr + at + i, tl.load(buf_ptr + i, mask=i < n), mask=i < n)
+
+
+@triton.jit
 def compact(buf_ptr, parts_ptr, n_splits, region, BLOCK_F: tl.constexpr, BLOCK_R: tl.constexpr):
     """Move the gathered tokens of a row's n_splits splits (at most BLOCK_F) down so that they follow each
     other from buf_ptr: split s's ``region`` slots hold its lane groups' (``gather_end``: parts_ptr's words 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, weight, work_parts, work_tokens
+from specverify.kernels.triton_cut import KMIN, MASS_ONE, key_value, packed_tokens, weight, work_parts, work_tokens
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
@@ -26,9 +26,12 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
 def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF, region, k, k_on, top_p, p_on,
                  floor, inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
-                 ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
+                 ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
+                 PACKED: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
-    everything, with pass 1's sum)."""
+    everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
+    list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
+    compacted here."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
@@ -40,6 +43,9 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         buf = work_tokens(work_ptr, NR, rid, SF, CAP)
         # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
         scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
+        if PACKED:      # the list lies after every row's scratch
+            buf = packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH)
+            scr_at = rid.to(tl.int64) * (SCRATCH - CAP) - NR.to(tl.int64) * SCRATCH
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
             _total(parts, 2, SF, BLOCK_F)
         w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
@@ -50,7 +56,10 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
         z_w = w_mp
         if (k_on | p_on) & ~alone:
-            n = compact(buf, parts, SF, region, BLOCK_F, BLOCK_R)
+            if PACKED:
+                n = tl.where(n_packed <= CAP, n_packed, -1).to(tl.int64)
+            else:
+                n = compact(buf, parts, SF, region, BLOCK_F, BLOCK_R)
             if ONLY_RANK:       # a short row, gathered whole: no search and no slow path compiled
                 ok, cut_key, cut_idx, z_w, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
