@@ -19,7 +19,7 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from specverify import Capabilities, get_backend
-from specverify.checks import FAIL, NOT_APPLICABLE, PASS, CheckResult, run_check
+from specverify.checks import CHECKS, FAIL, NOT_APPLICABLE, PASS, CheckResult, run_check
 from specverify.checks.runner import CheckFailure, GuardedBackend, Needs, not_applicable_because, output_problems
 from specverify.cli import main
 from specverify.mutants import hostile
@@ -52,8 +52,11 @@ def test_hostile_backend_fails_its_check_and_the_remaining_checks_still_run(tmp_
     --keep-going: by default the run stops calling a hung backend, tests/test_failfast.py)."""
     # the others end on their own; 300 s only bounds a regression
     limits = ["--timeout", "3", "--keep-going"] if backend == "Hang" else ["--timeout", "300"]
+    # the failing check's first case: each hostile behaviour shows on any call, and a check that fails on
+    # all ten differential cases spent 10 s reducing each failure
+    cases = ",".join((CHECKS[failing].cases[0],) + CHECKS["synthetic_validation"].cases)
     status, printed, doc = _cli(tmp_path, capsys, backend, "--checks", f"{failing},synthetic_validation",
-                                *limits, "-n", "1")
+                                "--cases", cases, *limits, "-n", "1")
     assert status == 1, printed
     by_check = {}
     for r in doc["results"]:

@@ -362,9 +362,12 @@ def _apply_deviations(ctx: Context) -> None:
         result.message = f"{result.message}; {note}" if result.message else note
 
 
-def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = (), **options) -> CheckResult:
+def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = (), *, reproducer: bool = True,
+            **options) -> CheckResult:
     """Run one declared check on one case; always returns a CheckResult (never raises for the backend).
-    ``deviations`` are declared by the run, in addition to the backend's; ``options`` go to the check."""
+    ``deviations`` are declared by the run, in addition to the backend's; ``options`` go to the check.
+    Without ``reproducer`` a failure carries no reproducer: for callers that ask only whether a check
+    fails, since reducing a statistical case's failing call can take longer than the check itself."""
     name = getattr(backend, "name", repr(backend))
     result = CheckResult(check=check.name, case=case, backend=str(name), kind=check.kind, status=PASS)
     start, ctx = time.perf_counter(), None
@@ -393,7 +396,7 @@ def execute(check: Check, backend, case: str, profile: Profile, deviations: tupl
         result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
     if ctx is not None and ctx.deviations:
         _apply_deviations(ctx)
-    if result.status == FAIL and ctx is not None:
+    if result.status == FAIL and ctx is not None and reproducer:
         result.repro = reproduce(ctx)
         if result.repro.call is not None:
             result.counterexample = python_source(result.repro.call, result.repro.outcome)
