@@ -15,8 +15,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # The longest tests (25-55 s each on 2 cores) start first: under --dist worksteal the other worker
 # takes the short ones, and no long test is left to run alone at the end of the session.
-LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-input_integrity",
-                 "triton-differential_injected[block]",
+LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-differential_injected[tree_path_equals",
+                 "triton-differential_seeded[block]", "triton-input_integrity", "triton-differential_injected[block]",
                  "test_pass1_gathers_the_records", "test_many_request_launch_reads", "test_two_shards_merged",
                  "test_shipped_suite_stops_calling", "test_shipped_suite_under_exitfirst",
                  "draft_probs_bf16_own_stream]", "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",

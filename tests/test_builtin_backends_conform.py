@@ -48,15 +48,10 @@ def backend(name):
     return _BACKENDS[name]
 
 
-# In the interpreter, filters, placeholders, blocks and token trees run on the injected path only: the seeded
-# path differs only in where the noise comes from, which the other seeded cases cover (the GPU runs both;
-# tests/test_triton_kernel.py runs the block rule seeded). Single-path trees against the kernel's own chain
-# are tests/test_triton_tree.py's test_single_path_tree_equals_the_kernels_own_chain_bit_for_bit there,
-# under both noise paths, with filters, placeholders and greedy requests, on a tiled plan: the case here
-# repeated it at 15 worker-seconds (docs/testing.md, 2026-11-27 second pass); the GPU nightly runs both.
+# In the interpreter, filters, placeholders and token trees run on the injected path only: the seeded path
+# differs only in where the noise comes from, which the other seeded cases cover (the GPU runs both).
 SKIPPED_CASES = {"triton": {("differential_seeded", case) for case in ("filters", "placeholders", "tree",
-                                                                     "tree_path_equals_chain", "block")}
-                 | {("differential_injected", "tree_path_equals_chain")}}
+                                                                     "tree_path_equals_chain")}}
 CASES = [pytest.param(name, check, case, id=f"{name}-{check}[{case}]") for name in BUILTIN_BACKENDS
          for check, case in PLAN if CHECKS[check].kind != SKIPPED_KINDS.get(name)
          and (check, case) not in SKIPPED_CASES.get(name, ())]
