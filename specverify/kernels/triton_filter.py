@@ -62,10 +62,10 @@ import torch
 import triton
 import triton.language as tl
 
+from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket, order_key, pick, pre_bracket,
-                                           packed_tokens, row_settings, sweep, unweighed, work_gathered, work_parts,
-                                           work_tokens)
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, order_key, packed_tokens, pick, read_split,
+                                           row_settings, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta, pack
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
@@ -227,7 +227,7 @@ def _cut_kernel(
                 if PRE:         # pass 1 gathered the rows stage 4 found unweighed
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read & (hi != SKIP):
-                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
+                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
                           CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
@@ -242,7 +242,7 @@ def _cut_kernel(
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
-                    _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
+                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
                           HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
                         pack(work_tokens(work_ptr, NR, rid, SF, CAP) + tl.program_id(2) * region,
@@ -262,31 +262,6 @@ def _cut_kernel(
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
-
-
-@triton.jit
-def _read(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-          HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
-          NW_V: tl.constexpr, NW_COUNT: tl.constexpr):
-    """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
-    tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two
-    tiles). A top-k row with nothing above its bracket and min-p off is read without masses: its cut and Z'
-    come from the gathered tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left
-    0."""
-    split = tl.program_id(2)
-    lo_v = split * chunk
-    buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
-    mine = work_parts(work_ptr, NR, rid, SF, split)
-    weigh = ~unweighed(k_on, hi, floor)
-    c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
-        row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
-        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT)
-    tl.store(mine, c_hi)
-    tl.store(mine + 1, w_hi)
-    tl.store(mine + 2, w_hi_mp)
-    tl.store(mine + 4, w_all)
-    tl.store(mine + 5, c_mp)
-    tl.store(mine + 6, w_mp)
 
 
 _recipe_ids = iter(range(1 << 62))

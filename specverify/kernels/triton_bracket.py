@@ -1,0 +1,167 @@
+"""The sample bracket of the target-filter cut (SPEC 3.4), which ``triton_filter``'s launches call: from a strided
+sample of a row, the interval of order keys that should hold its crossing, so that one read gathers the
+tokens to search. ``@triton.jit`` functions on one row (request b's row j at ``row_ptr``, V entries; ``m`` the
+row's max of l / T, ``inv_t`` = 1 / T):
+
+    sample_max(...)   the largest l / T of the row's sample
+    bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
+    pre_bracket(...)  stage 4's bracket of a top-k row before pass 1 (``triton_filter``'s PRE plan)
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, unweighed, work_parts
+from specverify.kernels.triton_gather import NPART
+
+
+@triton.jit
+def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The largest l / T of the row's strided sample (``_sample_tile``)."""
+    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    for start in range(0, NS, BLOCK_R):
+        best = tl.maximum(best, _sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R))
+    return tl.max(best, axis=0)
+
+
+@triton.jit
+def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
+    NS / CH chunks spread evenly from the row's start to its end."""
+    i = start + tl.arange(0, BLOCK_R)
+    pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
+    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
+                NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
+    sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R], candidates
+    across each thread's registers and samples across threads: a sample's e and e^2 are computed once and
+    stay in the thread that compares them (samples across registers would move each through shared
+    memory and square it once a candidate)."""
+    cnt = tl.zeros([NG, BLOCK_R], tl.float32)
+    s1 = tl.zeros([NG, BLOCK_R], tl.float32)
+    s2 = tl.zeros([NG, BLOCK_R], tl.float32)
+    # the loads run two tiles ahead of the tallies, as in ``sweep``
+    ahead1 = _sample_tile(row_ptr, V, 0, inv_t, NS, CH, BLOCK_R)
+    ahead2 = _sample_tile(row_ptr, V, BLOCK_R, inv_t, NS, CH, BLOCK_R)
+    for start in range(0, NS, BLOCK_R):
+        x = ahead1
+        ahead1 = ahead2
+        ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
+        # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
+        # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
+        ge = (x[None, :] >= cand[:, None]).to(tl.float32)
+        cnt += ge
+        if MASS:
+            e = tl.where(x == x, tl.exp(x - m), 0.0)
+            s1 += ge * e[None, :]
+            s2 += ge * (e * e)[None, :]
+    return tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1)
+
+
+@triton.jit
+def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS: tl.constexpr):
+    """Per candidate drop: (lo test, hi test) of the bracket; the lo test holds at deep drops, the hi test
+    at shallow ones. s1_all, s2_all: the sample's whole sums of e and e^2."""
+    below = s1_all - s1
+    spread = 4.0 * rho * tl.sqrt(tl.maximum((s2_all - s2) - below * below / NS, 0.0)) + 2.0 * rho * tl.exp(-drop)
+    ok_lo = tl.where(by_mass, rho * below + spread <= tail, cnt >= r_lo)
+    ok_hi = tl.where(by_mass, rho * below - spread > tail, cnt <= r_hi)
+    return ok_lo, ok_hi
+
+
+@triton.jit
+def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
+            CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
+            BLOCK_MASS: tl.constexpr):
+    """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
+    above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
+    mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
+    from the max, NG points each for top-p's masses and NG_COUNT for top-k's counts (a count needs no
+    finer grid, and the tally's cost is its points): the second splits the cells the first found, half
+    its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
+    point, so fewer samples a step keep them in registers)."""
+    lo = tl.full([], KMAX, tl.int64)
+    hi = tl.full([], KMAX, tl.int64)
+    if V <= CAP:
+        lo = tl.full([], KMIN, tl.int64)
+    elif k_on | p_on:
+        # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
+        if p_on & ~k_on:
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS)
+        else:
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
+                                 BLOCK_R)
+    return lo, hi
+
+
+@triton.jit
+def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
+                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
+    counts."""
+    g = tl.arange(0, NG)
+    half: tl.constexpr = NG // 2
+    rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
+    lam = k.to(tl.float32) / rho
+    r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
+    r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
+    tail = (1.0 - top_p.to(tl.float32)) * z
+    drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
+    by_mass = p_on & ~k_on
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
+    j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
+    j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
+    few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
+    lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
+    hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
+    h = (g % half + 1).to(tl.float32) / half
+    drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
+    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
+    d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
+    d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
+    temperature = 1.0 / inv_t
+    lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
+    # top-p's crossing lies among what top-k keeps, often above top-k's own: where the whole top-k set is
+    # few, it is gathered whole (nothing above the bracket)
+    whole_k = k_on & p_on & (rho * r_lo < CAP / 2)
+    hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
+                  order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
+    return lo, hi
+
+
+@triton.jit
+def pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
+                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
+                BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr):
+    """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
+    the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
+    its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
+    pass 1 only gathers (one lane group a split: ``triton_gather.gather``'s atomic count). A row whose sample
+    max is not finite is left to stage 0 (hi = DEFER). Returns 1 where pass 1 gathers the row, else 0 (int64)."""
+    top = sample_max(row_ptr, V, inv_t, NS, CH, BLOCK_SAMPLE)
+    lo = tl.full([], KMAX, tl.int64)
+    hi = tl.full([], DEFER, tl.int64)
+    if (top > float("-inf")) & (top < float("inf")):
+        lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
+                         BLOCK_MASS)
+    tl.store(work_ptr + 2 * rid, lo)
+    tl.store(work_ptr + 2 * rid + 1, hi)
+    gathers = unweighed(k_on, hi, floor)
+    if gathers:
+        # the unweighed read's sums: nothing above the bracket, no mass, every token passes min-p
+        for split in range(SF):
+            mine = work_parts(work_ptr, NR, rid, SF, split)
+            for field in tl.static_range(NPART):
+                tl.store(mine + field, tl.zeros([], tl.int64))
+            tl.store(mine + 5, tl.minimum(chunk, V - split * chunk).to(tl.int64))
+            tl.store(mine + 3, tl.full([], 1, tl.int64))      # pass 1 gathers by one atomic count a split
+    return gathers.to(tl.int64)
