@@ -437,6 +437,19 @@ def _calls_and_tags(batch: SpecBatch, draws: list, monkeypatch) -> tuple[list, t
     return outs, records[-1].view(6, -1)[5].cpu().clone().view(batch.num_requests, -1)
 
 
+def _lazy_emits_what_every_cut_emits(batch: SpecBatch, draws: list, monkeypatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Assert that the calls of ``draws`` (``_calls_and_tags``) emit the same tokens and counts with the lazy cut
+    as with every row cut (LAZY_CUT = 0); returns the records' "how" fields [B, K + 1] of both, every row's
+    first."""
+    monkeypatch.setattr(triton_filter, "LAZY_CUT", 0)
+    every, tags_every = _calls_and_tags(batch, draws, monkeypatch)
+    monkeypatch.setattr(triton_filter, "LAZY_CUT", 1)
+    lazy, tags = _calls_and_tags(batch, draws, monkeypatch)
+    for (t0, n0), (t1, n1) in zip(every, lazy):
+        assert torch.equal(t0, t1) and torch.equal(n0, n1), (t0, t1, n0, n1)
+    return tags_every, tags
+
+
 # the interpreter's numpy warns as it computes with the non-finite rows, as the GPU does silently
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("device", DEVICES)
@@ -459,12 +472,7 @@ def test_lazy_cut_emits_what_cutting_every_row_emits(device, seeded, small_gathe
     batch = dataclasses.replace(batch, target_logits=logits, allow_nonfinite=True)
     g = torch.Generator().manual_seed(4)
     draws = [11, 12] if seeded else [Noise.draw(batch, g) for _ in range(2)]
-    monkeypatch.setattr(triton_filter, "LAZY_CUT", 0)
-    every, tags_every = _calls_and_tags(batch, draws, monkeypatch)
-    monkeypatch.setattr(triton_filter, "LAZY_CUT", 1)
-    lazy, tags = _calls_and_tags(batch, draws, monkeypatch)
-    for (t0, n0), (t1, n1) in zip(every, lazy):
-        assert torch.equal(t0, t1) and torch.equal(n0, n1), (t0, t1, n0, n1)
+    tags_every, tags = _lazy_emits_what_every_cut_emits(batch, draws, monkeypatch)
     assert set(tags_every.flatten().tolist()) <= {0.0, 1.0, 2.0}
     assert {3.0, 4.0} <= set(tags.flatten().tolist()), tags
     # the greedy request, the unfiltered one and the top-k one are cut (or not) as before
@@ -491,11 +499,6 @@ def test_lazy_cut_searches_every_row_from_a_test_its_bounds_leave_open(device, s
     g = torch.Generator().manual_seed(6)
     draws = [Noise.draw(batch, g)]
     draws[0].uniform[0] = 0.5
-    monkeypatch.setattr(triton_filter, "LAZY_CUT", 0)
-    every, _ = _calls_and_tags(batch, draws, monkeypatch)
-    monkeypatch.setattr(triton_filter, "LAZY_CUT", 1)
-    lazy, tags = _calls_and_tags(batch, draws, monkeypatch)
-    for (t0, n0), (t1, n1) in zip(every, lazy):
-        assert torch.equal(t0, t1) and torch.equal(n0, n1), (t0, t1, n0, n1)
+    _, tags = _lazy_emits_what_every_cut_emits(batch, draws, monkeypatch)
     assert set(tags[0].tolist()) <= {1.0, 2.0}, tags
     assert {3.0, 4.0} & set(tags[1:].flatten().tolist()), tags
