@@ -40,12 +40,14 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     how = tl.zeros([], tl.int32)
     if live & on:
         parts = work_parts(work_ptr, NR, rid, SF, 0)
-        buf = work_tokens(work_ptr, NR, rid, SF, CAP)
-        # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf
-        scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
-        if PACKED:      # the list lies after every row's scratch
+        # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf: the gathered
+        # tokens, or the packed list after every row's scratch
+        if PACKED:
             buf = packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH)
             scr_at = rid.to(tl.int64) * (SCRATCH - CAP) - NR.to(tl.int64) * SCRATCH
+        else:
+            buf = work_tokens(work_ptr, NR, rid, SF, CAP)
+            scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
         c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
             _total(parts, 2, SF, BLOCK_F)
         w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
