@@ -291,15 +291,12 @@ def test_filter_cut_divergence_is_ambiguous_only_when_the_reference_makes_it():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("V, cap, rank_n", [(10, None, 64), (61, None, 64), (300, 64, 64), (300, None, 64),
-                                            (300, None, 512)])
-def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, cap, rank_n, monkeypatch):
-    """A row with at most RANK_N gathered tokens is cut by sorting them, and a search ends by ranking once its
-    interval holds at most FINISH_N: both must give the records (cut value and index, Z', the way it was
-    found) of a search that never ranks, on rows gathered whole (V = 10, 61: ranked; V = 300: searched, then
-    ranked, or at RANK_N = 512 sorted whole, 212 empty slots after the tokens) and, with a small capacity,
-    from a bracket (V = 300)."""
-    monkeypatch.setattr(triton_filter, "RANK_N", rank_n)
+@pytest.mark.parametrize("V, cap", [(10, None), (61, None), (300, 64), (300, None)])
+def test_ranking_the_gathered_tokens_gives_the_searchs_cut(device, V, cap, monkeypatch):
+    """A row with at most RANK_N gathered tokens is cut by ranking them against each other, and a search ends
+    by ranking once its interval holds at most FINISH_N: both must give the records (cut value and index,
+    Z', the way it was found) of a search that never ranks, on rows gathered whole (V = 10, 61: ranked;
+    V = 300: searched, then ranked) and, with a small capacity, from a bracket (V = 300)."""
     if cap is not None:
         monkeypatch.setattr(triton_filter, "CAP", cap)
         monkeypatch.setattr(triton_filter, "NS", 32)
