@@ -12,3 +12,8 @@ torch.set_num_threads(1)
 import torch._dynamo  # noqa: E402,F401  (the uninitialized_memory check's first call imports it: pay once)
 
 import specverify.checks  # noqa: E402,F401
+from specverify.checks import stats  # noqa: E402
+
+# scipy.stats, which the harness imports on first use (the CLI's parent never needs it): here once for
+# every worker, which would otherwise each import it on its first statistical check
+stats._scipy()

@@ -144,8 +144,10 @@ def test_xdist_workers_are_pinned_to_one_gpu_each(tmp_path, spec, visible, expec
     env["PIN_OUT"] = str(out)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load_args(), "-n", "2",
-                           f"--specverify-gpus={spec}", str(tmp_path / "test_record.py")],
+    # without Hypothesis's plugin: the recording test draws nothing, and each of the run's three processes
+    # would import Hypothesis for it (about a second apiece)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                           *load_args(), "-n", "2", f"--specverify-gpus={spec}", str(tmp_path / "test_record.py")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = list(out.iterdir())

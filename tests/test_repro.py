@@ -1,6 +1,7 @@
 """Failures a developer can act on: reproducers that reduce, print as Python that rebuilds the exact
 call, replay against any backend, and a JUnit report CI systems read."""
 
+import copy
 from dataclasses import replace
 from xml.etree import ElementTree
 
@@ -26,6 +27,14 @@ def _failed(mutant: str, check: str, case: str, profile=None):
     return result
 
 
+@pytest.fixture(scope="module")
+def dropped():
+    """The failed differential_injected[standard] of draft_probs_dropped, with its shrunk counterexample and
+    reduced reproducer: three tests read it (as pasted Python, through replay, in the JUnit report), and
+    finding and shrinking it is most of each one's time."""
+    return _failed("draft_probs_dropped", "differential_injected", "standard")
+
+
 @pytest.mark.parametrize("tensor", [
     torch.tensor([[0.1, float("-inf")], [3.0, -0.0]], dtype=torch.float32),
     torch.tensor([1e-3, 7.0, float("inf")], dtype=torch.bfloat16),
@@ -43,12 +52,11 @@ def test_printed_tensor_rebuilds_bit_for_bit(tensor):
     assert torch.equal(rebuilt.reshape(-1).view(torch.uint8), tensor.reshape(-1).view(torch.uint8))
 
 
-def test_pasted_counterexample_reproduces_the_failure():
+def test_pasted_counterexample_reproduces_the_failure(dropped):
     """The counterexample a failing differential check prints is Python that rebuilds the call: run
     as written, the mutant still diverges from the reference and the correct backend does not."""
-    result = _failed("draft_probs_dropped", "differential_injected", "standard")
     namespace = {}
-    exec(result.counterexample, namespace)  # noqa: S102 - the printed source is ours
+    exec(dropped.counterexample, namespace)  # noqa: S102 - the printed source is ours
     batch, noise, kwargs = namespace["batch"], namespace["noise"], namespace["kwargs"]
     got = MUTANTS["draft_probs_dropped"].build()(batch, noise=noise, **kwargs)
     assert compare_to_reference(batch, got, noise, **kwargs).real
@@ -65,10 +73,10 @@ def test_precision_bug_in_a_replicated_case_reduces_to_a_few_requests():
     assert repro.outcome.category == "divergence" and repro.call.batch.num_requests == len(repro.requests)
 
 
-def test_replay_fails_on_the_buggy_backend_and_passes_on_correct_ones(tmp_path, capsys):
+def test_replay_fails_on_the_buggy_backend_and_passes_on_correct_ones(tmp_path, capsys, dropped):
     """specverify replay: exit 1 with the per-request difference on the mutant, 0 on cpu and on the
     reference (which shows its own answer), 2 when the backend cannot take the call."""
-    result = _failed("draft_probs_dropped", "differential_injected", "standard")
+    result = copy.copy(dropped)    # writing takes the reproducer out of the result: the others keep theirs
     path = write_reproducer(result, tmp_path, spec=DROPPED)
     assert result.replay == f"specverify replay {path} {DROPPED}"
     assert main(["replay", path, DROPPED]) == 1
@@ -94,9 +102,9 @@ def test_failure_no_single_call_shows_gets_a_check_reproducer(tmp_path, capsys):
     assert main(["replay", path, "cpu"]) == 0
 
 
-def test_junit_report_has_one_case_per_check_with_failures_and_skips():
+def test_junit_report_has_one_case_per_check_with_failures_and_skips(dropped):
     """A failure is a <failure> with its message, an n/a a <skipped> with the reason."""
-    failed = _failed("draft_probs_dropped", "differential_injected", "standard")
+    failed = dropped
     na = run_check(MUTANTS["draft_probs_dropped"].build(), "cuda_graphs", "shapes",
                    replace(get_profile("ci"), device="cpu"))
     suite = ElementTree.fromstring(junit_xml([failed, na], "draft_probs_dropped", 1.0))

@@ -24,18 +24,25 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
-
-try:  # the Boost routine behind stats.ncx2.sf at a positive non-centrality, without the per-call
-    # argument handling of scipy's distribution classes (most of the cost of a power bisection)
-    from scipy.special._ufuncs import _ncx2_sf
-except ImportError:  # pragma: no cover (a scipy that moved it)
-    _ncx2_sf = None
 
 FALSE_PASS_RATE = 0.01     # 1 - power: every stated detectable discrepancy has power 0.99
 MIN_EXPECTED = 5.0
 _MAX_COUNT = 2 ** 62
 
+
+@functools.cache
+def _scipy():
+    """(scipy.stats, the Boost routine behind ``stats.ncx2.sf`` or None), imported on the first test or
+    power figure: scipy.stats takes about 1.5 s to import, and the processes that compute neither (the
+    CLI's parent, ``specverify merge`` and ``replay``, a run of structural checks) never pay it. The
+    check pool's fork server imports it before forking (``specverify._worker_preload``)."""
+    from scipy import stats  # noqa: PLC0415
+    try:  # the routine at a positive non-centrality, without the per-call argument handling of scipy's
+        # distribution classes (most of the cost of a power bisection)
+        from scipy.special._ufuncs import _ncx2_sf  # noqa: PLC0415
+    except ImportError:  # pragma: no cover (a scipy that moved it)
+        _ncx2_sf = None
+    return stats, _ncx2_sf
 
 @dataclass(frozen=True)
 class GofResult:
@@ -126,7 +133,7 @@ def chi_square_gof(probabilities: dict, counts: dict) -> GofResult:
         return GofResult(0.0, 1.0, 0, n, len(e), [])
     stat = float(((o - e) ** 2 / e).sum())
     dof = len(e) - 1
-    return GofResult(stat, float(stats.chi2.sf(stat, dof)), dof, n, len(e), [])
+    return GofResult(stat, float(_scipy()[0].chi2.sf(stat, dof)), dof, n, len(e), [])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -137,7 +144,7 @@ def min_tv_detectable_by_chi2_test(samples: int, dof: int, false_fail_rate: floa
     inf when even a TV distance of 1 is not detected that reliably."""
     if samples <= 0 or dof <= 0:
         return math.inf
-    crit, power = stats.chi2.isf(false_fail_rate, dof), 1 - false_pass_rate
+    crit, power = _scipy()[0].chi2.isf(false_fail_rate, dof), 1 - false_pass_rate
     if _ncx2_survival(crit, dof, 4 * samples) < power:
         return math.inf
     return _smallest_in_unit_interval(lambda delta: _ncx2_survival(crit, dof, 4 * samples * delta ** 2) >= power)
@@ -146,9 +153,10 @@ def min_tv_detectable_by_chi2_test(samples: int, dof: int, false_fail_rate: floa
 def _ncx2_survival(x: float, dof: int, nc: float) -> float:
     """``stats.ncx2.sf(x, dof, nc)`` for x > 0, the same number: the routine scipy itself calls where nc > 0.
     The bisections call it 60 times per detectable distance, once per position of every statistical result."""
-    if _ncx2_sf is None or not nc > 0:
+    stats, ncx2_sf = _scipy()
+    if ncx2_sf is None or not nc > 0:
         return float(stats.ncx2.sf(x, dof, nc))
-    return float(_ncx2_sf(x, dof, nc))
+    return float(ncx2_sf(x, dof, nc))
 
 
 @functools.lru_cache(maxsize=256)
@@ -168,7 +176,7 @@ def binomial_test(successes: int, trials: int, p0: float) -> float:
         return 1.0 if successes == 0 else 0.0
     if p0 >= 1.0:
         return 1.0 if successes == trials else 0.0
-    return float(stats.binomtest(successes, trials, p0).pvalue)
+    return float(_scipy()[0].binomtest(successes, trials, p0).pvalue)
 
 
 def min_shift_detectable_by_binomial_test(trials: int, p0: float, false_fail_rate: float,
@@ -178,7 +186,8 @@ def min_shift_detectable_by_binomial_test(trials: int, p0: float, false_fail_rat
     exact test; conservative by using the larger variance of the two hypotheses)."""
     if trials <= 0:
         return math.inf
-    z_a, z_b = stats.norm.isf(false_fail_rate / 2), stats.norm.isf(false_pass_rate)
+    norm = _scipy()[0].norm
+    z_a, z_b = norm.isf(false_fail_rate / 2), norm.isf(false_pass_rate)
 
     def detected(delta: float) -> bool:
         var = max(p0 * (1 - p0), min(max(p0 + delta, 0), 1) * (1 - min(max(p0 + delta, 0), 1)),
@@ -200,7 +209,7 @@ def mean_z_test(sample_mean: float, mean: float, variance: float, samples: int) 
     """(z, two-sided p-value) of the mean of ``samples`` independent draws against the exact ``mean`` and
     ``variance`` of one draw (normal approximation of the sample mean)."""
     z = (sample_mean - mean) / math.sqrt(max(variance, 1e-300) / samples)
-    return z, float(2 * stats.norm.sf(abs(z)))
+    return z, float(2 * _scipy()[0].norm.sf(abs(z)))
 
 
 def min_mean_shift_detectable_by_z_test(samples: int, variance: float, false_fail_rate: float,
@@ -209,7 +218,8 @@ def min_mean_shift_detectable_by_z_test(samples: int, variance: float, false_fai
     ``false_fail_rate``, detects with probability ``1 - false_pass_rate``."""
     if samples <= 0:
         return math.inf
-    z_need = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
+    norm = _scipy()[0].norm
+    z_need = norm.isf(false_fail_rate / 2) + norm.isf(false_pass_rate)
     return float(z_need * math.sqrt(variance / samples))
 
 
@@ -230,7 +240,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     """Wilson score interval for a binomial proportion."""
     if n == 0:
         return 0.0, 1.0
-    z = stats.norm.isf((1 - confidence) / 2)
+    z = _scipy()[0].norm.isf((1 - confidence) / 2)
     phat = k / n
     denom = 1 + z * z / n
     centre = (phat + z * z / (2 * n)) / denom
