@@ -107,13 +107,20 @@ def test_interrupted_run_writes_the_finished_checks_and_exits_130(tmp_path):
     SIGINT goes out once the progress line says synthetic_validation passed, so determinism (the Hang
     backend sleeps forever) is in flight. Output goes to files, not pipes: the pool's fork server and
     multiprocessing's resource tracker inherit the CLI's stdout and stderr, and a pipe reaches EOF only
-    once they too have shut down after the CLI exits; the test waits for the CLI alone."""
+    once they too have shut down after the CLI exits; the test waits for the CLI alone.
+
+    The CLI starts with Python's own Ctrl-C handler, as in a terminal: a pytest started in the background
+    by a script (``cmd &``, nohup) ignores SIGINT, its children inherit that, and Python then installs no
+    handler, so the CLI would never see the signal."""
     report, out_path, err_path = tmp_path / "r.json", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    argv = ["specverify", "check", HOSTILE + "Hang", "-n", "1", "--checks", "synthetic_validation,determinism",
+            "--json", str(report)]
+    as_in_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        f"sys.argv = {argv!r}; runpy.run_module('specverify.cli', run_name='__main__')")
     with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
         # its own process group: a failing test can end the CLI's fork server and workers with it
-        proc = subprocess.Popen([sys.executable, "-m", "specverify.cli", "check", HOSTILE + "Hang", "-n", "1",
-                                 "--checks", "synthetic_validation,determinism", "--json", str(report)],
-                                stdout=out_file, stderr=err_file, cwd=tmp_path, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-c", as_in_a_terminal], stdout=out_file, stderr=err_file,
+                                cwd=tmp_path, start_new_session=True)
     try:
         # Bounds, not expected durations: on two busy cores (pytest -n auto) start-up (torch, the fork
         # server's preload, the worker's backend load) and the exit after SIGINT can each take tens of seconds.
