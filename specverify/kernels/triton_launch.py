@@ -12,6 +12,7 @@
     patch_language_once_per_launch()                  the interpreter patches triton.language once per launch
     skip_discarded_overflow_checks()                  the interpreter skips int32 overflow checks it discards
     lighten_interpreted_builtins()                    the interpreter's per-operation wrappers, cheaper
+    share_interpreted_shapes()                        the interpreter's tensors reuse their shapes' types
 
 Why: ``JITFunction.run`` binds and specialises every argument on every launch, which is most of the host
 cost of a small call (docs/benchmarks.md). Once a specialisation is compiled, its ``CompiledKernel`` is
@@ -24,6 +25,7 @@ SPECVERIFY_TRITON_FAST_LAUNCH=0 sends every launch through ``JITFunction.run``.
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 
@@ -201,4 +203,60 @@ def lighten_interpreted_builtins() -> bool:
 
     np_dtype.specverify_cached = True
     interpreter._get_np_dtype, interpreter._patch_attr = np_dtype, patch_attr
+    return True
+
+
+def share_interpreted_shapes() -> bool:
+    """Every operation the interpreter runs makes a triton.language tensor, and most a block type, and each
+    of those builds its shape as a triton.language tuple, whose type (one constexpr type per dimension) is
+    worked out anew: a quarter of the interpreted run time. Here a tensor or block type of a shape seen
+    before gets a fresh tuple of the same values with that shape's type and element count reused (types and
+    constexprs are never changed in place); the first of each shape, and any argument outside the plain
+    cases, goes through Triton's own constructor, whose checks and errors stay as they were. Called only
+    where the kernels are interpreted (no kernel is compiled in such a process). Returns False, changing
+    nothing, where triton.language is not as expected."""
+    try:
+        from triton.language import core
+        Tuple, tensor, block_type = core.tuple, core.tensor, core.block_type
+        tensor_init, block_init = tensor.__init__, block_type.__init__
+    except (ImportError, AttributeError):
+        return False
+    if getattr(tensor_init, "specverify_shared", False):
+        return True
+    new = object.__new__
+    tensors, blocks = {}, {}
+
+    def shape_of(values, tuple_type):
+        shape = new(Tuple)
+        shape.values, shape.type = list(values), tuple_type
+        return shape
+
+    def init_tensor(self, handle, type):
+        entry = tensors.get(getattr(type, "name", None))
+        if entry is None:
+            tensor_init(self, handle, type)
+            if isinstance(getattr(type, "name", None), str):
+                tensors[type.name] = (self.numel, builtins.tuple(self.shape.values), self.shape.type)
+            return
+        numel, values, tuple_type = entry
+        self.handle, self.shape, self.numel, self.type, self.dtype = \
+            handle, shape_of(values, tuple_type), numel, type, type.scalar
+
+    def init_block(self, element_ty, shape):
+        values = shape.values if builtins.type(shape) is Tuple else shape if builtins.type(shape) is list else None
+        key = None
+        if values is not None and all(builtins.type(v) is int for v in values):
+            key = builtins.tuple(values)
+            entry = blocks.get(key)
+            if entry is not None:
+                tuple_type, numel, text = entry
+                self.element_ty, self.shape, self.numel = element_ty, shape_of(key, tuple_type), numel
+                self.name = f"<{text}, {element_ty}>"
+                return
+        block_init(self, element_ty, shape)
+        if key is not None:
+            blocks[key] = (self.shape.type, self.numel, str(self.shape))
+
+    init_tensor.specverify_shared = True
+    tensor.__init__, block_type.__init__ = init_tensor, init_block
     return True
