@@ -9,7 +9,6 @@ under the same noise: a stronger check than 200 samples' statistics. Its statist
 full size in the nightly GPU job, and in `specverify check triton --profile smoke`.
 """
 
-import contextlib
 from dataclasses import replace
 
 import pytest
@@ -57,34 +56,10 @@ CASES = [pytest.param(name, check, case, id=f"{name}-{check}[{case}]") for name 
          and (check, case) not in SKIPPED_CASES.get(name, ())]
 
 
-@contextlib.contextmanager
-def compiled_integer_semantics(name, case):
-    """The Triton interpreter asserts, on every int32 add, sub and mul of a kernel, that it does not
-    overflow (a third of its time here); compiled kernels, on the GPU, do not. The kernel tests
-    (test_triton_kernel.py, test_triton_tree.py, test_triton_filters.py) keep those assertions on the same
-    kernels over batches of the same small sizes, tiled, and so does the production-vocabulary case here,
-    the one place the interpreter meets V = 151,936; the other cases run the kernels as compiled."""
-    interpreter = None
-    if name == "triton" and not case.startswith("large_vocab"):
-        try:
-            from triton.runtime import interpreter  # noqa: PLC0415
-            builder = interpreter.interpreter_builder
-            saved = builder.options
-            builder.options = replace(saved, sanitize_overflow=False)
-        except (ImportError, AttributeError, TypeError):  # another Triton: its interpreter as it is
-            interpreter = None
-    try:
-        yield
-    finally:
-        if interpreter is not None:
-            builder.options = saved
-
-
 @pytest.mark.parametrize("name,check,case", CASES)
 def test_builtin_backend_passes_check(name, check, case):
     """Every built-in backend satisfies every property it declares; n/a only for undeclared features."""
-    with compiled_integer_semantics(name, case):
-        result = run_check(backend(name), check, case, PROFILE_FOR.get(name, PROFILE))
+    result = run_check(backend(name), check, case, PROFILE_FOR.get(name, PROFILE))
     print(result.line())
     assert result.status in (PASS, NOT_APPLICABLE), result.line()
     if result.status == NOT_APPLICABLE:
