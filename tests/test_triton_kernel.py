@@ -450,3 +450,25 @@ def test_sample_into_refuses_target_filters(device):
                      torch.empty(3, dtype=torch.int64, device=device))
     with pytest.raises(UnsupportedError, match="target filters"):
         TritonBackend().sample_into(out, batch, seed_tensor=philox.request_seeds(0, 3).to(device))
+
+
+def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match(monkeypatch):
+    """The interpreter's shape shortcut (``triton_launch.share_interpreted_shapes``) sets the attributes
+    Triton's tensor constructor sets today; a Triton whose constructor sets one more must keep its own, or
+    interpreted tensors would lack it. The shortcut checks itself against Triton's constructors when it
+    installs, and refuses then."""
+    from triton.language import core
+    installed = getattr(core.tensor.__init__, "specverify_triton", None)
+    tensor_init, block_init = installed or (core.tensor.__init__, core.block_type.__init__)
+
+    def one_more(self, handle, type):
+        tensor_init(self, handle, type)
+        self.layout = "a newer Triton's"
+
+    monkeypatch.setattr(core.tensor, "__init__", one_more)
+    monkeypatch.setattr(core.block_type, "__init__", block_init)
+    assert triton_launch.share_interpreted_shapes() is False
+    assert core.tensor.__init__ is one_more and core.block_type.__init__ is block_init
+    monkeypatch.setattr(core.tensor, "__init__", tensor_init)
+    assert triton_launch.share_interpreted_shapes() is True
+    assert core.tensor(None, core.block_type(core.float32, [4])).numel == 4

@@ -258,5 +258,29 @@ def share_interpreted_shapes() -> bool:
             blocks[key] = (self.shape.type, self.numel, str(self.shape))
 
     init_tensor.specverify_shared = True
+    init_tensor.specverify_triton = (tensor_init, block_init)
     tensor.__init__, block_type.__init__ = init_tensor, init_block
+    if not _same_as_triton(core, tensor_init, block_init):
+        tensor.__init__, block_type.__init__ = tensor_init, block_init
+        return False
     return True
+
+
+def _same_as_triton(core, tensor_init, block_init) -> bool:
+    """Whether the shortcut builds a block type and a tensor whose attributes equal those of Triton's own
+    constructors (a Triton that sets another attribute makes it refuse, rather than leave it unset)."""
+    def state(obj):
+        return {k: (str(v), type(v)) for k, v in vars(obj).items()}
+
+    try:
+        ty = core.block_type(core.float32, [2, 8])
+        seen = core.block_type(core.float32, [2, 8])        # the second of its shape takes the shortcut
+        own = object.__new__(core.block_type)
+        block_init(own, core.float32, [2, 8])
+        first = core.tensor(None, ty)
+        again = core.tensor(None, seen)
+        own_tensor = object.__new__(core.tensor)
+        tensor_init(own_tensor, None, ty)
+    except Exception:       # noqa: BLE001 (any failure means the shortcut does not fit this Triton)
+        return False
+    return state(seen) == state(own) == state(ty) and state(again) == state(own_tensor) == state(first)
