@@ -44,6 +44,7 @@ def _scipy():
         _ncx2_sf = None
     return stats, _ncx2_sf
 
+
 @dataclass(frozen=True)
 class GofResult:
     statistic: float

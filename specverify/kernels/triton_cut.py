@@ -1,7 +1,8 @@
 """Device functions of the target-filter cut (SPEC 3.4) that ``triton_filter``'s kernel calls: the per-token
 test pass 2 applies (``kept``), and the one read of the row that gathers the bracket's tokens (the sample
-bracket is ``triton_bracket``'s, the search over the tokens ``triton_search``'s). All are ``@triton.jit`` functions on one row (B
-requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T):
+bracket is ``triton_bracket``'s, the search over the tokens ``triton_search``'s). All are ``@triton.jit``
+functions on one row (B requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l / T,
+``inv_t`` = 1 / T):
 
     order_key(v) / key_value(key)    float32 <-> int32 keys ordered as the floats (-0.0 is +0.0)
     kept(l, idx, cut_val, cut_idx, floor, inv_t, m) -> (keep, e = exp(l / T - m))

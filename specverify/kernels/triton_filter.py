@@ -227,8 +227,8 @@ def _cut_kernel(
                 if PRE:         # pass 1 gathered the rows stage 4 found unweighed
                     read = tl.load(work_gathered(work_ptr, NR, rid)) == 0
                 if read & (hi != SKIP):
-                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor, HAS_M,
-                          CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
+                               floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
             # its read writes it, and split 0 an unfiltered row's
@@ -242,8 +242,8 @@ def _cut_kernel(
                 else:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS)
-                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
-                          HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
+                               floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
                         pack(work_tokens(work_ptr, NR, rid, SF, CAP) + tl.program_id(2) * region,
                              work_parts(work_ptr, NR, rid, SF, tl.program_id(2)), region,
