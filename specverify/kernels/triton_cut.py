@@ -6,6 +6,8 @@ functions on one row (B requests, request b's row j at ``row_ptr``, V entries; `
 
     order_key(v) / key_value(key)    float32 <-> int32 keys ordered as the floats (-0.0 is +0.0)
     kept(l, idx, cut_val, cut_idx, floor, inv_t, m) -> (keep, e = exp(l / T - m))
+    cut_request(...)  -> this program's row of its request and the request's filter settings
+    cut_row_norms(...) -> the row's max of l / T, its sum of exp(l / T - max) and the key above its largest
     bounds(...)       -> a row's bracket as stage 0 left it in the work space
     sweep(...)        one read of [lo_v, hi_v): six of the sums of ``triton_filter.NPART``, tokens in [lo, hi)
                       stored as int64 (key << 32 | 2**32 - 1 - index) at buf_ptr
@@ -23,6 +25,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_gather import (INLINE_ASM, NPART, count_word, gather, gather_end, gather_start,
                                               lane_groups)
+from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 
 MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
 KMIN = tl.constexpr(-2147483648)            # at or below every order key
@@ -94,6 +97,37 @@ def row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, HAS_K: 
     p_on = top_p < 1.0
     on = (k_on | p_on | (floor > 0.0)) & (temperature != 0.0)
     return on, k, k_on, top_p, p_on, floor, 1.0 / tl.where(temperature == 0.0, 1.0, temperature)
+
+
+@triton.jit
+def cut_request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
+             HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, BLOCK_B: tl.constexpr):
+    """This program's row (b, j) of request b's k_b + 1: (live: j <= k_b, on: a random request with a filter
+    on, row_ptr, its record index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T)."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    on, k, k_on, top_p, p_on, floor, inv_t = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
+                                                          HAS_K, HAS_P, HAS_M)
+    row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
+    return j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor, inv_t
+
+
+@triton.jit
+def cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """This program's row (b, j)'s max of l / T and its sum of exp(l / T - max), and the order key just above
+    the row's largest logit, all three from pass 1's partials."""
+    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
+        scratch_views(scratch_ptr, n_part, ints_at, stats_at)
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    jj = tl.arange(0, BLOCK_K)
+    row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b,
+                                           k_b, K1, S1, BLOCK_K, BLOCK_S)
+    ss = tl.arange(0, BLOCK_S)
+    # pass 1 writes no partials for a row past k_b: nothing to read there
+    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < tl.where(j <= k_b, S1, 0),
+                         other=float("-inf")), axis=0)
+    return pick(row_max, j, jj), pick(row_sum, j, jj), order_key(top).to(tl.int64) + 1
 
 
 @triton.jit

@@ -64,12 +64,11 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, order_key, packed_tokens, pick, read_split,
-                                           row_settings, work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, cut_request, cut_row_norms, order_key,
+                                           packed_tokens, read_split, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta, pack
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
-from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 from specverify.kernels.triton_record import write_record
 
 CAP = 8192       # tokens gathered per row
@@ -129,37 +128,6 @@ GATHER_IN_PASS1 = 1
 LAZY_CUT = 1
 
 
-@triton.jit
-def _request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
-             HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, BLOCK_B: tl.constexpr):
-    """This program's row (b, j) of request b's k_b + 1: (live: j <= k_b, on: a random request with a filter
-    on, row_ptr, its record index b K1 + j, k, k_on, top_p, p_on, floor, 1 / T)."""
-    b = tl.program_id(0)
-    j = tl.program_id(1)
-    on, k, k_on, top_p, p_on, floor, inv_t = row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V,
-                                                          HAS_K, HAS_P, HAS_M)
-    row_ptr = logits_ptr + (request_offset(num_draft_ptr, b, BLOCK_B) + b + j) * stride_logits
-    return j <= k_b, on, row_ptr, b * K1 + j, k, k_on, top_p, p_on, floor, inv_t
-
-
-@triton.jit
-def _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
-    """This program's row (b, j)'s max of l / T and its sum of exp(l / T - max), and the order key just above
-    the row's largest logit, all three from pass 1's partials."""
-    slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
-        scratch_views(scratch_ptr, n_part, ints_at, stats_at)
-    b = tl.program_id(0)
-    j = tl.program_id(1)
-    jj = tl.arange(0, BLOCK_K)
-    row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b,
-                                           k_b, K1, S1, BLOCK_K, BLOCK_S)
-    ss = tl.arange(0, BLOCK_S)
-    # pass 1 writes no partials for a row past k_b: nothing to read there
-    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < tl.where(j <= k_b, S1, 0),
-                         other=float("-inf")), axis=0)
-    return pick(row_max, j, jj), pick(row_sum, j, jj), order_key(top).to(tl.int64) + 1
-
-
 # Integer arguments equal to 1 are not specialised: at V = 1 (or one split, one token a region) the
 # specialised kernel crashes Triton 3.6's CUDA pipeline (an LLVM assertion in a pass).
 @triton.jit(do_not_specialize=["V", "K1", "S1", "n_part", "ints_at", "stats_at", "SF", "chunk", "region"])
@@ -191,7 +159,7 @@ def _cut_kernel(
     k_b = tl.load(num_draft_ptr + tl.program_id(0))
     NR = tl.num_programs(0) * K1
     if STAGE == 4:
-        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = _request(
+        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
             logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
             HAS_K, HAS_P, HAS_M, BLOCK_B)
         gathers = tl.zeros([], tl.int64)
@@ -201,8 +169,8 @@ def _cut_kernel(
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
-        m, z, above = _row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
-        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = _request(
+        m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
             logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
             HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAGE == 0:
@@ -266,6 +234,7 @@ def _cut_kernel(
 
 _recipe_ids = iter(range(1 << 62))
 _buffers: dict = {}
+_plans: dict = {}
 
 
 def _shapes() -> tuple:
@@ -383,34 +352,62 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     standard rule, which makes a cut of top-p alone in the three launches lazy (``triton_lazy``; LAZY_CUT):
     its pass 1 also sums the masses before the drafts, and stage 0 leaves the rows pass 2 needs no cut of."""
     _, grid1, args1, meta1, key1, stream = pass1
-    logits, stride, temperature, num_draft, buf, V, K1, S1, n_part, ints_at, stats_at, chunk1 = args1
-    B = grid1[0]
-    filters = (top_k, top_p, min_p)
-    given = tuple(f for f in filters if f is not None)
-    flags = tuple(f is not None for f in filters)
-    lazy = None
-    if pass2 is not None and LAZY_CUT and top_p is not None and not (pass2[3]["SYNTHETIC"] or pass2[3]["BLOCK"]):
-        lazy = (pass2[3]["HAS_Q"], pass2[3]["SEEDED"])
-    rid, sf, chunk, region, words, stages = cut_recipe(B, K1, V, S1, chunk1, meta1, flags,
-                                                       tuple(f.dtype for f in given), lazy)
+    logits, temperature = args1[0], args1[2]
+    meta2 = None if pass2 is None else pass2[3]
+    plan = _plans.get((id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings()))
+    if plan is None or plan[0] is not meta1 or plan[1] is not meta2:
+        plan = _plan(pass1, top_k, top_p, min_p, pass2)
+    _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
-    key = None if key1 is None else (rid, key1, alignment_mask(*given))
-    work, record, tickets = _work(logits.device, stream, words, B * K1)
-    args = (logits, stride, temperature, num_draft, buf) + tuple(temperature if f is None else f for f in filters) \
-        + (work, record, tickets, V, K1, S1, n_part, ints_at, stats_at, sf, chunk, region)
+    key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
+    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1])
+    args = args1[:5] + (temperature if top_k is None else top_k, temperature if top_p is None else top_p,
+                        temperature if min_p is None else min_p, work, record, tickets) + args1[5:11] \
+        + (sf, chunk, region)
     # the drafts, q, its row stride, the uniforms and the seeds that the lazy cut's stage 0 tests, from pass 2's
     # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise, so stand-ins
-    tested = (logits, logits, stride, logits, logits)
-    if lazy is not None:
+    if lazy:
         rows_and_noise = pass2[2]
-        tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
-    drafts = tested[0]
-    args += tested
+        args += (rows_and_noise[2], rows_and_noise[3], rows_and_noise[4], rows_and_noise[7], rows_and_noise[10])
+    else:
+        args += (logits, logits, args1[1], logits, logits)
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_cut_kernel, grid, args1 + (work, region, drafts) + args[5:8], meta,
+                  (_row_stats_cut_kernel, grid, args1 + (work, region, args[20]) + args[5:8], meta,
                    key and key + ("pass 1",), stream)
                   for stage, grid, meta in stages)
-    return steps if stages[0][0] in (4, None) else (pass1,) + steps, record
+    return ((pass1,) + steps if then_pass1 else steps), record
+
+
+def _dtype(t):
+    return None if t is None else t.dtype
+
+
+def _settings() -> tuple:
+    """This module's settings that a cut's plan depends on, as they stand (a probe or a test may change any)."""
+    return (CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1,
+            LAZY_CUT) + _shapes()
+
+
+def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
+    """What of ``cut_launches`` depends only on the passes' metas (cached by ``triton_kernels.launch_recipe``),
+    which filters are passed, their dtypes and the settings, kept in ``_plans`` (a call of a few rows costs its
+    host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, lazy, whether pass 1 runs first as it
+    is). An entry holds both metas, so that their ids are not reused while it lives."""
+    _, grid1, args1, meta1, _, _ = pass1
+    meta2 = None if pass2 is None else pass2[3]
+    given = tuple(f for f in (top_k, top_p, min_p) if f is not None)
+    flags = (top_k is not None, top_p is not None, min_p is not None)
+    lazy = None
+    if meta2 is not None and LAZY_CUT and top_p is not None and not (meta2["SYNTHETIC"] or meta2["BLOCK"]):
+        lazy = (meta2["HAS_Q"], meta2["SEEDED"])
+    B, K1, S1 = grid1
+    rid, sf, chunk, region, words, stages = cut_recipe(B, K1, args1[5], S1, args1[11], meta1, flags,
+                                                       tuple(f.dtype for f in given), lazy)
+    plan = (meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, stages[0][0] not in (4, None))
+    if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
+        _plans.clear()
+    _plans[(id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings())] = plan
+    return plan
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
