@@ -120,6 +120,10 @@ SCRATCH_SHARE, FINISH_N = 4, 16
 # the GPU's SMs once, so each split's own bracket costs no more time than one program's
 ONE_LAUNCH_ROWS = 8
 ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
+# it splits its rows until about this many programs read, at most ONE_LAUNCH_SPLITS a row (a split's region
+# is CAP / 32 tokens then): one program an SM of an H100's or H200's 132 (B = 1's 5 rows: 25 splits each), where
+# more programs (a second wave) cost more than their shorter reads save
+ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
@@ -241,7 +245,8 @@ def _shapes() -> tuple:
     """The GPU launch shapes as they stand, in ``_recipe``'s order."""
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
-            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG)
+            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
+            ONE_LAUNCH_SPLITS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -249,17 +254,21 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
             one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False,
             lazy: tuple | None = None):
-    """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row (each keeps
-    cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
+    """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row, or the one
+    launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
     order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
     with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's.
     lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
-     pre_bracket_maxnreg, lazy_pass1_maxnreg) = shapes
+     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_splits) = shapes
     tiles = triton.cdiv(V, block_v)
-    chunk = triton.cdiv(tiles, min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS, tiles)) * block_v
+    if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's are not reused)
+        splits = min(triton.cdiv(one_launch_programs, B * K1), one_launch_splits)
+    else:
+        splits = min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS)
+    chunk = triton.cdiv(tiles, min(splits, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
     block_f = max(2, triton.next_power_of_2(sf))
     whole = V <= cap
@@ -291,7 +300,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     if B * K1 <= one_launch_rows:
         # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
         # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
-        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, ONE_LAUNCH_TILE))
+        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile))
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
         words += B * K1 * cap       # the rows' lists of packed tokens (``triton_cut.packed_tokens``)
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
