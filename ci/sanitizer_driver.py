@@ -80,8 +80,8 @@ CASES = [
 # target filters (SPEC 3.4) through the backend, so the cut's launches run: counts, V, method. V = 8 is
 # ranked whole (a record launch without the search), V = 1,003 gathered whole and searched or ranked,
 # V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
-# logits. Batches of at most triton_filter.ONE_LAUNCH_ROWS rows (B K1: [2, 1] and [1, 2] here) are cut in one
-# launch, the others in three; the last two run triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket,
+# logits. Batches of at most 8 rows (B K1: [2, 1] and [1, 2] here; triton_filter.ONE_LAUNCH_ROWS is pinned to 8
+# for these calls, so that both plans run) are cut in one launch, the others in three; the last two run triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket,
 # then pass 1 gathering the unweighed top-k rows, then the cut's three launches for the others). The last
 # filters by top-p alone in three launches: the lazy cut (``triton_lazy``) leaves the rows uncut that pass 2
 # needs no cut of
@@ -93,7 +93,8 @@ FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0),
 def filtered_calls(g, device: str) -> int:
     """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
     errors = 0
-    default = triton_filter.GATHER_IN_PASS1
+    default, one_launch_rows = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS
+    triton_filter.ONE_LAUNCH_ROWS = 8
     for counts, V, method, gather_in_pass1, *alone in FILTERED:
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
@@ -112,7 +113,7 @@ def filtered_calls(g, device: str) -> int:
         if cmp.real:
             print(f"  ERROR: {cmp.real[0]}", flush=True)
             errors += 1
-    triton_filter.GATHER_IN_PASS1 = default
+    triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS = default, one_launch_rows
     return errors
 
 

@@ -116,9 +116,9 @@ RANK_N = 64
 # the search's scratch holds CAP / SCRATCH_SHARE tokens a row (0: none, every step tallies all gathered tokens);
 # it ends by ranking its interval's tokens once at most FINISH_N are left (a power of 2, at most RANK_N; 0: never)
 SCRATCH_SHARE, FINISH_N = 4, 16
-# a batch of at most this many rows (B K1) is cut in one launch (STAGE 3): with 16 splits a row, 8 rows fill
-# the GPU's SMs once, so each split's own bracket costs no more time than one program's
-ONE_LAUNCH_ROWS = 8
+# a batch of at most this many rows (B K1; B = 4 at k = 4) is cut in one launch (STAGE 3): a small batch's call
+# is bound by its host, and the three launches' plan is up to six launches to the one's (docs/benchmarks.md)
+ONE_LAUNCH_ROWS = 20
 ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # it splits its rows until about this many programs read, at most ONE_LAUNCH_SPLITS a row (a split's region
 # is CAP / 32 tokens then): one program an SM of an H100's or H200's 132 (B = 1's 5 rows: 25 splits each), where
