@@ -3,13 +3,14 @@
 The server imports the harness so that workers start in milliseconds. It must never start torch's
 intra-op thread pool: threads do not survive fork, and a child inheriting a started pool deadlocks
 on its first parallel operation. One thread here; each worker sets its own count after the fork.
+
+``torch._dynamo`` (about 2 CPU-seconds) is left to the one worker that runs ``uninitialized_memory``,
+whose first call imports it: a run that does not select that check never pays for it.
 """
 
 import torch
 
 torch.set_num_threads(1)
-
-import torch._dynamo  # noqa: E402,F401  (the uninitialized_memory check's first call imports it: pay once)
 
 import specverify.checks  # noqa: E402,F401
 from specverify.checks import stats  # noqa: E402

@@ -99,8 +99,9 @@ def _check(args) -> int:
     except ValueError as exc:
         print(f"specverify: error: {exc}", file=sys.stderr)
         return 2
+    failures_dir = None if args.no_reproducers else args.failures_dir
     pool = CheckPool(args.backend, profile, workers=min(args.workers, max(1, len(pairs))), timeout=timeout,
-                     failures_dir=args.failures_dir, deviations=deviations, call_timeout=call_timeout,
+                     failures_dir=failures_dir, deviations=deviations, call_timeout=call_timeout,
                      keep_going=args.keep_going, gpus=gpus)
     start = time.perf_counter()
     try:
@@ -138,8 +139,9 @@ def _check(args) -> int:
     finally:
         pool.close()
     seconds = time.perf_counter() - start
-    for result in results:   # a check that hung or crashed its worker gets a "check" reproducer here
-        write_reproducer(result, args.failures_dir, profile, args.backend)
+    if failures_dir:
+        for result in results:   # a check that hung or crashed its worker gets a "check" reproducer here
+            write_reproducer(result, failures_dir, profile, args.backend)
     outcome = verdict(results, loaded.capabilities, require, hang=pool.hang)
     if interrupted:
         outcome.passed = False
@@ -236,6 +238,9 @@ def main(argv=None) -> int:
                             "declare and the run must check; the run fails otherwise")
     check.add_argument("--failures-dir", default="specverify-failures", metavar="DIR",
                        help="where each failed check writes its reproducer (default: specverify-failures)")
+    check.add_argument("--no-reproducers", action="store_true",
+                       help="report failures without reducing them to reproducers or writing any (a CI shard "
+                            "that only needs the verdict; run the failing check again to get its reproducer)")
     check.add_argument("--deviations", default=None, metavar="FILE",
                        help="TOML file of known deviations ([[deviation]] check, case, reason, match): a failure "
                             "matching one is reported as known and does not fail the run")

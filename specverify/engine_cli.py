@@ -123,7 +123,8 @@ def check_engine(args, profile, engine) -> int:
             result = run_engine_check(engine, check, case, profile, workers=args.workers)
         if result.status == FAIL:
             failures += 1
-            _write_reproducer(result, args.failures_dir, args.backend, profile)
+            if not args.no_reproducers:
+                _write_reproducer(result, args.failures_dir, args.backend, profile)
         results.append(result)
         print(f"[{i + 1:>2}/{len(pairs)}] {result.id} {result.status} ({result.seconds:.1f}s)", file=sys.stderr,
               flush=True)

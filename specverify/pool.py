@@ -54,7 +54,8 @@ class Loaded:
 
 def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, failures_dir: str | None,
            deviations: tuple, numbers, text, call_timeout: float, visible: str | None = None) -> None:
-    """Worker main loop: load the backend, then answer (check, case) requests until told to stop."""
+    """Worker main loop: load the backend, then answer (check, case) requests until told to stop. Without
+    a ``failures_dir`` a failed check is not reduced to a reproducer (nothing would be written)."""
     os.dup2(2, 1)   # whatever the backend prints goes to stderr, not into the report
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle; it kills the workers
     sys.path[:] = sys_path
@@ -87,7 +88,8 @@ def _serve(conn, spec: str, profile: Profile, sys_path: list, threads: int, fail
         check, case, part = request
         watch.begin(check, case)
         try:
-            result = run_check(backend, check, case, profile, deviations, **({"part": part} if part else {}))
+            result = run_check(backend, check, case, profile, deviations, reproducer=failures_dir is not None,
+                               **({"part": part} if part else {}))
         except SystemExit as exc:
             conn.send(("last", _fail(check, case, backend.name,
                                      f"the backend called sys.exit({exc.code!r}) during the check")))
@@ -185,7 +187,7 @@ class CheckPool:
         self.spec, self.profile, self.workers, self.timeout = spec, profile, workers, timeout
         self.call_timeout = min(call_timeout, timeout)
         self.keep_going = keep_going       # after a hung call, go on calling the backend
-        self.failures_dir = failures_dir   # where workers write the reproducers of failed checks
+        self.failures_dir = failures_dir   # where workers write the reproducers of failed checks; None: none
         self.deviations = tuple(deviations)  # declared by the run, besides the backend's own
         self.gpus = list(gpus or [])
         self.threads = thread_share(workers)

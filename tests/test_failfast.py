@@ -30,7 +30,8 @@ def test_a_hung_call_is_named_once_and_the_backend_is_not_called_again(tmp_path,
     """Every call of Hang sleeps forever. Without the call timeout each of the 48 checks would wait
     its whole --timeout; with it, the first hung call fails its check, names the call, leaves the call
     itself as a reproducer, and every other check is reported not run: the run ends in seconds."""
-    status, printed, doc, junit, seconds = _run(tmp_path, capsys, "Hang", "--call-timeout", "2", "-n", "2")
+    # every call of Hang hangs, so no call that would have finished is cut short: a second is enough
+    status, printed, doc, junit, seconds = _run(tmp_path, capsys, "Hang", "--call-timeout", "1", "-n", "2")
     assert status == 1 and doc["passed"] is False
     assert seconds < 60, f"a hung backend took {seconds:.0f} s to get its verdict"
     failed = [r for r in doc["results"] if r["status"] == FAIL]
@@ -85,11 +86,11 @@ def test_deadline_stops_the_check_in_flight_and_reports_the_rest_not_run(tmp_pat
     """The run's deadline passes during a (hung, but not yet timed-out) call: that check is reported as
     stopped, the next as not run, and the run fails."""
     status, printed, doc, _, seconds = _run(tmp_path, capsys, "Hang", "--checks", "determinism,output_structure",
-                                            "--deadline", "3", "--call-timeout", "300", "-n", "1")
+                                            "--deadline", "1", "--call-timeout", "300", "-n", "1")
     results = doc["results"]
     assert status == 1 and [r["status"] for r in results] == [NOT_RUN, NOT_RUN], printed
-    assert results[0]["message"].startswith("stopped while running: the run's deadline of 3 s passed")
-    assert results[1]["message"].startswith("not run: the run's deadline of 3 s passed")
+    assert results[0]["message"].startswith("stopped while running: the run's deadline of 1 s passed")
+    assert results[1]["message"].startswith("not run: the run's deadline of 1 s passed")
     assert seconds < 60 and doc["passed"] is False
 
 
@@ -124,7 +125,7 @@ def test_shipped_suite_stops_calling_a_hung_backend(tmp_path):
     """Under pytest the first hung call fails its test, naming the call; every later check is a skip
     saying it was not run, and the session fails: one call timeout, not one per check."""
     start = time.perf_counter()
-    proc, doc = _suite(tmp_path, "Hang", "--specverify-call-timeout=2")
+    proc, doc = _suite(tmp_path, "Hang", "--specverify-call-timeout=1")    # every call of Hang hangs
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert time.perf_counter() - start < 120
     statuses = [r["status"] for r in doc["results"]]

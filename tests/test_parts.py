@@ -96,7 +96,8 @@ def test_a_part_that_crashes_or_hangs_fails_its_check_naming_the_part(spec, expe
     once however many parts die, and the run goes on to report every pair."""
     from specverify.pool import CheckPool  # noqa: PLC0415
 
-    pool = CheckPool(spec, get_profile("ci"), workers=2, gpus=["0", "1"], call_timeout=3.0)
+    # every call of Hang hangs (and Segfault's crash needs no timeout): a second cuts no call short
+    pool = CheckPool(spec, get_profile("ci"), workers=2, gpus=["0", "1"], call_timeout=1.0)
     try:
         results = pool.run([("token_distribution", "large_vocab_tiles"), ("empty_batch", "empty")])
     finally:

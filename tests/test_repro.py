@@ -92,14 +92,17 @@ def test_replay_fails_on_the_buggy_backend_and_passes_on_correct_ones(tmp_path, 
 def test_failure_no_single_call_shows_gets_a_check_reproducer(tmp_path, capsys):
     """batch_invariance compares calls; with the backend's own seeded stream (keyed by the whole
     batch) no single call fails alone, so the reproducer names the check and its case, and replay
-    re-runs that check on the recorded profile: still failing there, passing on cpu."""
-    result = run_check(OwnStreamCpuBackend(), "batch_invariance", "random", get_profile("ci"))
+    re-runs that check on the recorded profile: still failing there, passing on cpu. The smoke profile,
+    half ci's examples, is recorded and replayed: the check's three runs are most of the test's time."""
+    smoke = get_profile("smoke")
+    result = run_check(OwnStreamCpuBackend(), "batch_invariance", "random", smoke)
     assert result.status == FAIL and result.repro.kind == "check" and result.repro.call is None
-    path = write_reproducer(result, tmp_path, get_profile("ci"))
-    assert load(path).check == "batch_invariance" and load(path).profile == "ci"
+    path = write_reproducer(result, tmp_path, smoke)
+    assert load(path).check == "batch_invariance" and load(path).profile == "smoke"
     assert "replay re-runs the check" in (tmp_path / "cpu_own_stream-batch_invariance-random.txt").read_text()
     assert main(["replay", path, "specverify.mutants.statistical_only:OwnStreamCpuBackend"]) == 1
     assert main(["replay", path, "cpu"]) == 0
+    assert capsys.readouterr().out.count("batch_invariance[random] (profile smoke)") == 2
 
 
 def test_junit_report_has_one_case_per_check_with_failures_and_skips(dropped):
