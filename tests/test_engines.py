@@ -192,15 +192,25 @@ def test_an_engine_reproducer_replays(mutant_cli_run, capsys):
     assert main(["replay", str(reproducer), SPEC]) == 0 and "PASSES" in capsys.readouterr().out
 
 
-def test_samples_split_over_workers_give_the_same_counts(engine):
+def test_samples_split_over_workers_give_the_same_counts(engine, monkeypatch):
     """Seed i draws sample i whichever worker runs it, so splitting the seeds over forked workers and summing
-    their counts gives the serial run's tallies exactly (the nightly profile's every-core run relies on it)."""
+    their counts gives the serial run's tallies exactly (the nightly profile's every-core run relies on it).
+    The test lowers the count at which a run forks: the property is per seed, and the split must happen."""
+    import multiprocessing
+
     from specverify import engines
-    case = _case(engine, "top_p_min_p")
-    serial = engines._draw_seeds(engine, case, range(400))
+    case, n = _case(engine, "top_p_min_p"), 100
+    serial = engines._draw_seeds(engine, case, range(n))
+    started, context = [], multiprocessing.get_context
+
+    def spied(method=None):
+        started.append(method)
+        return context(method)
+    monkeypatch.setattr(multiprocessing, "get_context", spied)
+    monkeypatch.setattr(engines, "FORK_MIN_PER_WORKER", n // 2)
     engines._DRAWN.clear()
-    forked = engines.draw(engine, case, 400, workers=2)
-    assert forked == serial and sum(serial[0].values()) == serial[1][1] == 400
+    forked = engines.draw(engine, case, n, workers=2)
+    assert started == ["fork"] and forked == serial and sum(serial[0].values()) == serial[1][1] == n
 
 
 def test_nightly_splits_samples_over_every_core(tmp_path, capsys):
