@@ -27,6 +27,7 @@ CATCH = {("greedy_drafter", "top_p_min_p"): 50, ("greedy_drafter", "temperature_
          ("q_dropped", "top_p_min_p"): 275, ("q_dropped", "temperature_alone"): 125,
          ("q_stale", "top_p_min_p"): 250,
          ("q_before_processors", "top_p_min_p"): 225, ("q_before_processors", "temperature_alone"): 375}
+CLEAN_CASES = sorted({case for _, case in CATCH}) + ["greedy", "greedy_prompt_lookup"]   # the correct engine's run
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +54,38 @@ def test_exact_law_is_the_product_of_the_target_laws(engine):
     assert np.count_nonzero(first) == k
 
 
-def test_the_clean_library_passes(engine):
+@pytest.fixture(scope="module")
+def clean_cli_run(tmp_path_factory):
+    """(exit status, printed report, JSON report, JUnit XML) of one CLI run of the correct engine, on the smoke
+    profile, on the cases the mutants are caught on and the two greedy cases: the run whose verdicts and whose
+    report the two tests below check, started once."""
+    import contextlib
+    import io
+
+    from specverify.cli import main
+    out = tmp_path_factory.mktemp("engine-clean")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["check", SPEC, "--profile", "smoke", "--cases", ",".join(CLEAN_CASES), "-n", "1",
+                     "--json", str(out / "report.json"), "--junit", str(out / "j.xml"), "--require", "greedy"])
+    return code, printed.getvalue(), json.loads((out / "report.json").read_text()), (out / "j.xml").read_text()
+
+
+def test_the_clean_library_passes(clean_cli_run):
     """transformers 5.24.0 as installed passes where the mutants fail: its law and its acceptance hold on each
-    case a mutant is caught on, at the most samples a catch there draws, greedy speculation equals plain
+    case a mutant is caught on (the smoke profile's samples, at the ci alpha), greedy speculation equals plain
     greedy, and the one thing that does not hold is the declared deviation (the drafter's warpers applied
     twice), reported as known, never as a pass."""
     from specverify.checks.result import KNOWN
-    from specverify.engines import run_engine_check
-    for name in sorted({case for _, case in CATCH}):
-        n = max(count for (_, case), count in CATCH.items() if case == name)
-        for check, status in (("engine_sequences", PASS), ("engine_acceptance", PASS), ("engine_draft_law", KNOWN)):
-            result = run_engine_check(engine, check, _case(engine, name), CI, samples=n)
-            assert result.status == status, result.line()
-            if result.kind == "statistical":
-                assert result.samples == n and 0 < result.alpha < CI.family_alpha and result.detectable < 1
-    for name in ("greedy", "greedy_prompt_lookup"):
-        result = run_engine_check(engine, "engine_greedy", _case(engine, name), CI)
-        assert result.status == PASS, result.line()
+    _, text, doc, _ = clean_cli_run
+    want = {("engine_greedy", "greedy"): PASS, ("engine_greedy", "greedy_prompt_lookup"): PASS}
+    for case in {case for _, case in CATCH}:
+        want.update({("engine_sequences", case): PASS, ("engine_acceptance", case): PASS,
+                     ("engine_draft_law", case): KNOWN})
+    assert {(r["check"], r["case"]): r["status"] for r in doc["results"]} == want, text
+    for r in doc["results"]:
+        if r["kind"] == "statistical":
+            assert r["samples"] >= 200 and 0 < r["alpha"] < CI.family_alpha and r["detectable"] < 1, r
 
 
 @pytest.mark.parametrize("mutant", ["greedy_drafter", "q_dropped", "q_stale", "q_before_processors"])
@@ -155,22 +171,16 @@ def test_the_registry_tells_engines_from_backends():
     assert get_engine(SPEC).cases
 
 
-def test_cli_runs_the_engine_checks(tmp_path, capsys):
-    """The CLI runs every engine check, reports it and writes the JSON and the JUnit XML. The cheapest sampled
-    case and the cheapest greedy one serve: every check applies to one of them, and the report does not
-    depend on the case."""
-    from specverify.cli import main
-    out = tmp_path / "report.json"
-    code = main(["check", SPEC, "--profile", "smoke", "--cases", "temperature_alone,greedy_prompt_lookup", "-n", "1",
-                 "--json", str(out), "--junit", str(tmp_path / "j.xml"), "--require", "greedy"])
-    text = capsys.readouterr().out
+def test_cli_runs_the_engine_checks(clean_cli_run):
+    """The CLI runs every engine check that applies to the cases asked for, reports each, and writes the JSON
+    and the JUnit XML."""
+    code, text, doc, junit = clean_cli_run
     assert code == 0, text
-    assert "engine_sequences[temperature_alone]" in text and "engine_greedy[greedy_prompt_lookup]" in text
-    assert "det99=" in text
-    doc = json.loads(out.read_text())
+    assert "engine_sequences[top_p_min_p]" in text and "engine_greedy[greedy]" in text and "det99=" in text
     assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
         "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_greedy"}
     assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
+    assert junit.count("<testcase") == len(doc["results"])
 
 
 MUTANT = "specverify.mutants.engines:q_stale_engine"
