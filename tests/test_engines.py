@@ -183,13 +183,14 @@ def test_cli_runs_the_engine_checks(clean_cli_run):
     assert junit.count("<testcase") == len(doc["results"])
 
 
-MUTANT = "specverify.mutants.engines:q_stale_engine"
+MUTANT = "specverify.mutants.engines:greedy_drafter_engine"
 
 
 @pytest.fixture(scope="module")
 def mutant_cli_run(tmp_path_factory):
-    """(exit status, printed report, failures directory) of one CLI run of the q-stale mutant: the run whose
-    report and reproducer the two tests below check, started once (a CLI run loads the engine in a worker)."""
+    """(exit status, printed report, failures directory) of one CLI run of the greedy-drafter mutant on its
+    cheapest case, which the smoke profile's samples fail far beyond chance: the run whose report and
+    reproducer the two tests below check, started once."""
     import contextlib
     import io
 
@@ -197,14 +198,14 @@ def mutant_cli_run(tmp_path_factory):
     failures = tmp_path_factory.mktemp("engine-failures")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = main(["check", MUTANT, "--profile", "smoke", "--cases", "top_p_min_p", "--checks", "engine_sequences",
-                     "-n", "1", "--failures-dir", str(failures)])
+        code = main(["check", MUTANT, "--profile", "smoke", "--cases", "temperature_alone",
+                     "--checks", "engine_sequences", "-n", "1", "--failures-dir", str(failures)])
     return code, printed.getvalue(), failures
 
 
 def test_cli_fails_an_engine_mutant_and_leaves_a_reproducer(mutant_cli_run):
     code, text, failures = mutant_cli_run
-    assert code == 1 and "FAIL  engine_sequences[top_p_min_p]" in text, text
+    assert code == 1 and "FAIL  engine_sequences[temperature_alone]" in text, text
     assert list(failures.glob("*.txt")) and "replay: specverify replay" in text
 
 
@@ -226,7 +227,7 @@ def test_samples_split_over_workers_give_the_same_counts(engine, monkeypatch):
     import multiprocessing
 
     from specverify import engines
-    case, n = _case(engine, "top_p_min_p"), 100
+    case, n = _case(engine, "top_p_min_p"), 50
     serial = engines._draw_seeds(engine, case, range(n))
     started, context = [], multiprocessing.get_context
 
@@ -247,6 +248,8 @@ def test_nightly_splits_samples_over_every_core(tmp_path, capsys):
 
     from specverify.cli import main
     out = tmp_path / "nightly.json"
-    assert main(["check", SPEC, "--profile", "nightly", "--checks", "engine_greedy", "--json", str(out)]) == 0
+    # one greedy case, the cheapest: the worker count is the run's, whatever it checks
+    assert main(["check", SPEC, "--profile", "nightly", "--checks", "engine_greedy", "--cases", "greedy_prompt_lookup",
+                 "--json", str(out)]) == 0
     assert f"samples split over {os.cpu_count()} worker(s)" in capsys.readouterr().err
     assert json.loads(out.read_text())["workers"] == os.cpu_count()
