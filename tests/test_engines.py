@@ -88,6 +88,18 @@ def test_the_clean_library_passes(clean_cli_run):
             assert r["samples"] >= 200 and 0 < r["alpha"] < CI.family_alpha and r["detectable"] < 1, r
 
 
+def test_cli_runs_the_engine_checks(clean_cli_run):
+    """The CLI runs every engine check that applies to the cases asked for, reports each, and writes the JSON
+    and the JUnit XML."""
+    code, text, doc, junit = clean_cli_run
+    assert code == 0, text
+    assert "engine_sequences[top_p_min_p]" in text and "engine_greedy[greedy]" in text and "det99=" in text
+    assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
+        "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_greedy"}
+    assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
+    assert junit.count("<testcase") == len(doc["results"])
+
+
 @pytest.mark.parametrize("mutant", ["greedy_drafter", "q_dropped", "q_stale", "q_before_processors"])
 def test_engine_mutant_is_caught(engine, mutant):
     """Each bug class re-planted in the library moves its first case far from the exact law (or, for q
@@ -169,18 +181,6 @@ def test_the_registry_tells_engines_from_backends():
     assert get_engine("cpu") is None
     assert get_engine("specverify.kernels.cpu:CpuBackend") is None
     assert get_engine(SPEC).cases
-
-
-def test_cli_runs_the_engine_checks(clean_cli_run):
-    """The CLI runs every engine check that applies to the cases asked for, reports each, and writes the JSON
-    and the JUnit XML."""
-    code, text, doc, junit = clean_cli_run
-    assert code == 0, text
-    assert "engine_sequences[top_p_min_p]" in text and "engine_greedy[greedy]" in text and "det99=" in text
-    assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
-        "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_greedy"}
-    assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
-    assert junit.count("<testcase") == len(doc["results"])
 
 
 MUTANT = "specverify.mutants.engines:greedy_drafter_engine"
