@@ -33,6 +33,7 @@ ENGINE_DETECT_TV = {"smoke": 0.3, "ci": 0.05, "dev": 0.03, "nightly": 0.01}
 DRAFT_LAW_TOLERANCE = 1e-5   # float32 softmax of the processed logits against the float64 law
 Q_SHIFT = 0.05     # the shift of q a case must see (issue 32: "a case that cannot see a 5% shift of q is no case")
 _LAW_FLOOR = 1e-300
+FORK_MIN_PER_WORKER = 200   # samples a forked worker must get for the fork and its pool to pay
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def draw(engine, case: EngineCase, n: int, workers: int = 1) -> tuple:
     key = (engine, case, n)   # the engine itself, not its id: a freed engine's id may be reused
     if key in _DRAWN:
         return _DRAWN[key]
-    if workers <= 1 or n < 200 * workers:
+    if workers <= 1 or n < FORK_MIN_PER_WORKER * workers:
         drawn = _draw_seeds(engine, case, range(n))
     else:
         import multiprocessing  # noqa: PLC0415
