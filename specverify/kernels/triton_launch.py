@@ -208,13 +208,14 @@ def skip_discarded_overflow_checks() -> bool:
 
 
 def lighten_interpreted_builtins() -> bool:
-    """Four of the interpreter's per-operation costs, with the same results: the numpy dtype of a Triton
+    """The interpreter's per-operation costs, with the same results: the numpy dtype of a Triton
     type is looked up in a dict built anew on every call (most loads, casts and integer ops ask), and
     each patched builtin filters its keyword arguments through a new dict to replace ``_semantic``.
     Here the dtype is cached per element type and the keyword is set in the call's own dict. And the type
-    checks of every binary operation: two comparisons (``_compare_plainly``) and the promotion of its
-    operands' types (``_remember_promotions``). Returns False, changing nothing, where the interpreter's
-    internals are not the expected ones."""
+    checks of every binary operation: two comparisons (``_compare_plainly``), the promotion of its
+    operands' types (``_remember_promotions``) and the broadcast of equal shapes
+    (``_skip_equal_broadcasts``). Returns False, changing nothing, where the interpreter's internals are
+    not the expected ones."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
@@ -245,7 +246,28 @@ def lighten_interpreted_builtins() -> bool:
     interpreter._get_np_dtype, interpreter._patch_attr = np_dtype, patch_attr
     _compare_plainly(tl.core)
     _remember_promotions(semantic, tl.core)
+    _skip_equal_broadcasts(semantic, tl.core)
     return True
+
+
+def _skip_equal_broadcasts(semantic, core) -> None:
+    """Most binary operations take two blocks of one shape, which ``broadcast_impl_value`` then walks
+    dimension by dimension to find that the broadcast shape is theirs and return both unchanged. Here
+    two plain block types of equal shapes return unchanged at once, as Triton's walk returns them; every
+    other pair (a scalar, another rank or extent, a type of another class) takes Triton's own."""
+    broadcast = type(semantic).broadcast_impl_value
+    if getattr(semantic.__dict__.get("broadcast_impl_value"), "specverify_equal", False):
+        return
+    block_type = core.block_type
+
+    def broadcast_value(lhs, rhs):
+        lhs_ty, rhs_ty = lhs.type, rhs.type
+        if type(lhs_ty) is block_type and type(rhs_ty) is block_type and lhs_ty.shape.values == rhs_ty.shape.values:
+            return lhs, rhs
+        return broadcast(semantic, lhs, rhs)
+
+    broadcast_value.specverify_equal = True
+    semantic.broadcast_impl_value = broadcast_value
 
 
 def _remember_promotions(semantic, core) -> None:
