@@ -170,13 +170,15 @@ def test_single_path_tree_equals_the_kernels_own_chain_bit_for_bit(device, draft
     chain = dataclasses.replace(batch, tree_parents=None)
     backend = _backend()
     noise = Noise.draw(batch, g).to(device)
-    for kwargs in (dict(noise=noise), dict(seed=3)):
+    # The walk takes its parents from the tensor or as i - 1 (HAS_PARENTS), and its uniforms from the noise or
+    # from the seeds (SEEDED): two separate loads with the same code after them, so each way to give the chain
+    # runs under one noise path, both ways and both paths once.
+    for kwargs, tree_batch in ((dict(noise=noise), batch), (dict(seed=3), chain)):
         want = backend(chain, **kwargs)
-        for tree_batch in (batch, chain):
-            got = backend(tree_batch, method="tree", **kwargs)
-            assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
-            steps = torch.arange(batch.max_draft, device=device)[None, :]
-            assert torch.equal(got.accepted_nodes, torch.where(steps < got.num_accepted[:, None], steps, -1))
+        got = backend(tree_batch, method="tree", **kwargs)
+        assert torch.equal(got.token_ids, want.token_ids) and torch.equal(got.num_accepted, want.num_accepted)
+        steps = torch.arange(batch.max_draft, device=device)[None, :]
+        assert torch.equal(got.accepted_nodes, torch.where(steps < got.num_accepted[:, None], steps, -1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
