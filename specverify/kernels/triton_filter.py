@@ -181,7 +181,7 @@ def _cut_kernel(
             if live & on:
                 mine = True
                 if PRE:         # stage 4 bracketed the top-k rows, but for those it deferred
-                    mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1) == DEFER)
+                    mine = ~k_on | (tl.load(work_ptr + 2 * rid + 1, mask=k_on, other=0) == DEFER)
                 if LAZY:        # the rows of top-p alone (pass 1 summed their masses before the drafts)
                     if top_p_alone(on, k_on, p_on, floor):
                         mine = cut_needed(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr,
