@@ -80,11 +80,11 @@ CASES = [
 # target filters (SPEC 3.4) through the backend, so the cut's launches run: counts, V, method. V = 8 is
 # ranked whole (a record launch without the search), V = 1,003 gathered whole and searched or ranked,
 # V = 20,011 (over the gather capacity) bracketed from its sample first; the block rule takes the masked
-# logits. Batches of at most 8 rows (B K1: [2, 1] and [1, 2] here; triton_filter.ONE_LAUNCH_ROWS is pinned to 8
-# for these calls, so that both plans run) are cut in one launch, the others in three; the last two run triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket,
-# then pass 1 gathering the unweighed top-k rows, then the cut's three launches for the others). The last
-# filters by top-p alone in three launches: the lazy cut (``triton_lazy``) leaves the rows uncut that pass 2
-# needs no cut of
+# logits. Batches of at most 8 rows (B K1: [2, 1] and [1, 2] here; triton_filter.ONE_LAUNCH_ROWS is pinned to
+# 8 for these calls, so that both plans run) are cut in one launch, the others in three; the last two run
+# triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket, then pass 1 gathering the unweighed top-k rows,
+# then the cut's three launches for the others). The last filters by top-p alone in three launches: the lazy
+# cut (``triton_lazy``) leaves the rows uncut that pass 2 needs no cut of
 FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0), ([1, 2], 1_003, "standard", 0),
             ([2, 1], 20_011, "standard", 0), ([3, 1, 2], 1_003, "block", 0), ([3, 2, 4, 1], 20_011, "standard", 1),
             ([2, 3, 1], 20_011, "block", 1), ([4, 3, 2, 4], 20_011, "standard", 0, "top-p alone")]

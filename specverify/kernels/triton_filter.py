@@ -255,9 +255,10 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False,
             lazy: tuple | None = None):
     """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row, or the one
-    launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages ((STAGE, grid, meta), ...) in launch
-    order, built once here since the host's work is what a call of a few rows costs. STAGE None is pass 1
-    with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of chunk1 entries) are the cut's.
+    launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages
+    ((STAGE, grid, meta), ...) in launch order, built once here since the host's work is what a call of a few
+    rows costs. STAGE None is pass 1 with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of
+    chunk1 entries) are the cut's.
     lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
@@ -363,9 +364,12 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, grid1, args1, meta1, key1, stream = pass1
     logits, temperature = args1[0], args1[2]
     meta2 = None if pass2 is None else pass2[3]
-    plan = _plans.get((id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings()))
+    plan_key = (id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings())
+    plan = _plans.get(plan_key)
     if plan is None or plan[0] is not meta1 or plan[1] is not meta2:
-        plan = _plan(pass1, top_k, top_p, min_p, pass2)
+        if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
+            _plans.clear()
+        plan = _plans[plan_key] = _plan(pass1, top_k, top_p, min_p, pass2)
     _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
@@ -399,9 +403,9 @@ def _settings() -> tuple:
 
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     """What of ``cut_launches`` depends only on the passes' metas (cached by ``triton_kernels.launch_recipe``),
-    which filters are passed, their dtypes and the settings, kept in ``_plans`` (a call of a few rows costs its
-    host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, lazy, whether pass 1 runs first as it
-    is). An entry holds both metas, so that their ids are not reused while it lives."""
+    which filters are passed, their dtypes and the settings, which the caller keeps in ``_plans`` (a call of a
+    few rows costs its host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, lazy, whether pass 1
+    runs first as it is). An entry holds both metas, so that their ids are not reused while it lives."""
     _, grid1, args1, meta1, _, _ = pass1
     meta2 = None if pass2 is None else pass2[3]
     given = tuple(f for f in (top_k, top_p, min_p) if f is not None)
@@ -412,11 +416,7 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     B, K1, S1 = grid1
     rid, sf, chunk, region, words, stages = cut_recipe(B, K1, args1[5], S1, args1[11], meta1, flags,
                                                        tuple(f.dtype for f in given), lazy)
-    plan = (meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, stages[0][0] not in (4, None))
-    if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
-        _plans.clear()
-    _plans[(id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings())] = plan
-    return plan
+    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, stages[0][0] not in (4, None)
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
