@@ -10,6 +10,7 @@
     alignment_mask(*tensors) -> int                   bit i set when tensors[i] is not 16-byte aligned
     scratch(device, stream, words) -> [>= words] int64 tensor on device
     patch_language_once_per_launch()                  the interpreter patches triton.language once per launch
+    run_interpreted_grids_on_a_chunk_of_their_own()   each interpreted launch starts a frame-stack chunk of its own
                                                       (and runs each launch on a stack chunk of its own)
     skip_discarded_overflow_checks()                  the interpreter skips int32 overflow checks it discards
     lighten_interpreted_builtins()                    the interpreter's per-operation wrappers, cheaper
@@ -140,8 +141,6 @@ def patch_language_once_per_launch() -> bool:
 
     patch_lang.specverify_once = True
     interpreter._patch_lang = patch_lang
-    # the other per-launch patch of the interpreter (installed here so that every caller of this one gets it)
-    run_interpreted_grids_on_a_chunk_of_their_own()
     return True
 
 
