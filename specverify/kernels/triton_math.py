@@ -30,6 +30,9 @@ import triton.language as tl
 # An index no real vocabulary entry has: it loses every lowest-index tie-break, so a padded lane can
 # never be reported as a winner (the GHSA-8wr5-jm2h-8r4f class: id >= V emitted).
 NO_INDEX = tl.constexpr(2**31 - 1)
+# row_norms' fixed point: 2**-38 a unit, so a row of up to 2**25 entries (each term at most its split's
+# length) sums below 2**63, and S1 truncated terms lose under 2**-30 of a sum that is at least 1
+SUM_ONE = tl.constexpr(274877906944.0)
 
 
 @triton.jit
@@ -129,8 +132,14 @@ def row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, 
     row_max = tl.max(pmax, axis=1)
     row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
     psum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
-    row_sum = tl.sum(psum * tl.exp(pmax - row_max[:, None]), axis=1)
-    row_sum = tl.where(row_sum > 0.0, row_sum, 1.0)
+    # summed in fixed point: integer adds give each lane that holds a row the same total in any order. In
+    # float32 the compiler fuses a lane's own product into the reduction's first shuffled add, so lanes that
+    # hold the same row round differently, and which of their sums a layout change keeps is a race
+    terms = psum * tl.exp(pmax - row_max[:, None])
+    finite = terms < float("inf")       # a row with an inf or NaN logit has NaN partials: its sum is taken as 1
+    row_sum = tl.sum((tl.where(finite, terms, 0.0) * SUM_ONE).to(tl.int64), axis=1).to(tl.float32) / SUM_ONE
+    nonfinite = tl.sum(tl.where(finite | ~pmask, 0, 1), axis=1)
+    row_sum = tl.where((row_sum > 0.0) & (nonfinite == 0), row_sum, 1.0)
     pval = tl.load(part_amax_val_ptr + pidx, mask=pmask, other=float("-inf"))
     pidx_best = tl.load(part_amax_idx_ptr + pidx, mask=pmask, other=NO_INDEX)
     row_amax_val = tl.max(pval, axis=1)
