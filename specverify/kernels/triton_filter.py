@@ -253,8 +253,8 @@ def _shapes() -> tuple:
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
             cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
             one_launch_rows: int, shapes: tuple, chunk1: int = 0, gather_in_pass1: bool = False,
-            lazy: tuple | None = None):
-    """(id, SF, chunk, region, work words, stages) of a cut: at most MAX_SPLITS splits per row, or the one
+            lazy: tuple | None = None, max_splits: int = MAX_SPLITS):
+    """(id, SF, chunk, region, work words, stages) of a cut: at most max_splits splits per row, or the one
     launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages
     ((STAGE, grid, meta), ...) in launch order, built once here since the host's work is what a call of a few
     rows costs. STAGE None is pass 1 with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of
@@ -268,7 +268,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's are not reused)
         splits = min(triton.cdiv(one_launch_programs, B * K1), one_launch_splits)
     else:
-        splits = min(max(S1, triton.cdiv(programs, B * K1)), MAX_SPLITS)
+        splits = min(max(S1, triton.cdiv(programs, B * K1)), max_splits)
     chunk = triton.cdiv(tiles, min(splits, tiles)) * block_v
     sf = triton.cdiv(V, chunk)
     block_f = max(2, triton.next_power_of_2(sf))
@@ -398,7 +398,7 @@ def _dtype(t):
 def _settings() -> tuple:
     """This module's settings that a cut's plan depends on, as they stand (a probe or a test may change any)."""
     return (CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1,
-            LAZY_CUT) + _shapes()
+            LAZY_CUT, MAX_SPLITS) + _shapes()
 
 
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
@@ -425,7 +425,7 @@ def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags
     settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's."""
     return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, CAP, NS, CH,
                    READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(), chunk1,
-                   GATHER_IN_PASS1, lazy)
+                   GATHER_IN_PASS1, lazy, MAX_SPLITS)
 
 
 def pass1_splits(rows: int, V: int, want1: int) -> int:
