@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
-# (tests/test_triton_filters.py), compute-sanitizer (memcheck, initcheck, racecheck), the
+# (tests/test_triton_filters.py, test_triton_lazy_cut.py), compute-sanitizer (memcheck, initcheck, racecheck), the
 # GPU benchmark (quick mode), each statistical case's sampling rate alone, FlashInfer's chain sampler
 # through its adapter when FlashInfer is importable, and a report with plots.
 #
@@ -77,7 +77,8 @@ step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caugh
 
 # ---- 3a. the filter cut's kernel tests on CUDA: its sample bracket, slow path, PRE plan and lazy cut -----
 # (four workers share one GPU: the run is bound by compiling the cut's kernels on the CPU)
-step filter-kernels filter-kernels.log "$PY" -m pytest tests/test_triton_filters.py -p no:cacheprovider -n 4 -q -rA
+step filter-kernels filter-kernels.log "$PY" -m pytest tests/test_triton_filters.py tests/test_triton_lazy_cut.py \
+  -p no:cacheprovider -n 4 -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
