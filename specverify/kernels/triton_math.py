@@ -134,7 +134,7 @@ def row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, 
     psum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
     # summed in fixed point: integer adds give each lane that holds a row the same total in any order. Summed
     # in float32, lanes that hold the same row can round differently, and which of their sums a layout
-    # change keeps is a race (racecheck's write-after-write, docs/nightly/2026-11-27-h100-nightly9)
+    # change keeps is a race (racecheck's write-after-write, docs/nightly/2026-11-27-nightly9)
     terms = psum * tl.exp(pmax - row_max[:, None])
     finite = terms < float("inf")       # a row with an inf or NaN logit has NaN partials: its sum is taken as 1
     row_sum = tl.sum((tl.where(finite, terms, 0.0) * SUM_ONE).to(tl.int64), axis=1).to(tl.float32) / SUM_ONE
