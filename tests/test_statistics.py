@@ -174,3 +174,21 @@ def test_exact_null_outputs_follow_the_exact_joint():
     se = (want * (1 - want) / 200_000).sqrt()
     assert bool(((emp - want).abs() <= 5 * se + 1e-12).all()), (emp, want)
     assert bool(((out.token_ids >= 0).sum(1) == out.num_accepted + 1).all())
+
+
+def test_binomial_test_gives_scipys_exact_two_sided_p_value():
+    """binomial_test computes the exact two-sided p-value with scipy's Boost routines directly, not through
+    ``scipy.stats.binomtest``: it must give binomtest's value, to a relative 1e-9, at small and large trial
+    counts, at rates near 0, 1/2 and 1, at counts in both tails, at the mean and at the ends, and where the
+    mean is a whole count (its ties)."""
+    from scipy import stats as scipy_stats
+    rng = np.random.default_rng(29)
+    for n in (1, 2, 5, 10, 37, 1000, 10_000, 123_457):
+        for p0 in (1e-6, 0.01, 0.3, 0.5, 0.6180339, 0.97, 1 - 1e-6):
+            sd = math.sqrt(n * p0 * (1 - p0))
+            ks = {0, n, n // 2, int(n * p0), int(n * p0) + 1} | set(rng.integers(0, n + 1, 6).tolist())
+            ks |= {min(n, max(0, int(n * p0 + z * sd))) for z in (-5, -3, -1.5, -0.5, 0.5, 1.5, 3, 5)}
+            for k in sorted(ks):
+                want = scipy_stats.binomtest(k, n, p0).pvalue
+                got = stats.binomial_test(k, n, p0)
+                assert abs(got - want) <= 1e-9 * want + 1e-300, (k, n, p0, got, want)
