@@ -381,11 +381,12 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise, so stand-ins
     if lazy:
         rows_and_noise = pass2[2]
-        args += (rows_and_noise[2], rows_and_noise[3], rows_and_noise[4], rows_and_noise[7], rows_and_noise[10])
+        tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
     else:
-        args += (logits, logits, args1[1], logits, logits)
+        tested = (logits, logits, args1[1], logits, logits)
+    args += tested
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
-                  (_row_stats_cut_kernel, grid, args1 + (work, region, args[20]) + args[5:8], meta,
+                  (_row_stats_cut_kernel, grid, args1 + (work, region, tested[0]) + args[5:8], meta,
                    key and key + ("pass 1",), stream)
                   for stage, grid, meta in stages)
     return ((pass1,) + steps if then_pass1 else steps), record

@@ -10,8 +10,7 @@
     alignment_mask(*tensors) -> int                   bit i set when tensors[i] is not 16-byte aligned
     scratch(device, stream, words) -> [>= words] int64 tensor on device
     patch_language_once_per_launch()                  the interpreter patches triton.language once per launch
-    run_interpreted_grids_on_a_chunk_of_their_own()   each interpreted launch starts a frame-stack chunk of its own
-                                                      (and runs each launch on a stack chunk of its own)
+    run_interpreted_grids_on_a_chunk_of_their_own()   each interpreted launch runs on a frame-stack chunk of its own
     skip_discarded_overflow_checks()                  the interpreter skips int32 overflow checks it discards
     lighten_interpreted_builtins()                    the interpreter's per-operation wrappers, cheaper
     share_interpreted_shapes()                        the interpreter's tensors reuse their shapes' types
