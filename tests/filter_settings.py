@@ -1,6 +1,7 @@
-"""What the Triton filter cut's kernel tests share (tests/test_triton_filters.py, test_triton_lazy_cut.py):
-the device the kernels run on, and fixtures that pin or shrink the cut's tuning settings so that small
-batches reach every path.
+"""What the Triton filter cut's kernel tests share (tests/test_triton_filters.py, test_triton_lazy_cut.py,
+test_triton_one_launch.py): the device the kernels run on, fixtures that pin or shrink the cut's tuning
+settings so that small batches reach every path, rows of every logit style and filter mix, and the records
+a cut writes.
 
 Without CUDA the kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before
 anything imports Triton); the parameter id says which device ran.
@@ -13,7 +14,9 @@ import os
 import pytest
 import torch
 
-from specverify.kernels import triton_filter
+from reference import SpecBatch
+from specverify.kernels import triton_filter, triton_sampler
+from specverify.strategies import _logits
 
 _CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
 DEVICE = "cuda" if _CUDA else "cpu"
@@ -36,3 +39,26 @@ def small_gather(monkeypatch):
     monkeypatch.setattr(triton_filter, "CAP", 64)
     monkeypatch.setattr(triton_filter, "NS", 32)
     monkeypatch.setattr(triton_filter, "CH", 4)
+
+
+STYLES = ("normal", "peaked", "flat", "tied", "near_tied", "masked")
+
+
+def _rows(seed: int, B: int, V: int, device: str) -> SpecBatch:
+    """B zero-draft requests, one row each, every logit style in turn, every filter and their mixes."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.cat([_logits(g, 1, V, STYLES[b % len(STYLES)]) for b in range(B)]).float()
+    pick = lambda options: torch.tensor([options[int(i)] for i in torch.randint(0, len(options), (B,), generator=g)])  # noqa: E731
+    top_k, top_p = pick((0, 1, 3, 50, V - 1)), pick((1.0, 1e-3, 0.3, 0.9, 1.0 - 2.0 ** -20)).float()
+    min_p, temperature = pick((0.0, 0.05, 0.5)).float(), pick((0.1, 0.7, 1.0, 2.5)).float()
+    return SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None, temperature,
+                     top_k, top_p, min_p).to(device)
+
+
+def _records(batch: SpecBatch, **plan) -> torch.Tensor:
+    """[6, B K1] the cut records of ``batch`` (triton_filter's layout)."""
+    B = batch.num_requests
+    token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
+    _, _, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
+                                      seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
+    return record.view(6, -1).cpu().clone()

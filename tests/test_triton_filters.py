@@ -15,35 +15,12 @@ import pytest
 import torch
 
 import reference
-from filter_settings import _CUDA, DEVICES, small_gather, three_launches_from_nine_rows  # noqa: F401
+from filter_settings import _CUDA, DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
 from reference import Noise, SpecBatch
 from reference.sample import filtered_target
 from specverify.checks.differential import compare_to_reference
 from specverify.kernels import triton_filter, triton_sampler
 from specverify.strategies import _logits
-
-
-STYLES = ("normal", "peaked", "flat", "tied", "near_tied", "masked")
-
-
-def _rows(seed: int, B: int, V: int, device: str) -> SpecBatch:
-    """B zero-draft requests, one row each, every logit style in turn, every filter and their mixes."""
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.cat([_logits(g, 1, V, STYLES[b % len(STYLES)]) for b in range(B)]).float()
-    pick = lambda options: torch.tensor([options[int(i)] for i in torch.randint(0, len(options), (B,), generator=g)])  # noqa: E731
-    top_k, top_p = pick((0, 1, 3, 50, V - 1)), pick((1.0, 1e-3, 0.3, 0.9, 1.0 - 2.0 ** -20)).float()
-    min_p, temperature = pick((0.0, 0.05, 0.5)).float(), pick((0.1, 0.7, 1.0, 2.5)).float()
-    return SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None, temperature,
-                     top_k, top_p, min_p).to(device)
-
-
-def _records(batch: SpecBatch, **plan) -> torch.Tensor:
-    """[6, B K1] the cut records of ``batch`` (triton_filter's layout)."""
-    B = batch.num_requests
-    token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
-    _, _, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
-                                      seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
-    return record.view(6, -1).cpu().clone()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -185,37 +162,6 @@ def test_cut_records_do_not_depend_on_the_launch_plan(device):
     default = _records(batch)
     tiled = _records(batch, block_v=16, splits=(5, 2))
     assert torch.equal(default[:4], tiled[:4])
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gather, monkeypatch):
-    """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
-    tokens into the row's list, and the last split to finish writes the record: the records (cut value and
-    index, Z', the way found) must be those of
-    the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
-    gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
-    three)."""
-    for seed, V in ((11, 160), (4, 40)):
-        rows = _rows(seed, 4, V, device)
-        # request 0 proposes 3 drafts: its rows 1-3 are live, the rows past k_b of the others are not
-        batch = dataclasses.replace(rows, num_draft_tokens=torch.tensor([3, 0, 0, 0], device=device),
-                                    draft_token_ids=torch.zeros(3, dtype=torch.int64, device=device),
-                                    target_logits=torch.cat([rows.target_logits[:1].expand(3, V), rows.target_logits]))
-        # narrow tiles: several splits a row, so the last split is not the only one
-        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 0)
-        three = _records(batch, block_v=32)
-        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 10 ** 6)
-        # the three launches left their sums and tokens in the work space: a record written before every split
-        # is done must not find them there
-        for work, *_ in triton_filter._buffers.values():
-            work.fill_(1 << 40)
-        one = _records(batch, block_v=32)
-        # the splits-done tickets and packed-token totals are zero again for the next call
-        assert all(int(tickets.abs().sum()) == 0 for _, _, tickets, _ in triton_filter._buffers.values())
-        live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])
-        assert torch.equal(one[:, live], three[:, live]), (one != three).nonzero().tolist()
-        # unfiltered rows, the gathered bracket's search and the slow path (V = 160), rows gathered whole (V = 40)
-        assert set(three[5, live].tolist()) == ({0.0, 1.0, 2.0} if V == 160 else {0.0, 1.0})
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -65,11 +65,13 @@ import triton.language as tl
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, cut_request, cut_row_norms, order_key,
-                                           packed_tokens, read_split, work_gathered, work_parts, work_tokens)
+                                           packed_tokens, read_split, split_tallies, work_gathered, work_parts,
+                                           work_tokens)
 from specverify.kernels.triton_gather import NPART, ballot_meta, pack
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
+from specverify.kernels.triton_search import tally, tally_keys
 
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
@@ -124,6 +126,10 @@ ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # is CAP / 32 tokens then): one program an SM of an H100's or H200's 132 (B = 1's 5 rows: 25 splits each), where
 # more programs (a second wave) cost more than their shorter reads save
 ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
+# each of its splits tallies its gathered tokens at this many keys spread over the bracket (0: none), so that
+# the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
+# step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step)
+TALLY_N, TALLY_TILE = 64, 32
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
@@ -147,7 +153,7 @@ def _cut_kernel(
     BLOCK_READ: tl.constexpr, BLOCK_COUNT: tl.constexpr,
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
-    HAS_Q: tl.constexpr, SEEDED: tl.constexpr,
+    HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -217,10 +223,19 @@ def _cut_kernel(
                     read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
-                        pack(work_tokens(work_ptr, NR, rid, SF, CAP) + tl.program_id(2) * region,
-                             work_parts(work_ptr, NR, rid, SF, tl.program_id(2)), region,
-                             packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH), tickets_ptr + NR + rid, CAP,
-                             BLOCK_R)
+                        split = tl.program_id(2)
+                        mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
+                        parts = work_parts(work_ptr, NR, rid, SF, split)
+                        pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
+                             tickets_ptr + NR + rid, CAP, BLOCK_R)
+                        if TALLY_N > 0:     # the record's search starts from these, summed
+                            tt = tl.arange(0, TALLY_N)
+                            t_cnt, t_mass = tally(mine, tl.minimum(tl.load(parts + 7), region),
+                                                  tally_keys(lo, tl.minimum(hi, above), TALLY_N), inv_t, m, TALLY_N,
+                                                  TALLY_BLOCK)
+                            at = split_tallies(work_ptr, NR, rid, SF, split, CAP, SCRATCH, TALLY_N)
+                            tl.store(at + tt, t_cnt)
+                            tl.store(at + TALLY_N + tt, t_mass)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
@@ -231,7 +246,7 @@ def _cut_kernel(
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
-                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3)
+                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
 
@@ -246,7 +261,7 @@ def _shapes() -> tuple:
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
             PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS)
+            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -263,7 +278,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
-     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_splits) = shapes
+     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_splits, tally_n,
+     tally_tile) = shapes
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's are not reused)
         splits = min(triton.cdiv(one_launch_programs, B * K1), one_launch_splits)
@@ -288,7 +304,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_READ=block_v if wide else min(block_v, block_read),
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
-                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), num_warps=warps)
+                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
+                TALLY_BLOCK=1, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -301,9 +318,11 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     if B * K1 <= one_launch_rows:
         # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
         # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
-        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile))
+        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile),
+                   TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile)
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
-        words += B * K1 * cap       # the rows' lists of packed tokens (``triton_cut.packed_tokens``)
+        # the rows' lists of packed tokens (``triton_cut.packed_tokens``) and their splits' tallies
+        words += B * K1 * (cap + sf * 2 * one["TALLY_N"])
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),

@@ -3,7 +3,9 @@ the whole row when the bracket missed, each row's cut. ``@triton.jit`` functions
 entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
 index) at ``buf_ptr``:
 
-    resolve(...)      the cut from the n gathered tokens, or ok = False
+    tally_keys(...)   the keys at which a read's splits tally their own gathered tokens (``tally``)
+    resolve(...)      the cut from the n gathered tokens, or ok = False; given the splits' tallies, each
+                      search starts from the tallied keys' interval that holds its crossing
     gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
     slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
 
@@ -63,6 +65,48 @@ def _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R: tl.constexpr):
         cnt += valid.to(tl.int64)
         mass += tl.where(valid, weight(e), 0)
     return tl.sum(cnt, axis=0), tl.sum(mass, axis=0)
+
+
+@triton.jit
+def tally_keys(lo, hi, NT: tl.constexpr):
+    """[NT] int64 keys in [lo, hi): lo, then keys whose logits split [value(lo), value(hi - 1)] evenly (logits
+    near a crossing lie close together by value, where keys stretch across binades and zero). Keys that
+    would fall outside (lo, hi), as with an end that is no finite logit, are lo, which narrows nothing."""
+    t = tl.arange(0, NT)
+    va = key_value(tl.maximum(lo, KMIN + 1).to(tl.int32))
+    vb = key_value((tl.minimum(hi, KMAX) - 1).to(tl.int32))
+    v = va + (vb - va) * (t.to(tl.float32) / NT)
+    key = order_key(v).to(tl.int64)
+    usable = (lo > KMIN) & (va < vb) & (vb - va < float("inf"))
+    return tl.where(usable & (t > 0) & (key > lo) & (key < hi), key, lo)
+
+
+@triton.jit
+def tally(buf_ptr, n, keys, inv_t, m, NT: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(count, mass) [NT] of the n gathered tokens at buf_ptr with keys at or above each of ``keys``: a split's
+    share of the F that ``_find`` searches, summed over the splits by the record."""
+    return _tally(buf_ptr, n, keys, 0, inv_t, m, False, NT, BLOCK_R)
+
+
+@triton.jit
+def _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.constexpr):
+    """[a, b) with F(a) >= target > F(b) narrowed to the tallied keys inside it that bound the crossing most
+    closely (t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above it)."""
+    inside = (keys > a) & (keys < b)
+    if BY_MASS:
+        reach = t_mass >= target
+    else:
+        reach = t_cnt >= target
+    up, down = inside & reach, inside & ~reach
+    a2 = tl.max(tl.where(up, keys, a), axis=0)
+    b2 = tl.min(tl.where(down, keys, b), axis=0)
+    at_a, at_b = up & (keys == a2), down & (keys == b2)
+    moved_a, moved_b = a2 > a, b2 < b
+    ca = tl.where(moved_a, tl.max(tl.where(at_a, t_cnt, 0), axis=0), ca)
+    wa = tl.where(moved_a, tl.max(tl.where(at_a, t_mass, 0), axis=0), wa)
+    cb = tl.where(moved_b, tl.max(tl.where(at_b, t_cnt, 0), axis=0), cb)
+    wb = tl.where(moved_b, tl.max(tl.where(at_b, t_mass, 0), axis=0), wb)
+    return a2, ca, wa, b2, cb, wb
 
 
 @triton.jit
@@ -148,6 +192,11 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
     c_off, w_off = shift, shift         # F(b) when they moved
+    # an interval that starts narrow (the splits' tallies) moves before its first step
+    if (b - a > 1) & (ca - cb < SCRATCH) & (2 * (ca - cb) <= n_src) & ((FINISH == 0) | (ca - cb > FINISH)):
+        n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
+        shift = scr_at + tl.zeros([], tl.int64)
+        c_off, w_off = cb, wb
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
         if (b - a > 1) & ((FINISH == 0) | (ca - cb > FINISH)):
             cand = _candidates(buf_ptr + shift, n_src, a, b, key_eq, BY_INDEX, NC)
@@ -181,13 +230,19 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 @triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
-            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
+            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, keys=None,
+            t_cnt=None, t_mass=None, HINT: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
     With min-p off, Z' comes from the search's own sums (every token of a tie group weighs the same); with it
-    on, from one more pass over the tokens (``gathered_kept_mass``)."""
-    n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
+    on, from one more pass over the tokens (``gathered_kept_mass``). HINT: keys [NT] (``tally_keys``, keys[0]
+    = lo) and the count and mass of the gathered tokens at or above each (t_cnt, t_mass, the splits' tallies
+    summed), from which the gathered totals come and each key search starts."""
+    if HINT:
+        n_in, w_all_in = pick(t_cnt, 0, tl.arange(0, keys.shape[0])), pick(t_mass, 0, tl.arange(0, keys.shape[0]))
+    else:
+        n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
     kept_in = w_all_in
     ok = n_in > 0
     c_k = c_hi + n_in
@@ -196,18 +251,22 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     zero = tl.zeros([], tl.int64)
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
-        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, lo, hi, n_in, w_all_in, zero, zero,
-                                                      k - c_hi, zero, 0, inv_t, m, False, False, NC, BLOCK_R, SCRATCH,
-                                                      FINISH)
+        a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
+        if HINT:
+            a, ca, wa, b, cb, wb = _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
+                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
-        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, cut_key, hi, c_k - c_hi, w_all_in, zero,
-                                                      zero, target - w_hi, zero, 0, inv_t, m, False, True, NC, BLOCK_R,
-                                                      SCRATCH, FINISH)
+        a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
+        if HINT:
+            a, ca, wa, b, cb, wb = _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
+        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
+                                                      0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH)
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
         ties = c_at - c_above
         e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
