@@ -131,6 +131,26 @@ def _keep_between(src_ptr, n, dst_ptr, a, b, key_eq, BY_INDEX: tl.constexpr, SCR
 
 
 @triton.jit
+def _keep_narrow(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.constexpr):
+    """``_keep_between`` by key into a dst apart from src, in tiles of BLOCK with the next tile's load in flight:
+    the one pass over every gathered token that a search from a narrow interval makes, where the narrow
+    interval's few tokens make the copy's stores few."""
+    copied = tl.zeros([], tl.int32)
+    ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+    for start in range(0, n, BLOCK):
+        packed = ahead
+        i = start + BLOCK + tl.arange(0, BLOCK)
+        ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+        key = (packed >> 32).to(tl.int64)
+        inside = (packed != NONE) & (key >= a) & (key < b)
+        at = copied + tl.cumsum(inside.to(tl.int32), 0) - 1
+        tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
+        copied += tl.sum(inside.to(tl.int32), axis=0)
+    tl.debug_barrier()          # what any thread copied is in place before any thread tallies it
+    return tl.minimum(copied, SCRATCH).to(tl.int64)
+
+
+@triton.jit
 def _candidates(src_ptr, n_src, a, b, key_eq, BY_INDEX: tl.constexpr, NC: tl.constexpr):
     """[NC] ascending candidates in (a, b): a + 1 (the end, where one value is left above target), the middle
     (the interval at least halves), and the values of NC - 2 tokens spread over the n_src at src_ptr, which
@@ -194,7 +214,10 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     c_off, w_off = shift, shift         # F(b) when they moved
     # an interval that starts narrow (the splits' tallies) moves before its first step
     if (b - a > 1) & (ca - cb < SCRATCH) & (2 * (ca - cb) <= n_src) & ((FINISH == 0) | (ca - cb > FINISH)):
-        n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
+        if BY_INDEX:
+            n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
+        else:
+            n_src = _keep_narrow(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R)
         shift = scr_at + tl.zeros([], tl.int64)
         c_off, w_off = cb, wb
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
