@@ -71,7 +71,7 @@ from specverify.kernels.triton_gather import NPART, ballot_meta, pack
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
-from specverify.kernels.triton_search import tally, tally_keys
+from specverify.kernels.triton_tally import tally_keys, tally_pack
 
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
@@ -226,16 +226,15 @@ def _cut_kernel(
                         split = tl.program_id(2)
                         mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
                         parts = work_parts(work_ptr, NR, rid, SF, split)
-                        pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
-                             tickets_ptr + NR + rid, CAP, BLOCK_R)
-                        if TALLY_N > 0:     # the record's search starts from these, summed
-                            tt = tl.arange(0, TALLY_N)
-                            t_cnt, t_mass = tally(mine, tl.minimum(tl.load(parts + 7), region),
-                                                  tally_keys(lo, tl.minimum(hi, above), TALLY_N), inv_t, m, TALLY_N,
-                                                  TALLY_BLOCK)
-                            at = split_tallies(work_ptr, NR, rid, SF, split, CAP, SCRATCH, TALLY_N)
-                            tl.store(at + tt, t_cnt)
-                            tl.store(at + TALLY_N + tt, t_mass)
+                        if TALLY_N > 0:     # tallied and placed by bucket: the record's search starts there
+                            tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
+                                       tickets_ptr + NR + rid,
+                                       split_tallies(work_ptr, NR, rid, SF, split, CAP, SCRATCH, TALLY_N),
+                                       tally_keys(lo, tl.minimum(hi, above), TALLY_N), inv_t, m, CAP, TALLY_N,
+                                       TALLY_BLOCK)
+                        else:
+                            pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
+                                 tickets_ptr + NR + rid, CAP, BLOCK_R)
                     # every thread's stores are issued before the release that publishes them to the last split
                     tl.debug_barrier()
                     done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")

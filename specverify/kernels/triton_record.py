@@ -13,7 +13,7 @@ from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tok
                                            work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
-from specverify.kernels.triton_search import kept_mass, resolve, slow_cut, tally_keys
+from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
 
 
 @triton.jit
@@ -21,15 +21,6 @@ def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
     """The sum of field ``field`` over a row's SF splits' partial sums."""
     ff = tl.arange(0, BLOCK_F)
     return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
-
-
-@triton.jit
-def _tallies(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr,
-             BLOCK_F: tl.constexpr):
-    """(count, mass) [NT]: a row's SF splits' tallies (``split_tallies``) summed."""
-    ff = tl.arange(0, BLOCK_F)[:, None]
-    at = split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH, NT) + ff * (2 * NT) + tl.arange(0, NT)[None, :]
-    return tl.sum(tl.load(at, mask=ff < SF, other=0), axis=0), tl.sum(tl.load(at + NT, mask=ff < SF, other=0), axis=0)
 
 
 @triton.jit
@@ -41,8 +32,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
-    compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys (``split_tallies``), and the
-    search starts from their sums."""
+    compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys as it packed them
+    (``triton_tally``), and the search starts from their sums."""
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
@@ -82,13 +73,12 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
                 elif PACKED and TALLY_N > 0:
-                    t_cnt, t_mass = _tallies(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, BLOCK_F)
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
                                                               tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
                                                               SCRATCH, FINISH,
-                                                              tally_keys(lo, tl.minimum(hi, above), TALLY_N), t_cnt,
-                                                              t_mass, True)
+                                                              split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
+                                                                            TALLY_N), SF, TALLY_N, BLOCK_F)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,

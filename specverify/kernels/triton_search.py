@@ -3,9 +3,8 @@ the whole row when the bracket missed, each row's cut. ``@triton.jit`` functions
 entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
 index) at ``buf_ptr``:
 
-    tally_keys(...)   the keys at which a read's splits tally their own gathered tokens (``tally``)
-    resolve(...)      the cut from the n gathered tokens, or ok = False; given the splits' tallies, each
-                      search starts from the tallied keys' interval that holds its crossing
+    resolve(...)      the cut from the n gathered tokens, or ok = False; given the splits' tallies
+                      (``triton_tally``), each key search starts from the tallied interval that holds its crossing
     gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
     slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
 
@@ -23,6 +22,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, unpack, weight
+from specverify.kernels.triton_tally import hinted, row_tallies, tally_keys
 
 
 @triton.jit
@@ -65,48 +65,6 @@ def _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R: tl.constexpr):
         cnt += valid.to(tl.int64)
         mass += tl.where(valid, weight(e), 0)
     return tl.sum(cnt, axis=0), tl.sum(mass, axis=0)
-
-
-@triton.jit
-def tally_keys(lo, hi, NT: tl.constexpr):
-    """[NT] int64 keys in [lo, hi): lo, then keys whose logits split [value(lo), value(hi - 1)] evenly (logits
-    near a crossing lie close together by value, where keys stretch across binades and zero). Keys that
-    would fall outside (lo, hi), as with an end that is no finite logit, are lo, which narrows nothing."""
-    t = tl.arange(0, NT)
-    va = key_value(tl.maximum(lo, KMIN + 1).to(tl.int32))
-    vb = key_value((tl.minimum(hi, KMAX) - 1).to(tl.int32))
-    v = va + (vb - va) * (t.to(tl.float32) / NT)
-    key = order_key(v).to(tl.int64)
-    usable = (lo > KMIN) & (va < vb) & (vb - va < float("inf"))
-    return tl.where(usable & (t > 0) & (key > lo) & (key < hi), key, lo)
-
-
-@triton.jit
-def tally(buf_ptr, n, keys, inv_t, m, NT: tl.constexpr, BLOCK_R: tl.constexpr):
-    """(count, mass) [NT] of the n gathered tokens at buf_ptr with keys at or above each of ``keys``: a split's
-    share of the F that ``_find`` searches, summed over the splits by the record."""
-    return _tally(buf_ptr, n, keys, 0, inv_t, m, False, NT, BLOCK_R)
-
-
-@triton.jit
-def _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.constexpr):
-    """[a, b) with F(a) >= target > F(b) narrowed to the tallied keys inside it that bound the crossing most
-    closely (t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above it)."""
-    inside = (keys > a) & (keys < b)
-    if BY_MASS:
-        reach = t_mass >= target
-    else:
-        reach = t_cnt >= target
-    up, down = inside & reach, inside & ~reach
-    a2 = tl.max(tl.where(up, keys, a), axis=0)
-    b2 = tl.min(tl.where(down, keys, b), axis=0)
-    at_a, at_b = up & (keys == a2), down & (keys == b2)
-    moved_a, moved_b = a2 > a, b2 < b
-    ca = tl.where(moved_a, tl.max(tl.where(at_a, t_cnt, 0), axis=0), ca)
-    wa = tl.where(moved_a, tl.max(tl.where(at_a, t_mass, 0), axis=0), wa)
-    cb = tl.where(moved_b, tl.max(tl.where(at_b, t_cnt, 0), axis=0), cb)
-    wb = tl.where(moved_b, tl.max(tl.where(at_b, t_mass, 0), axis=0), wb)
-    return a2, ca, wa, b2, cb, wb
 
 
 @triton.jit
@@ -253,17 +211,20 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 @triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
-            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, keys=None,
-            t_cnt=None, t_mass=None, HINT: tl.constexpr = False):
+            NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
+            SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
     With min-p off, Z' comes from the search's own sums (every token of a tie group weighs the same); with it
-    on, from one more pass over the tokens (``gathered_kept_mass``). HINT: keys [NT] (``tally_keys``, keys[0]
-    = lo) and the count and mass of the gathered tokens at or above each (t_cnt, t_mass, the splits' tallies
-    summed), from which the gathered totals come and each key search starts."""
-    if HINT:
-        n_in, w_all_in = pick(t_cnt, 0, tl.arange(0, keys.shape[0])), pick(t_mass, 0, tl.arange(0, keys.shape[0]))
+    on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
+    tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
+    tallied interval that holds its crossing."""
+    jt = tl.arange(0, max(NT, 2))
+    if NT > 0:
+        keys = tally_keys(lo, hi, NT)
+        t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
+        n_in, w_all_in = pick(t_cnt, 0, jt), pick(t_mass, 0, jt)
     else:
         n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
     kept_in = w_all_in
@@ -275,8 +236,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
-        if HINT:
-            a, ca, wa, b, cb, wb = _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
+        if NT > 0:
+            a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH)
         c_k, w_k = c_hi + c_at, w_hi + w_at
@@ -286,8 +247,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
         a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
-        if HINT:
-            a, ca, wa, b, cb, wb = _hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
+        if NT > 0:
+            a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH)
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept

@@ -1,0 +1,91 @@
+"""The splits' tallies of the one-launch cut (``triton_filter``'s STAGE 3): each split of a row tallies its
+gathered tokens at NT keys spread over the row's bracket as it packs them into the row's list, so that the
+record's key searches (``triton_search.resolve``) start from the tallied interval that holds each crossing,
+not from the whole bracket. ``@triton.jit`` functions on one row (``m`` its max of l / T, ``inv_t`` = 1 / T);
+gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
+
+    tally_keys(lo, hi, NT)  -> [NT] int64 keys: lo, then keys whose logits split [value(lo), value(hi - 1)] evenly
+    tally_pack(...)         a split's tokens into the row's list, and its tallies (count and mass at or above
+                            each key) to the work space, in one read
+    row_tallies(...)        -> the row's tallies [NT], its splits' summed
+    hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
+
+Work space per (row, split): [NT] counts, then [NT] masses (``triton_cut.split_tallies``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, order_key, weight
+
+
+@triton.jit
+def tally_keys(lo, hi, NT: tl.constexpr):
+    """[NT] int64 keys in [lo, hi): lo, then keys whose logits split [value(lo), value(hi - 1)] evenly (logits
+    near a crossing lie close together by value, where keys stretch across binades and zero). Keys that
+    would fall outside (lo, hi), as with an end that is no finite logit, are lo, which narrows nothing; the
+    keys ascend either way."""
+    t = tl.arange(0, NT)
+    va = key_value(tl.maximum(lo, KMIN + 1).to(tl.int32))
+    vb = key_value((tl.minimum(hi, KMAX) - 1).to(tl.int32))
+    v = va + (vb - va) * (t.to(tl.float32) / NT)
+    key = order_key(v).to(tl.int64)
+    usable = (lo > KMIN) & (va < vb) & (vb - va < float("inf"))
+    return tl.where(usable & (t > 0) & (key > lo) & (key < hi), key, lo)
+
+
+@triton.jit
+def tally_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, tallies_ptr, keys, inv_t, m, CAP: tl.constexpr,
+               NT: tl.constexpr, BLOCK: tl.constexpr):
+    """``triton_gather.pack`` of one split (its atomic gather's tokens at buf_ptr, count at parts_ptr's word 7)
+    that also tallies them at ``keys`` (count and mass at or above each) to tallies_ptr, in the same read."""
+    tl.debug_barrier()          # every thread's gathered stores and count are in before any thread reads them
+    n = tl.load(parts_ptr + 7, cache_modifier=".cg")
+    whole = n <= region
+    at = tl.atomic_add(total_ptr, tl.where(whole, n, CAP + 1).to(tl.int32), sem="relaxed").to(tl.int64)
+    n = tl.minimum(n, region)
+    copied = tl.where(whole & (at + n <= CAP), n, 0)
+    cnt = tl.zeros([BLOCK, NT], tl.int32)
+    mass = tl.zeros([BLOCK, NT], tl.int64)
+    for start in range(0, n, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
+        tl.store(dst_ptr + at + i, packed, mask=i < copied)
+        valid, _, _, e = decode(packed, inv_t, m)
+        ge = valid[:, None] & ((packed >> 32)[:, None] >= keys[None, :])
+        cnt += ge.to(tl.int32)
+        mass += tl.where(ge, weight(e)[:, None], 0)
+    jj = tl.arange(0, NT)
+    tl.store(tallies_ptr + jj, tl.sum(cnt, axis=0).to(tl.int64))
+    tl.store(tallies_ptr + NT + jj, tl.sum(mass, axis=0))
+
+
+@triton.jit
+def row_tallies(tallies_ptr, SF, NT: tl.constexpr, BLOCK_F: tl.constexpr):
+    """(count, mass) [NT]: the SF splits' tallies from tallies_ptr (split 0's) summed."""
+    ff = tl.arange(0, BLOCK_F)[:, None]
+    at = tallies_ptr + ff * (2 * NT) + tl.arange(0, NT)[None, :]
+    return tl.sum(tl.load(at, mask=ff < SF, other=0), axis=0), tl.sum(tl.load(at + NT, mask=ff < SF, other=0), axis=0)
+
+
+@triton.jit
+def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.constexpr):
+    """[a, b) with F(a) >= target > F(b) narrowed to the tallied keys inside it that bound the crossing most
+    closely (t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above it)."""
+    inside = (keys > a) & (keys < b)
+    if BY_MASS:
+        reach = t_mass >= target
+    else:
+        reach = t_cnt >= target
+    up, down = inside & reach, inside & ~reach
+    a2 = tl.max(tl.where(up, keys, a), axis=0)
+    b2 = tl.min(tl.where(down, keys, b), axis=0)
+    at_a, at_b = up & (keys == a2), down & (keys == b2)
+    moved_a, moved_b = a2 > a, b2 < b
+    ca = tl.where(moved_a, tl.max(tl.where(at_a, t_cnt, 0), axis=0), ca)
+    wa = tl.where(moved_a, tl.max(tl.where(at_a, t_mass, 0), axis=0), wa)
+    cb = tl.where(moved_b, tl.max(tl.where(at_b, t_cnt, 0), axis=0), cb)
+    wb = tl.where(moved_b, tl.max(tl.where(at_b, t_mass, 0), axis=0), wb)
+    return a2, ca, wa, b2, cb, wb
