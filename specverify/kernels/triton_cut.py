@@ -167,7 +167,7 @@ def packed_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexp
 @triton.jit
 def split_tallies(work_ptr, NR, rid, SF, split, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr):
     """Row rid's split's tallies in the one-launch plan's work space, after the packed lists: [NT] counts, then
-    [NT] masses, of its gathered tokens at or above each of ``triton_search.tally_keys``."""
+    [NT] masses, of its gathered tokens at or above each of ``triton_tally.tally_keys``."""
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH) + (rid * SF + split) * (2 * NT)
 
 

@@ -20,7 +20,8 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R] whether pass 1 gathers the row (PRE);
                                  [R, SF, NPART] partial sums; [R, CAP] gathered tokens, split s in slots
                                  [s region, (s + 1) region); [R, SCRATCH] the search's scratch (``triton_search``);
-                                 in the one-launch plan, [R, CAP] each row's tokens packed split after split
+                                 in the one-launch plan, [R, CAP] each row's tokens packed split after split,
+                                 then [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``)
     record_ptr [6, R] float32 (out)
     tickets_ptr [2, R] int32     the one-launch plan's count of a row's splits done, and of the tokens they
                                  packed (both zero between calls)
@@ -31,8 +32,10 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                  STAGE 2  grid (B, K1)       the record (``triton_record``)
                  STAGE 3  grid (B, K1, SF)   all three in one launch, for a batch of few rows: every split
                                              finds the row's bracket itself, reads its part, packs its
-                                             tokens into the row's list (``triton_gather.pack``), and the
-                                             last split of the row to finish writes the record
+                                             tokens into the row's list and tallies them at TALLY_N keys
+                                             (``triton_tally.tally_pack``), and the last split of the row to
+                                             finish writes the record, its searches starting from the
+                                             tallied interval of each crossing
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
