@@ -1,11 +1,10 @@
 """The fused Triton sampler against reference.sample, token for token.
 
-Without CUDA the kernels run under the Triton interpreter on CPU tensors (TRITON_INTERPRET=1 is set
-here, before the kernel module is imported, because triton.jit reads it at decoration time). With
-CUDA the same cases run compiled on cuda tensors; the parameter id says which ("cpu-interpreter" or
-"cuda"), so a run never passes a device it did not test.
+Without CUDA the kernels run under the Triton interpreter on CPU tensors (tests/triton_sampler_cases.py
+sets it up). With CUDA the same cases run compiled on cuda tensors; the parameter id says which
+("cpu-interpreter" or "cuda"), so a run never passes a device it did not test.
 
-CUDA graphs are tested in tests/test_triton_graphs.py.
+CUDA graphs are tested in tests/test_triton_graphs.py, the launch path in tests/test_triton_launch.py.
 
 Small vocabularies with a forced 16-wide tile and forced vocabulary splits exercise what large V
 exercises on the GPU: several tiles per program, a ragged last tile, and the cross-program merges of
@@ -15,7 +14,6 @@ both passes (pass 1 partials, pass 2 atomic race keys).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import subprocess
 import sys
@@ -23,43 +21,15 @@ import sys
 import pytest
 import torch
 
-_CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
-if not _CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import reference  # noqa: E402
-from reference import Noise, SpecBatch, SpecOutput, philox, select_requests  # noqa: E402
-from reference.sample import filtered_target  # noqa: E402
-from specverify import UnsupportedError, get_backend  # noqa: E402
-from specverify.generate import random_batch  # noqa: E402
-from specverify.kernels import (triton_block, triton_chain, triton_kernels, triton_launch, triton_math,  # noqa: E402
-                                triton_sampler)
-
-if not _CUDA and not triton_kernels.interpreted():
-    # Another module imported the kernels before the interpreter was switched on: decorate them again,
-    # each module after the ones it imports from.
-    triton_math = importlib.reload(triton_math)
-    triton_block = importlib.reload(triton_block)
-    triton_chain = importlib.reload(triton_chain)
-    triton_kernels = importlib.reload(triton_kernels)
-    triton_sampler = importlib.reload(triton_sampler)
-
-TritonBackend = triton_sampler.TritonBackend
-DEVICE = "cuda" if _CUDA else "cpu"
-DEVICES = [pytest.param(DEVICE, id="cuda" if _CUDA else "cpu-interpreter")]
+import reference
+from reference import Noise, SpecBatch, SpecOutput, philox, select_requests
+from reference.sample import filtered_target
+from specverify import UnsupportedError, get_backend
+from triton_sampler_cases import (_CUDA, DEVICES, TritonBackend, _batch, _same, triton_kernels, triton_math,
+                                  triton_sampler)
 
 # Several tiles, a ragged last tile, several splits in both passes.
 TILED = dict(block_v=16, splits=(3, 2))
-
-
-def _same(ref, out) -> None:
-    assert out.token_ids.dtype == torch.int64 and out.num_accepted.dtype == torch.int64
-    assert out.token_ids.cpu().tolist() == ref.token_ids.cpu().tolist()
-    assert out.num_accepted.cpu().tolist() == ref.num_accepted.cpu().tolist()
-
-
-def _batch(seed: int, device: str, **kwargs) -> SpecBatch:
-    return random_batch(torch.Generator().manual_seed(seed), device=device, **kwargs)
 
 
 def _batch_from(k: list[int], logits: torch.Tensor, temperature: list[float], device: str,
@@ -319,102 +289,6 @@ def test_production_vocabulary_default_plan_matches_reference(vocab):
     _same(reference.sample(masked, seed=3), out)
 
 
-def test_fast_launch_key_separates_what_triton_specialises_on():
-    """The fast-relaunch cache (triton_launch.launch) may reuse a compiled kernel only for a launch that
-    Triton would compile identically. Its key is the launch recipe (integers by value, dtypes, options)
-    plus the alignment mask: a 4-byte-offset view (not 16-byte aligned), another dtype, stride, shape or
-    option must each change the key; fresh tensors with the same properties must not."""
-    base = torch.zeros(64)
-    assert triton_launch.alignment_mask(base, None, base[4:]) == 0
-    assert triton_launch.alignment_mask(base, base[1:], None, base[2:]) == 0b1010
-
-    def recipe_id(**change):
-        args = dict(B=1, K1=5, V=1000, device=torch.device("cpu"), block_v=None, splits=None, num_warps=None,
-                    strides=(1000, 1000, 1000), dtypes=(torch.float32,) * 3, has_q=True, seeded=False,
-                    synthetic=False)
-        args.update(change)
-        return triton_kernels.launch_recipe(**args)[0]
-
-    same = recipe_id()
-    assert recipe_id() == same
-    changed = [recipe_id(B=2), recipe_id(K1=4), recipe_id(V=1001), recipe_id(block_v=16), recipe_id(splits=(3, 2)),
-               recipe_id(num_warps=4), recipe_id(strides=(1024, 1000, 1000)),
-               recipe_id(dtypes=(torch.bfloat16,) + (torch.float32,) * 2), recipe_id(has_q=False),
-               recipe_id(seeded=True), recipe_id(synthetic=True), recipe_id(block=True)]
-    assert same not in changed and len(set(changed)) == len(changed)
-
-
-@pytest.mark.skipif(not _CUDA, reason="the fast relaunch is a compiled-kernel path (off under the interpreter)")
-def test_fast_relaunch_matches_reference_across_alignments_and_shapes(monkeypatch):
-    """Calls that hit the fast-relaunch cache give the reference's tokens: the same shapes again with fresh
-    tensors, then views offset by one element (logits, draft probs and noise 4 bytes off 16-byte alignment,
-    which a kernel compiled for aligned pointers would load with misaligned vector accesses), then aligned
-    again. The cache must have been hit, and must hold separate entries for the two alignments."""
-    monkeypatch.setattr(triton_launch, "_compiled", {})
-    backend = TritonBackend()
-
-    def offset(t: torch.Tensor) -> torch.Tensor:
-        flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-        flat[1:].copy_(t.reshape(-1))
-        return flat[1:].view(t.shape)
-
-    for round_ in range(3):
-        for misaligned in (False, True, False):
-            batch = _batch(300 + round_, "cuda", num_requests=3, vocab_size=1000, max_draft=3, zero_draft_fraction=0.0)
-            noise = Noise.draw(batch, torch.Generator().manual_seed(round_))
-            if misaligned:
-                batch = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, offset(batch.target_logits),
-                                  offset(batch.draft_probs), batch.temperature)
-                noise = Noise(offset(noise.uniform), offset(noise.exponential))
-                assert batch.target_logits.data_ptr() % 16 != 0
-            _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
-    cache = triton_launch._compiled
-    misaligned_entries = {key[2] != 0 for key in cache}   # key: (recipe id, device, alignment mask, pass)
-    assert misaligned_entries == {True, False}
-
-    # The last (aligned) call once more: both of its launches must now go through the cache.
-    hits = []
-
-    class Counting:
-        """The compiled kernel, counting the launches made through it."""
-
-        def __init__(self, compiled):
-            self.compiled = compiled
-
-        def __getattr__(self, name):
-            if name == "run":
-                hits.append(name)
-            return getattr(self.compiled, name)
-
-    for key, (compiled, constexprs) in list(cache.items()):
-        cache[key] = (Counting(compiled), constexprs)
-    _same(reference.sample(batch, noise=noise), backend(batch, noise=noise))
-    assert len(hits) == 2
-
-
-@pytest.mark.skipif(not _CUDA, reason="the fast relaunch is a compiled-kernel path (off under the interpreter)")
-def test_fast_relaunch_still_calls_registered_launch_hooks():
-    """Profilers (proton, the Triton launch hooks) must still see every launch that skips the JIT path: a hook
-    registered on the enter chain is called once per launch, both launches of each call, cached or not."""
-    from triton import knobs
-    chain = knobs.runtime.launch_enter_hook
-    seen = []
-
-    def hook(metadata):
-        seen.append(metadata)
-
-    batch = _batch(400, "cuda", num_requests=2, vocab_size=500, max_draft=2, zero_draft_fraction=0.0)
-    backend = TritonBackend()
-    backend(batch, seed=1)  # compiled and cached before the hook is registered
-    chain.add(hook)
-    try:
-        for seed in (2, 3):
-            _same(reference.sample(batch, seed=seed), backend(batch, seed=seed))
-    finally:
-        chain.remove(hook)
-    assert len(seen) == 4
-
-
 def _filtered(batch: SpecBatch) -> SpecBatch:
     """``batch`` with top-k 2 on request 0, top-p 0.5 on request 1 and min-p 0.3 on the rest."""
     B = batch.num_requests
@@ -450,26 +324,3 @@ def test_sample_into_refuses_target_filters(device):
                      torch.empty(3, dtype=torch.int64, device=device))
     with pytest.raises(UnsupportedError, match="target filters"):
         TritonBackend().sample_into(out, batch, seed_tensor=philox.request_seeds(0, 3).to(device))
-
-
-def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match(monkeypatch):
-    """The interpreter's shape shortcut (``triton_launch.share_interpreted_shapes``) sets the attributes
-    Triton's tensor constructor sets today; a Triton whose constructor sets one more must keep its own, or
-    interpreted tensors would lack it. The shortcut checks itself against Triton's constructors when it
-    installs, and refuses then (and wherever it does not match the installed Triton, which the GPU's may
-    not)."""
-    from triton.language import core
-    installed = getattr(core.tensor.__init__, "specverify_triton", None)
-    tensor_init, block_init = installed or (core.tensor.__init__, core.block_type.__init__)
-
-    def one_more(self, handle, type):
-        tensor_init(self, handle, type)
-        self.layout = "a newer Triton's"
-
-    monkeypatch.setattr(core.tensor, "__init__", one_more)
-    monkeypatch.setattr(core.block_type, "__init__", block_init)
-    assert triton_launch.share_interpreted_shapes() is False
-    assert core.tensor.__init__ is one_more and core.block_type.__init__ is block_init
-    monkeypatch.setattr(core.tensor, "__init__", tensor_init)
-    if triton_launch.share_interpreted_shapes():       # a Triton it matches: the shortcut's tensors are whole
-        assert core.tensor(None, core.block_type(core.float32, [4])).numel == 4
