@@ -229,7 +229,7 @@ def _cut_kernel(
                         split = tl.program_id(2)
                         mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
                         parts = work_parts(work_ptr, NR, rid, SF, split)
-                        if TALLY_N > 0:     # tallied and placed by bucket: the record's search starts there
+                        if TALLY_N > 0:     # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,
                                        split_tallies(work_ptr, NR, rid, SF, split, CAP, SCRATCH, TALLY_N),
