@@ -1,0 +1,106 @@
+"""The target-filter cut's launch plan (``triton_filter``): for a batch's shape, the filters passed and the
+cut's settings, its splits, the work space's size and each launch's grid and meta, in launch order. Plain
+Python, cached per argument list: a call of a few rows costs the host more than the GPU.
+
+    _recipe(B, K1, V, S1, ...) -> (id, SF, chunk, region, work words, stages), stages ((STAGE, grid, meta), ...)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton
+
+from specverify.kernels.triton_gather import INLINE_ASM, NPART, ballot_meta
+
+# the interpreter takes wide tiles and neither warps nor register caps (``_options``)
+_INTERPRETED = not INLINE_ASM.value
+_recipe_ids = iter(range(1 << 62))
+
+
+@functools.lru_cache(maxsize=1024)
+def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
+            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
+            one_launch_rows: int, shapes: tuple, chunk1: int, gather_in_pass1: bool, lazy: tuple | None,
+            max_splits: int):
+    """(id, SF, chunk, region, work words, stages) of a cut: at most max_splits splits per row, or the one
+    launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages
+    ((STAGE, grid, meta), ...) in launch order, built once here since the host's work is what a call of a few
+    rows costs. STAGE None is pass 1 with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of
+    chunk1 entries) are the cut's.
+    lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
+    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
+    (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
+     record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
+     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_splits, tally_n,
+     tally_tile) = shapes
+    tiles = triton.cdiv(V, block_v)
+    if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's are not reused)
+        splits = min(triton.cdiv(one_launch_programs, B * K1), one_launch_splits)
+    else:
+        splits = min(max(S1, triton.cdiv(programs, B * K1)), max_splits)
+    chunk = triton.cdiv(tiles, min(splits, tiles)) * block_v
+    sf = triton.cdiv(V, chunk)
+    block_f = max(2, triton.next_power_of_2(sf))
+    whole = V <= cap
+    if whole:           # a short row is gathered whole: every split's region holds its chunk
+        cap = block_f * max(16, triton.next_power_of_2(chunk))
+    # the interpreter runs a tile in one numpy call: wide tiles and searches there (fewer steps), register-sized
+    # ones on the GPU; the results are the same integers either way
+    wide = _INTERPRETED
+    lazy = lazy if not whole and B * K1 > one_launch_rows else None
+    meta = dict(HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap, NS=ns, CH=ch, NG=ng, NG_COUNT=ng_count,
+                NC=64 if wide else nc_gpu, BLOCK_V=block_v, BLOCK_B=block_b, BLOCK_K=max(2, triton.next_power_of_2(K1)),
+                BLOCK_S=max(2, triton.next_power_of_2(S1)), BLOCK_F=block_f,
+                BLOCK_R=min(cap, 1024 if wide else search_tile),
+                BLOCK_SAMPLE=min(ns, 1024 if wide else sample_tile),
+                BLOCK_MASS=min(ns, 1024 if wide else mass_sample_tile), BLOCK_FB=1024 if wide else 128,
+                BLOCK_READ=block_v if wide else min(block_v, block_read),
+                BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
+                RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
+                LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
+                TALLY_BLOCK=1, num_warps=warps)
+    # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
+    meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
+    # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
+    finish = min(finish_n, meta["RANK_BLOCK"])
+    meta["FINISH"] = finish if rank_n and finish >= 2 and finish <= meta["SCRATCH"] else 0
+    words = B * K1 * (3 + sf * NPART.value + cap + meta["SCRATCH"])
+    read_meta = dict(meta, num_warps=min(warps, read_warps))
+    pre = bool(gather_in_pass1 and flags[0] and not whole and B * K1 > one_launch_rows and (sf, chunk) == (S1, chunk1))
+    meta["PRE"] = read_meta["PRE"] = pre
+    if B * K1 <= one_launch_rows:
+        # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
+        # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
+        one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile),
+                   TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile)
+        stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
+        # the rows' lists of packed tokens (``triton_cut.packed_tokens``) and their splits' tallies
+        words += B * K1 * (cap + sf * 2 * one["TALLY_N"])
+    else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
+        plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
+                 (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
+                 (2, 1, _options(meta, record_warps, record_maxnreg, wide)))
+        stages = tuple((stage, (B, K1, splits), ballot_meta(dict(m, STAGE=stage))) for stage, splits, m in plans
+                       if stage or not whole)
+        # pass 1 gathering (its meta: pass 1's, and CAP) or summing for the lazy cut, or both, before the others
+        pass1 = dict(GATHER=pre, LAZY=lazy is not None, HAS_K=flags[0], HAS_P=flags[1], HAS_M=flags[2], CAP=cap,
+                     BLOCK_V=block_v, BLOCK_B=block_b, num_warps=warps)
+        if pre:         # after the count bracket
+            pre_bracket = _options(dict(meta, STAGE=4), pre_bracket_warps, pre_bracket_maxnreg, wide)
+            stages = ((4, (B, K1, 1), ballot_meta(pre_bracket)),
+                      (None, (B, K1, sf), _options(pass1, 0, lazy_pass1_maxnreg if lazy else pass1_maxnreg,
+                                                   wide))) + stages
+        elif lazy:
+            stages = ((None, (B, K1, S1), pass1),) + stages
+    return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
+
+
+def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:
+    """meta with a launch's own warps and register cap where set (non-zero; the interpreter takes neither)."""
+    meta = dict(meta)
+    if warps:
+        meta["num_warps"] = warps
+    if maxnreg and not interpreted:
+        meta["maxnreg"] = maxnreg
+    return meta
