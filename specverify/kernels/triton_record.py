@@ -34,6 +34,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
     compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys as it packed them
     (``triton_tally``), and the search starts from their sums."""
+    tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
@@ -72,19 +73,14 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                 if (n > 0) & (n <= RANK_N):
                     ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
-                elif PACKED and TALLY_N > 0:
+                else:
+                    # no token lies above the row's largest logit: a narrower interval, fewer search steps
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
                                                               tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F)
-                else:
-                    # no token lies above the row's largest logit: a narrower interval, fewer search steps
-                    ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
-                                                              tl.minimum(hi, above), c_hi, w_hi, w_hi_mp, w_all, k,
-                                                              k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
-                                                              SCRATCH, FINISH)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
