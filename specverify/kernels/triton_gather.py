@@ -6,6 +6,8 @@ moves every split's down to follow each other (``compact``). ``@triton.jit`` fun
     gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), or
                                       by an atomic count (NW = 0, one group a split)
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
+    claim(...) / pack(...)            in the one-launch plan, a split's place in its row's list, and its tokens
+                                      copied there
     compact(...)                      a row's gathered tokens, split by split and group by group, moved together
 
 Per (row, split) the work space holds NPART words: six partial sums (0-2, 4-6), the number of groups the
@@ -158,19 +160,28 @@ def gather_end(parts_ptr, group, count, NW: tl.constexpr):
 
 
 @triton.jit
-def pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, CAP: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Copy one split's tokens (the atomic gather's one group: its count at parts_ptr's word 7, the tokens from
-    buf_ptr) into its row's list at dst_ptr, after those of the splits that claimed their place before it: the
+def claim(parts_ptr, region, total_ptr, CAP: tl.constexpr):
+    """A split's place in its row's list (its atomic gather's one group: the count at parts_ptr's word 7): the
     int32 total at total_ptr (zero before the row's first split) hands out the offset. A split whose group
-    overflowed its ``region`` slots claims CAP + 1, so that the total says the list is not whole."""
+    overflowed its ``region`` slots claims CAP + 1, so that the total says the list is not whole. Returns (its
+    tokens, at most region; its offset; how many of them to copy there: all, or 0 where it overflowed or the
+    list is full)."""
     tl.debug_barrier()          # every thread's gathered stores and count are in before any thread reads them
     n = tl.load(parts_ptr + 7, cache_modifier=".cg")
     whole = n <= region
     at = tl.atomic_add(total_ptr, tl.where(whole, n, CAP + 1).to(tl.int32), sem="relaxed").to(tl.int64)
-    if whole & (at + n <= CAP):
-        for start in range(0, n, BLOCK_R):
-            i = start + tl.arange(0, BLOCK_R)
-            tl.store(dst_ptr + at + i, tl.load(buf_ptr + i, mask=i < n), mask=i < n)
+    n = tl.minimum(n, region)
+    return n, at, tl.where(whole & (at + n <= CAP), n, 0)
+
+
+@triton.jit
+def pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, CAP: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Copy one split's tokens (from buf_ptr) into its row's list at dst_ptr, after those of the splits that
+    claimed their place before it (``claim``)."""
+    _, at, copied = claim(parts_ptr, region, total_ptr, CAP)
+    for start in range(0, copied, BLOCK_R):
+        i = start + tl.arange(0, BLOCK_R)
+        tl.store(dst_ptr + at + i, tl.load(buf_ptr + i, mask=i < copied), mask=i < copied)
 
 
 @triton.jit

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, order_key, weight
+from specverify.kernels.triton_gather import claim
 
 
 @triton.jit
@@ -39,14 +40,9 @@ def tally_keys(lo, hi, NT: tl.constexpr):
 @triton.jit
 def tally_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, tallies_ptr, keys, inv_t, m, CAP: tl.constexpr,
                NT: tl.constexpr, BLOCK: tl.constexpr):
-    """``triton_gather.pack`` of one split (its atomic gather's tokens at buf_ptr, count at parts_ptr's word 7)
-    that also tallies them at ``keys`` (count and mass at or above each) to tallies_ptr, in the same read."""
-    tl.debug_barrier()          # every thread's gathered stores and count are in before any thread reads them
-    n = tl.load(parts_ptr + 7, cache_modifier=".cg")
-    whole = n <= region
-    at = tl.atomic_add(total_ptr, tl.where(whole, n, CAP + 1).to(tl.int32), sem="relaxed").to(tl.int64)
-    n = tl.minimum(n, region)
-    copied = tl.where(whole & (at + n <= CAP), n, 0)
+    """``triton_gather.pack`` of one split (its atomic gather's tokens at buf_ptr, its place by ``claim``) that
+    also tallies them at ``keys`` (count and mass at or above each) to tallies_ptr, in the same read."""
+    n, at, copied = claim(parts_ptr, region, total_ptr, CAP)
     cnt = tl.zeros([BLOCK, NT], tl.int32)
     mass = tl.zeros([BLOCK, NT], tl.int64)
     for start in range(0, n, BLOCK):
