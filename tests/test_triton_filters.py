@@ -308,7 +308,7 @@ def test_pass1_split_target_is_one_the_cut_keeps_wherever_pass1_gathers():
     for V in (triton_filter.CAP + 1, 20_000, 151_936):
         for rows in (triton_filter.ONE_LAUNCH_ROWS + 1, 20, 33, 130, 640, 4096):
             for want1 in range(1, 160):
-                want = triton_filter.pass1_splits(rows, V, want1)
+                want = triton_filter.pass1_splits(rows, V, want1, True)
                 block_v, S1, chunk1, _, _, warps = plan(rows, 0, V, torch.device("cpu"), splits=(want, 1))
                 meta1 = dict(BLOCK_V=block_v, BLOCK_B=128, num_warps=warps)
                 stages = triton_filter.cut_recipe(rows, 1, V, S1, chunk1, meta1, flags, dtypes)[5]

@@ -13,8 +13,10 @@ import dataclasses
 import pytest
 import torch
 
-from filter_settings import DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
-from specverify.kernels import triton_filter
+from filter_settings import DEVICE, DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
+from reference import SpecBatch
+from specverify.kernels import triton_filter, triton_sampler
+from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -40,7 +42,7 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gathe
         for work, *_ in triton_filter._buffers.values():
             work.fill_(1 << 40)
         one = _records(batch, block_v=32)
-        # the splits-done tickets and packed-token totals are zero again for the next call
+        # the splits-done tickets, packed-token totals and pass-1 flags are zero again for the next call
         assert all(int(tickets.abs().sum()) == 0 for _, _, tickets, _ in triton_filter._buffers.values())
         live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])
         assert torch.equal(one[:, live], three[:, live]), (one != three).nonzero().tolist()
@@ -74,3 +76,72 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     assert torch.equal(tallied, whole), (tallied != whole).nonzero().tolist()
     # the tallied search ran: rows found from the gathered bracket
     assert (whole[5] == 1.0).sum() >= 6, whole[5].tolist()
+
+
+def _cut_and_partials(batch: SpecBatch, poison: int, **plan) -> tuple:
+    """(the cut's launches as (kernel, STAGE, PASS1), records [6, B K1], pass 1's scratch words) of a cut of
+    ``batch``, the scratch filled with ``poison`` before its first launch."""
+    seen = []
+    real_launch, real_cut_launches = triton_sampler.launch, triton_sampler.cut_launches
+
+    def launch(kernel, grid, args, meta, *rest):
+        seen.append((kernel.fn.__name__, meta.get("STAGE"), meta.get("PASS1")))
+        return real_launch(kernel, grid, args, meta, *rest)
+
+    def cut_launches(pass1, *rest):
+        pass1[2][4].fill_(poison)
+        return real_cut_launches(pass1, *rest)
+
+    triton_sampler.launch, triton_sampler.cut_launches = launch, cut_launches
+    try:
+        B = batch.num_requests
+        token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
+        _, pass1, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
+                                               seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
+    finally:
+        triton_sampler.launch, triton_sampler.cut_launches = real_launch, real_cut_launches
+    n_part, stats_at = pass1[2][8], pass1[2][10]
+    return seen, record.view(6, -1).cpu().clone(), pass1[2][4][:stats_at + 2 * n_part].cpu().clone()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
+                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+@pytest.mark.filterwarnings("ignore:All-NaN slice")
+def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_gather, monkeypatch):
+    """Where the one launch's splits are pass 1's, it is pass 1 too (``triton_handoff``): each split computes its
+    pass-1 partials, publishes them and waits for its row's others, taking over any still unpublished. So a
+    filtered call of few rows launches the cut alone before pass 2, as an unfiltered call launches pass 1, and
+    it must leave pass 1's very partials (the row max, sum and argmax that pass 2 reads) and the records of
+    pass 1 run on its own with the same splits. The scratch is poisoned before each call, so that a split that
+    reads its row's norms before every partial is stored reads garbage. On the interpreter, which runs programs
+    one by one, each row's first split takes all the later ones over; on CUDA, spin 0 makes every split take
+    over whatever is unpublished at its first look, so that several write one split at once. The small capacity
+    sends rows to the sample bracket, where every split's sums count, and to the slow path."""
+    if spin is not None:
+        monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 20)
+    V = 160
+    rows = _rows(7, 4, V, device)
+    # request 0 proposes 3 drafts; every filter weighs the row (top-p, min-p), so each split's sums count
+    batch = dataclasses.replace(rows, num_draft_tokens=torch.tensor([3, 0, 0, 0], device=device),
+                                draft_token_ids=torch.zeros(3, dtype=torch.int64, device=device),
+                                target_logits=torch.cat([rows.target_logits[:1].expand(3, V), rows.target_logits]),
+                                top_k=torch.tensor([0, 50, 3, 0], device=device),
+                                top_p=torch.tensor([0.9, 1.0, 0.5, 1.0], device=device),
+                                min_p=torch.tensor([0.0, 0.05, 0.0, 0.1], device=device),
+                                temperature=torch.tensor([1.0, 0.7, 1.0, 2.5], device=device))
+    sf = one_launch_splits(16, triton_filter.ONE_LAUNCH_PROGRAMS, triton_filter.ONE_LAUNCH_SPLITS)
+    plan = dict(block_v=32, splits=(sf, 2))
+    for poison in (0, -1):
+        fused_launches, fused, fused_partials = _cut_and_partials(batch, poison, **plan)
+        assert fused_launches == [("_cut_kernel", 3, True)]
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 0)
+        own_launches, own, own_partials = _cut_and_partials(batch, poison, **plan)
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 1)
+        assert own_launches == [("_row_stats_kernel", None, None), ("_cut_kernel", 3, False)]
+        assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
+        assert torch.equal(fused, own), (fused != own).nonzero().tolist()
+        # rows found from the gathered bracket (from every split's sums), the slow path and min-p alone
+        assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()

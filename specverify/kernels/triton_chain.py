@@ -54,7 +54,7 @@ def _row_stats_kernel(
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr, num_draft_ptr,
+           stats_at, chunk, tl.program_id(2), scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr, num_draft_ptr,
            num_draft_ptr, False, False, False, False)
 
 
@@ -66,26 +66,26 @@ def _row_stats_cut_kernel(
     CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, top_k_ptr, top_p_ptr,
+           stats_at, chunk, tl.program_id(2), work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, top_k_ptr, top_p_ptr,
            min_p_ptr, LAZY, HAS_K, HAS_P, HAS_M)
 
 
 @triton.jit
 def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
+           stats_at, chunk, split, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
            BLOCK_B: tl.constexpr, draft_ids_ptr, top_k_ptr, top_p_ptr, min_p_ptr, LAZY: tl.constexpr,
            HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr):
-    """Pass 1's program (b, j, split); with GATHER, the target filter's pass 1 (``triton_filter``): a row that
-    the cut's stage 4 found unweighed also has the tokens of its bracket [lo, KMAX) gathered to the cut's work
-    space (the cut's splits are pass 1's), so that the cut reads only the other rows. With LAZY, the lazy
-    cut's pass 1 (``triton_lazy``): a draft row of top-p alone (the filter settings, HAS_K/P/M as the cut's)
-    also sums the mass before its draft token in the cut's order (logit descending, lower index first), to
-    part_mass; the other rows run the loop without that sum."""
+    """Pass 1's work on split ``split`` of row (b, j) = (program_id(0), program_id(1)) (another program's split
+    where the one-launch cut takes one over: ``triton_handoff``). With GATHER, the target filter's pass 1
+    (``triton_filter``): a row that the cut's stage 4 found unweighed also has the tokens of its bracket
+    [lo, KMAX) gathered to the cut's work space (the cut's splits are pass 1's), so that the cut reads only the
+    other rows. With LAZY, the lazy cut's pass 1 (``triton_lazy``): a draft row of top-p alone (the filter
+    settings, HAS_K/P/M as the cut's) also sums the mass before its draft token in the cut's order (logit
+    descending, lower index first), to part_mass; the other rows run the loop without that sum."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
     j = tl.program_id(1)
-    split = tl.program_id(2)
     if (j == 0) & (split == 0):
         # Pass 2's rendezvous state, reset here so that it needs no memset launch of its own.
         tl.store(slots_ptr + 2 * b, tl.zeros([], tl.int64))

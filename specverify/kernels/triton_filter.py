@@ -23,8 +23,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  in the one-launch plan, [R, CAP] each row's tokens packed split after split,
                                  then [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``)
     record_ptr [6, R] float32 (out)
-    tickets_ptr [2, R] int32     the one-launch plan's count of a row's splits done, and of the tokens they
-                                 packed (both zero between calls)
+    tickets_ptr [2 + S1, R] int32  the one-launch plan's count of a row's splits done, and of the tokens they
+                                 packed; with PASS1, [R, S1] flags of its splits' pass-1 partials published
+                                 (``triton_handoff``); all zero between calls
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
@@ -35,7 +36,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                              tokens into the row's list and tallies them at TALLY_N keys
                                              (``triton_tally.tally_pack``), and the last split of the row to
                                              finish writes the record, its searches starting from the
-                                             tallied interval of each crossing
+                                             tallied interval of each crossing; with PASS1 (pass 1's splits
+                                             the same), the launch is pass 1 too: each split computes its
+                                             pass-1 partials first (``triton_handoff``), and no pass 1 runs
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
@@ -69,8 +72,9 @@ from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, cut_request, cut_row_norms, order_key,
                                            packed_tokens, read_split, split_tallies, work_gathered, work_parts,
                                            work_tokens)
-from specverify.kernels.triton_filter_plan import _recipe
+from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_gather import pack
+from specverify.kernels.triton_handoff import handoff_flags, handoff_reset, pass1_handoff
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
@@ -133,6 +137,10 @@ ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
 # the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
 # step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step)
 TALLY_N, TALLY_TILE = 64, 32
+# the one launch computes pass 1's partials itself where its splits are pass 1's (1: ``pass1_splits`` plans pass 1
+# so), so that a filtered call of a few rows is two launches as an unfiltered one is; a split polls its row's
+# flags up to HANDOFF_SPIN times before it computes an unpublished split itself (``triton_handoff``)
+ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
@@ -157,6 +165,7 @@ def _cut_kernel(
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
+    PASS1: tl.constexpr, SPIN: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -181,11 +190,20 @@ def _cut_kernel(
                                    NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
-        # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
-        m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
-        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
-            logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
-            HAS_K, HAS_P, HAS_M, BLOCK_B)
+        if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
+            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
+                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
+                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
+            pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
+                          ints_at, stats_at, chunk, handoff_flags(tickets_ptr, NR, rid, S1), live, SPIN, BLOCK_V,
+                          BLOCK_B, BLOCK_S)
+            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        else:
+            # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
+            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
+                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
+                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAGE == 0:
             if live & on:
                 mine = True
@@ -238,19 +256,31 @@ def _cut_kernel(
                         else:
                             pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                  tickets_ptr + NR + rid, CAP, BLOCK_R)
-                    # every thread's stores are issued before the release that publishes them to the last split
-                    tl.debug_barrier()
-                    done = tl.atomic_add(tickets_ptr + rid, 1, sem="acq_rel")
-                    writes = done == SF - 1
+                    writes = last_split(tickets_ptr + rid, SF)
                     if writes:
-                        tl.store(tickets_ptr + rid, 0)
                         n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
+            elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
+                writes = last_split(tickets_ptr + rid, SF)
+            if PASS1 & live & writes:   # every split of the row is past its wait: its flags zero for the next call
+                handoff_reset(handoff_flags(tickets_ptr, NR, rid, S1), S1, BLOCK_S)
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
+
+
+@triton.jit
+def last_split(ticket_ptr, SF):
+    """Whether this program is the last of its row's SF splits to pass here (the one-launch plan's ticket, zero
+    again after the last)."""
+    # every thread's stores are issued before the release that publishes them to the last split
+    tl.debug_barrier()
+    last = tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == SF - 1
+    if last:
+        tl.store(ticket_ptr, 0)
+    return last
 
 
 _buffers: dict = {}
@@ -262,20 +292,20 @@ def _shapes() -> tuple:
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
             PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE)
+            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN)
 
 
-def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
+def _work(device: torch.device, stream, words: int, rows: int, splits: int) -> tuple:
     """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets (zero: the one-launch plan
-    leaves them so), one of each per (thread, device, stream), grown as needed."""
+    leaves them so; [2 + splits, rows] of them), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
     work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
-    if tickets is None or tickets.numel() < 2 * rows:     # [R] tickets, then [R] packed-token totals
-        tickets = torch.zeros(2 * rows, dtype=torch.int32, device=device)
+    if tickets is None or tickets.numel() < (2 + splits) * rows:
+        tickets = torch.zeros((2 + splits) * rows, dtype=torch.int32, device=device)
     if rows not in views:
         views[rows] = record[:6 * rows]
     _buffers[key] = (work, record, tickets, views)
@@ -305,7 +335,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
-    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1])
+    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1], grid1[2])
     args = args1[:5] + (temperature if top_k is None else top_k, temperature if top_p is None else top_p,
                         temperature if min_p is None else min_p, work, record, tickets) + args1[5:11] \
         + (sf, chunk, region)
@@ -338,7 +368,7 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     """What of ``cut_launches`` depends only on the passes' metas (cached by ``triton_kernels.launch_recipe``),
     which filters are passed, their dtypes and the settings, which the caller keeps in ``_plans`` (a call of a
     few rows costs its host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, lazy, whether pass 1
-    runs first as it is). An entry holds both metas, so that their ids are not reused while it lives."""
+    runs first as it is: not where the plan gathers in pass 1 or the one launch is pass 1). An entry holds both metas, so that their ids are not reused while it lives."""
     _, grid1, args1, meta1, _, _ = pass1
     meta2 = None if pass2 is None else pass2[3]
     given = tuple(f for f in (top_k, top_p, min_p) if f is not None)
@@ -349,7 +379,9 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     B, K1, S1 = grid1
     rid, sf, chunk, region, words, stages = cut_recipe(B, K1, args1[5], S1, args1[11], meta1, flags,
                                                        tuple(f.dtype for f in given), lazy)
-    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, stages[0][0] not in (4, None)
+    first_stage, _, first_meta = stages[0]
+    then_pass1 = first_stage not in (4, None) and not first_meta["PASS1"]
+    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, then_pass1
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
@@ -361,11 +393,14 @@ def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags
                    GATHER_IN_PASS1, lazy, MAX_SPLITS)
 
 
-def pass1_splits(rows: int, V: int, want1: int) -> int:
-    """Pass 1's split target for a filtered call of ``rows`` rows (B K1) with top-k passed, where ``want1`` is
-    its own: where pass 1 gathers for the cut (``cut_launches``), the cut's splits must be pass 1's, so the
-    target is one whose splits the cut's plan (``_recipe``) keeps: at most MAX_SPLITS, and at least the
-    read's target where that is fewer."""
-    if not GATHER_IN_PASS1 or V <= CAP or rows <= ONE_LAUNCH_ROWS:
+def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:
+    """Pass 1's split target for a filtered call of ``rows`` rows (B K1), top-k passed or not, where ``want1``
+    is its own. Where the cut's splits must be pass 1's, the target is one whose splits the cut's plan
+    (``_recipe``) keeps: the one launch's for a batch of few rows (ONE_LAUNCH_PASS1: the one launch is pass 1
+    too); where pass 1 gathers for the cut (top-k passed), at most MAX_SPLITS, and at least the read's target
+    where that is fewer."""
+    if rows <= ONE_LAUNCH_ROWS:
+        return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
+    if not GATHER_IN_PASS1 or V <= CAP or not top_k:
         return want1
     return min(MAX_SPLITS, max(want1, triton.cdiv(READ_PROGRAMS, rows)))

@@ -3,6 +3,7 @@ cut's settings, its splits, the work space's size and each launch's grid and met
 Python, cached per argument list: a call of a few rows costs the host more than the GPU.
 
     _recipe(B, K1, V, S1, ...) -> (id, SF, chunk, region, work words, stages), stages ((STAGE, grid, meta), ...)
+    one_launch_splits(rows, programs, most) -> the one launch's splits a row
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
     (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
-     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_splits, tally_n,
-     tally_tile) = shapes
+     pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
+     tally_tile, one_launch_pass1, handoff_spin) = shapes
     tiles = triton.cdiv(V, block_v)
-    if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's are not reused)
-        splits = min(triton.cdiv(one_launch_programs, B * K1), one_launch_splits)
+    if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
+        splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most)
     else:
         splits = min(max(S1, triton.cdiv(programs, B * K1)), max_splits)
     chunk = triton.cdiv(tiles, min(splits, tiles)) * block_v
@@ -59,7 +60,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
-                TALLY_BLOCK=1, num_warps=warps)
+                TALLY_BLOCK=1, PASS1=False, SPIN=0, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -72,8 +73,11 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     if B * K1 <= one_launch_rows:
         # its splits gather by one atomic count each, at 256 logits a tile: by ballot, at 1,024, B = 1's one
         # launch measured 70-100 us against 35-72 (its last split compacts every split's groups alone)
+        # where its splits are pass 1's, it is pass 1 too (``triton_handoff``); the interpreter runs its programs
+        # one by one, where a split waits for none of the later ones
         one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile),
-                   TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile)
+                   TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile,
+                   PASS1=bool(one_launch_pass1) and (sf, chunk) == (S1, chunk1), SPIN=0 if wide else handoff_spin)
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``) and their splits' tallies
         words += B * K1 * (cap + sf * 2 * one["TALLY_N"])
@@ -94,6 +98,12 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         elif lazy:
             stages = ((None, (B, K1, S1), pass1),) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
+
+
+def one_launch_splits(rows: int, programs: int, most: int) -> int:
+    """The one launch's split target for a batch of ``rows`` rows: about ``programs`` programs in all, at most
+    ``most`` a row."""
+    return min(triton.cdiv(programs, rows), most)
 
 
 def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:

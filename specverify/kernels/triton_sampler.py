@@ -61,11 +61,10 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
 
 def cut_splits(top_k, B: int, K1: int, V: int, device: torch.device) -> tuple | None:
     """The (pass 1, pass 2) split targets of a filtered call of B requests, K1 rows each (None: the default
-    plan): with top-k passed, pass 1 may gather for the cut, whose splits are then its own."""
-    if top_k is None:
-        return None
+    plan): pass 1 may be the one launch's or, with top-k passed, gather for the cut, whose splits are then its
+    own."""
     want1, want2 = default_splits(B, K1 - 1, device)
-    want = pass1_splits(B * K1, V, want1)
+    want = pass1_splits(B * K1, V, want1, top_k is not None)
     return None if want == want1 else (want, want2)
 
 
