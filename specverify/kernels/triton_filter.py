@@ -23,8 +23,8 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  in the one-launch plan, [R, CAP] each row's tokens packed split after split,
                                  then [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``)
     record_ptr [6, R] float32 (out)
-    tickets_ptr [2 + S1, R] int32  the one-launch plan's count of a row's splits done, and of the tokens they
-                                 packed; with PASS1, [R, S1] flags of its splits' pass-1 partials published
+    tickets_ptr [3, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
+                                 and with PASS1 the bits of its splits' pass-1 partials published
                                  (``triton_handoff``); all zero between calls
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
@@ -74,7 +74,7 @@ from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, cut_reques
                                            work_tokens)
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_gather import pack
-from specverify.kernels.triton_handoff import handoff_flags, handoff_reset, pass1_handoff
+from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
@@ -191,19 +191,14 @@ def _cut_kernel(
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
-            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
-                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
-                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
+            word = handoff_word(tickets_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1))
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
-                          ints_at, stats_at, chunk, handoff_flags(tickets_ptr, NR, rid, S1), live, SPIN, BLOCK_V,
-                          BLOCK_B, BLOCK_S)
-            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
-        else:
-            # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
-            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
-            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
-                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
-                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
+                          ints_at, stats_at, chunk, word, k_b, SPIN, BLOCK_V, BLOCK_B)
+        # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
+        m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
+            logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
+            HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAGE == 0:
             if live & on:
                 mine = True
@@ -261,8 +256,8 @@ def _cut_kernel(
                         n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
-            if PASS1 & live & writes:   # every split of the row is past its wait: its flags zero for the next call
-                handoff_reset(handoff_flags(tickets_ptr, NR, rid, S1), S1, BLOCK_S)
+            if PASS1 & live & writes:   # every split of the row is past its wait: its word zero for the next call
+                tl.store(handoff_word(tickets_ptr, NR, rid), 0)
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
@@ -295,17 +290,17 @@ def _shapes() -> tuple:
             ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN)
 
 
-def _work(device: torch.device, stream, words: int, rows: int, splits: int) -> tuple:
-    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets (zero: the one-launch plan
-    leaves them so; [2 + splits, rows] of them), one of each per (thread, device, stream), grown as needed."""
+def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
+    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [3 rows] (zero: the one-launch
+    plan leaves them so), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
     work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
-    if tickets is None or tickets.numel() < (2 + splits) * rows:
-        tickets = torch.zeros((2 + splits) * rows, dtype=torch.int32, device=device)
+    if tickets is None or tickets.numel() < 3 * rows:
+        tickets = torch.zeros(3 * rows, dtype=torch.int32, device=device)
     if rows not in views:
         views[rows] = record[:6 * rows]
     _buffers[key] = (work, record, tickets, views)
@@ -335,7 +330,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
-    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1], grid1[2])
+    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1])
     args = args1[:5] + (temperature if top_k is None else top_k, temperature if top_p is None else top_p,
                         temperature if min_p is None else min_p, work, record, tickets) + args1[5:11] \
         + (sf, chunk, region)
