@@ -114,11 +114,11 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
     pass-1 partials, publishes them and waits for its row's others, taking over any still unpublished. So a
     filtered call of few rows launches the cut alone before pass 2, as an unfiltered call launches pass 1, and
     it must leave pass 1's very partials (the row max, sum and argmax that pass 2 reads) and the records of
-    pass 1 run on its own with the same splits. The scratch is poisoned before each call, so that a split that
-    reads its row's norms before every partial is stored reads garbage. On the interpreter, which runs programs
-    one by one, each row's first split takes all the later ones over; on CUDA, spin 0 makes every split take
-    over whatever is unpublished at its first look, so that several write one split at once. The small capacity
-    sends rows to the sample bracket, where every split's sums count, and to the slow path."""
+    pass 1 run on its own with the same splits. The scratch is poisoned (NaN partials) before each call, so
+    that a split that reads its row's norms before every partial is stored reads NaN. On the interpreter, which
+    runs programs one by one, each row's first split takes all the later ones over; on CUDA, spin 0 makes every
+    split take over whatever is unpublished at its first look, so that several write one split at once. The
+    small capacity sends rows to the sample bracket, where every split's sums count, and to the slow path."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 20)
@@ -134,14 +134,13 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
                                 temperature=torch.tensor([1.0, 0.7, 1.0, 2.5], device=device))
     sf = one_launch_splits(16, triton_filter.ONE_LAUNCH_PROGRAMS, triton_filter.ONE_LAUNCH_SPLITS)
     plan = dict(block_v=32, splits=(sf, 2))
-    for poison in (0, -1):
-        fused_launches, fused, fused_partials = _cut_and_partials(batch, poison, **plan)
-        assert fused_launches == [("_cut_kernel", 3, True)]
-        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 0)
-        own_launches, own, own_partials = _cut_and_partials(batch, poison, **plan)
-        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 1)
-        assert own_launches == [("_row_stats_kernel", None, None), ("_cut_kernel", 3, False)]
-        assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
-        assert torch.equal(fused, own), (fused != own).nonzero().tolist()
-        # rows found from the gathered bracket (from every split's sums), the slow path and min-p alone
-        assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()
+    poison = -1         # NaN partials: a norm read before its partial is stored is NaN
+    fused_launches, fused, fused_partials = _cut_and_partials(batch, poison, **plan)
+    assert fused_launches == [("_cut_kernel", 3, True)]
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 0)
+    own_launches, own, own_partials = _cut_and_partials(batch, poison, **plan)
+    assert own_launches == [("_row_stats_kernel", None, None), ("_cut_kernel", 3, False)]
+    assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
+    assert torch.equal(fused, own), (fused != own).nonzero().tolist()
+    # rows found from the gathered bracket (from every split's sums), the slow path and min-p alone
+    assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()

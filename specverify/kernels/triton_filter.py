@@ -398,4 +398,4 @@ def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:
         return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
     if not GATHER_IN_PASS1 or V <= CAP or not top_k:
         return want1
-    return min(MAX_SPLITS, max(want1, triton.cdiv(READ_PROGRAMS, rows)))
+    return min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))

@@ -102,8 +102,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
 
 def one_launch_splits(rows: int, programs: int, most: int) -> int:
     """The one launch's split target for a batch of ``rows`` rows: about ``programs`` programs in all, at most
-    ``most`` a row."""
-    return min(triton.cdiv(programs, rows), most)
+    ``most`` a row. Plain integers: a filtered call of a few rows plans pass 1 by it (``pass1_splits``), and
+    triton.cdiv costs a call of Triton's constexpr machinery on some versions."""
+    return min(-(-programs // rows), most)
 
 
 def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:
