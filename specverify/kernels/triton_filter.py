@@ -335,12 +335,13 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
                         temperature if min_p is None else min_p, work, record, tickets) + args1[5:11] \
         + (sf, chunk, region)
     # the drafts, q, its row stride, the uniforms and the seeds that the lazy cut's stage 0 tests, from pass 2's
-    # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise, so stand-ins
+    # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise (LAZY is off), so zeros,
+    # which the launcher takes as they are where a tensor costs it a data_ptr call
     if lazy:
         rows_and_noise = pass2[2]
         tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
     else:
-        tested = (logits, logits, args1[1], logits, logits)
+        tested = (0, 0, 0, 0, 0)
     args += tested
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
                   (_row_stats_cut_kernel, grid, args1 + (work, region, tested[0]) + args[5:8], meta,
@@ -362,8 +363,9 @@ def _settings() -> tuple:
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     """What of ``cut_launches`` depends only on the passes' metas (cached by ``triton_kernels.launch_recipe``),
     which filters are passed, their dtypes and the settings, which the caller keeps in ``_plans`` (a call of a
-    few rows costs its host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, lazy, whether pass 1
-    runs first as it is: not where the plan gathers in pass 1 or the one launch is pass 1). An entry holds both metas, so that their ids are not reused while it lives."""
+    few rows costs its host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, whether it cuts
+    lazily, whether pass 1 runs first as it is: not where the plan gathers in pass 1 or the one launch is pass
+    1). An entry holds both metas, so that their ids are not reused while it lives."""
     _, grid1, args1, meta1, _, _ = pass1
     meta2 = None if pass2 is None else pass2[3]
     given = tuple(f for f in (top_k, top_p, min_p) if f is not None)
@@ -376,7 +378,9 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
                                                        tuple(f.dtype for f in given), lazy)
     first_stage, _, first_meta = stages[0]
     then_pass1 = first_stage not in (4, None) and not first_meta["PASS1"]
-    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy is not None, then_pass1
+    # the recipe's plan may not cut lazily even where the call allows it (the one launch)
+    lazy_cut = any(meta.get("LAZY", False) for _, _, meta in stages)
+    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy_cut, then_pass1
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
