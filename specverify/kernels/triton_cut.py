@@ -115,19 +115,20 @@ def cut_request(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k
 @triton.jit
 def cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
     """This program's row (b, j)'s max of l / T and its sum of exp(l / T - max), and the order key just above
-    the row's largest logit, all three from pass 1's partials."""
+    the row's largest logit, all three from pass 1's partials of that row alone (in the one launch that is pass
+    1 too, the request's other rows may still be computing theirs)."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
-    b = tl.program_id(0)
-    j = tl.program_id(1)
+    rid = tl.program_id(0) * K1 + tl.program_id(1)
+    live = tl.program_id(1) <= k_b      # pass 1 writes no partials for a row past k_b: nothing to read there
     jj = tl.arange(0, BLOCK_K)
-    row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, b,
-                                           k_b, K1, S1, BLOCK_K, BLOCK_S)
+    # row_norms of "request" rid with one row (0 if live, none past k_b): the partials at rid S1 onwards
+    row_max, row_sum, row_amax = row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, rid,
+                                           tl.where(live, 0, -1), 1, S1, BLOCK_K, BLOCK_S)
     ss = tl.arange(0, BLOCK_S)
-    # pass 1 writes no partials for a row past k_b: nothing to read there
-    top = tl.max(tl.load(part_amax_val_ptr + (b * K1 + j) * S1 + ss, mask=ss < tl.where(j <= k_b, S1, 0),
-                         other=float("-inf")), axis=0)
-    return pick(row_max, j, jj), pick(row_sum, j, jj), order_key(top).to(tl.int64) + 1
+    top = tl.max(tl.load(part_amax_val_ptr + rid * S1 + ss, mask=ss < tl.where(live, S1, 0), other=float("-inf")),
+                 axis=0)
+    return pick(row_max, 0, jj), pick(row_sum, 0, jj), order_key(top).to(tl.int64) + 1
 
 
 @triton.jit
