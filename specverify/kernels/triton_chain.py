@@ -54,8 +54,8 @@ def _row_stats_kernel(
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, tl.program_id(2), scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr, num_draft_ptr,
-           num_draft_ptr, False, False, False, False)
+           stats_at, chunk, tl.program_id(2), scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr,
+           num_draft_ptr, num_draft_ptr, num_draft_ptr, False, False, False, False)
 
 
 @triton.jit
@@ -66,8 +66,8 @@ def _row_stats_cut_kernel(
     CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, tl.program_id(2), work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr, top_k_ptr, top_p_ptr,
-           min_p_ptr, LAZY, HAS_K, HAS_P, HAS_M)
+           stats_at, chunk, tl.program_id(2), work_ptr, region, GATHER, CAP, BLOCK_V, BLOCK_B, draft_ids_ptr,
+           top_k_ptr, top_p_ptr, min_p_ptr, LAZY, HAS_K, HAS_P, HAS_M)
 
 
 @triton.jit

@@ -77,7 +77,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         # interpreter runs its programs one by one, where a split waits for none of the later ones
         one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile),
                    TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile,
-                   PASS1=bool(one_launch_pass1) and (sf, chunk) == (S1, chunk1) and sf <= 32, SPIN=0 if wide else handoff_spin)
+                   PASS1=bool(one_launch_pass1) and (sf, chunk) == (S1, chunk1) and sf <= 32,
+                   SPIN=0 if wide else handoff_spin)
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``) and their splits' tallies
         words += B * K1 * (cap + sf * 2 * one["TALLY_N"])
