@@ -4,7 +4,8 @@
     compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitizer_driver.py
 
 Paths: standard / greedy / mixed / synthetic / block rules (the block rule's residual-mass launch), target
-filters (the cut's launches: ranked, searched and bracketed rows), injected and seeded noise, float32 / bfloat16 /
+filters (the cut's launches: ranked, searched and bracketed rows; the one launch that is pass 1 too, waiting and
+taking splits over), injected and seeded noise, float32 / bfloat16 /
 float16 logits, dense and one-hot (None) drafters, V not a multiple of the block, zero-draft requests
 (first, middle, last, all), B = 0 and B = 1, forced split-V launch plans (several splits per row, so the
 partial merge and the atomic rendezvous run), and the two probe kernels of tests/triton_probes.py
@@ -83,20 +84,26 @@ CASES = [
 # logits. Batches of at most 8 rows (B K1: [2, 1] and [1, 2] here; triton_filter.ONE_LAUNCH_ROWS is pinned to
 # 8 for these calls, so that both plans run) are cut in one launch, the others in three; the last two run
 # triton_filter's PRE plan (GATHER_IN_PASS1: a count bracket, then pass 1 gathering the unweighed top-k rows,
-# then the cut's three launches for the others). The last filters by top-p alone in three launches: the lazy
-# cut (``triton_lazy``) leaves the rows uncut that pass 2 needs no cut of
+# then the cut's three launches for the others). "top-p alone" filters by top-p alone in three launches: the lazy
+# cut (``triton_lazy``) leaves the rows uncut that pass 2 needs no cut of. The one launch of a few rows is pass 1
+# too (``triton_handoff``); "take-over" runs it with HANDOFF_SPIN = 0, so that every split computes whatever of
+# its row's pass 1 is unpublished at its first look, several programs writing one split's partials at once
 FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0), ([1, 2], 1_003, "standard", 0),
             ([2, 1], 20_011, "standard", 0), ([3, 1, 2], 1_003, "block", 0), ([3, 2, 4, 1], 20_011, "standard", 1),
-            ([2, 3, 1], 20_011, "block", 1), ([4, 3, 2, 4], 20_011, "standard", 0, "top-p alone")]
+            ([2, 3, 1], 20_011, "block", 1), ([4, 3, 2, 4], 20_011, "standard", 0, "top-p alone"),
+            ([1, 2], 20_011, "standard", 0, "take-over")]
 
 
 def filtered_calls(g, device: str) -> int:
     """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
     errors = 0
-    default, one_launch_rows = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS
+    default, one_launch_rows, spin = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS, \
+        triton_filter.HANDOFF_SPIN
     triton_filter.ONE_LAUNCH_ROWS = 8
-    for counts, V, method, gather_in_pass1, *alone in FILTERED:
+    for counts, V, method, gather_in_pass1, *tags in FILTERED:
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
+        triton_filter.HANDOFF_SPIN = 0 if "take-over" in tags else spin
+        alone = "top-p alone" in tags
         plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
         B = plain.num_requests
         pick = lambda options: [options[b % len(options)] for b in range(B)]  # noqa: E731
@@ -108,12 +115,14 @@ def filtered_calls(g, device: str) -> int:
         out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
         cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
                                    Noise.from_seeds(seeds, batch.num_draft_tokens, V), method=method)
-        print(f"B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}: {cmp.decisions} decisions, "
+        print(f"B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}"
+              f"{''.join(' ' + tag for tag in tags)}: {cmp.decisions} decisions, "
               f"{len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous divergences", flush=True)
         if cmp.real:
             print(f"  ERROR: {cmp.real[0]}", flush=True)
             errors += 1
-    triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS = default, one_launch_rows
+    triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS, triton_filter.HANDOFF_SPIN = \
+        default, one_launch_rows, spin
     return errors
 
 
