@@ -139,7 +139,8 @@ ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
 TALLY_N, TALLY_TILE = 64, 32
 # the one launch computes pass 1's partials itself where its splits are pass 1's (1: ``pass1_splits`` plans pass 1
 # so), so that a filtered call of a few rows is two launches as an unfiltered one is; a split polls its row's
-# flags up to HANDOFF_SPIN times before it computes an unpublished split itself (``triton_handoff``)
+# word of published splits up to HANDOFF_SPIN times before it computes an unpublished one itself
+# (``triton_handoff``)
 ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
@@ -173,7 +174,8 @@ def _cut_kernel(
     streaming kernel's); 2, grid (B, K1), each row's record from the sums and the gathered tokens. Or 3,
     grid (B, K1, SF), the one-launch plan of a few rows: each launch costs the host more than a few rows
     cost the GPU, so every split computes the bracket (the same integers: the same sample, the same code)
-    instead of a launch before it, and the row's last split to finish its read writes the record. With PRE
+    instead of a launch before it, and the row's last split to finish its read writes the record; with PASS1
+    it is pass 1 too, each split computing its pass-1 partials before the rest (``triton_handoff``). With PRE
     (top-k passed, many rows), STAGE 4, grid (B, K1), brackets the top-k rows before pass 1, which then
     gathers the unweighed ones (``triton_cut.unweighed``) as it reads them: stage 0 brackets the other rows
     and stage 1 reads them. With LAZY (top-p alone, ``triton_lazy``), stage 0 first tags the rows whose cut
