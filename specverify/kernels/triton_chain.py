@@ -53,9 +53,18 @@ def _row_stats_kernel(
     V, K1, S1, n_part, ints_at, stats_at, chunk,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
+    plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+                stats_at, chunk, tl.program_id(2), BLOCK_V, BLOCK_B)
+
+
+@triton.jit
+def plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+                stats_at, chunk, split, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr):
+    """``_pass1`` on split ``split`` of row (b, j) without the filter's gather or lazy sums: pass 1's own
+    program, and the one launch's (``triton_handoff``)."""
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-           stats_at, chunk, tl.program_id(2), scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr,
-           num_draft_ptr, num_draft_ptr, num_draft_ptr, False, False, False, False)
+           stats_at, chunk, split, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr,
+           num_draft_ptr, num_draft_ptr, False, False, False, False)
 
 
 @triton.jit

@@ -227,7 +227,7 @@ def _cut_kernel(
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
         else:
             # stage 2 writes every live row's record; in the one launch (3), a filtered row's last split to finish
-            # its read writes it, and split 0 an unfiltered row's
+            # its read writes it, and split 0 an unfiltered row's (with PASS1, its last split past its norms)
             lo = tl.full([], KMIN, tl.int64)
             hi = tl.full([], KMAX, tl.int64)
             n_packed = tl.zeros([], tl.int32)

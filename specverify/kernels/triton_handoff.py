@@ -1,6 +1,6 @@
 """Pass 1 inside the one-launch cut (``triton_filter``'s STAGE 3 with PASS1): a call of a few rows costs its host
 more a launch than pass 1 costs the GPU, so there the one launch's splits are pass 1's (the same chunks), and
-each program computes its split's pass-1 partials (``triton_chain._pass1``), publishes them, and waits for the
+each program computes its split's pass-1 partials (``triton_chain.plain_pass1``), publishes them, and waits for the
 row's other splits before the cut reads the row's norms (a live row's record holds them, filtered or not).
 ``@triton.jit`` functions on one program (b, j, split):
 
@@ -12,7 +12,7 @@ row's other splits before the cut reads the row's norms (a live row's record hol
 
 A program polls its row's word at most SPIN times. A split still unpublished then (its program not placed on
 an SM yet, or the interpreter, which runs programs one by one) it computes itself, by the same call of
-``_pass1``, so the partials are the same bits whoever writes them, and the program that owns the split writes
+``plain_pass1``, so the partials are the same bits whoever writes them, and the program that owns the split writes
 those bits again when it runs. So no program waits on one that is not running, whatever order the GPU places
 them in: there is no grid-wide barrier to deadlock. Every program of a row publishes before it takes the cut's
 ticket, so the last one's reset comes after every write of the call.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_chain import _pass1
+from specverify.kernels.triton_chain import plain_pass1
 
 
 @triton.jit
@@ -50,9 +50,8 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
     for turn in range(0, S1):
         if split >= 0:
             # one call site: whichever program computes a split runs these very instructions
-            _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
-                   ints_at, stats_at, chunk, split, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr,
-                   num_draft_ptr, num_draft_ptr, num_draft_ptr, False, False, False, False)
+            plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
+                        ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B)
             if waits:
                 # every thread's stores are issued before the release that publishes them
                 tl.debug_barrier()
