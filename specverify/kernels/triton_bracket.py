@@ -6,6 +6,13 @@ row's max of l / T, ``inv_t`` = 1 / T):
     sample_max(...)   the largest l / T of the row's sample
     bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
     pre_bracket(...)  stage 4's bracket of a top-k row before pass 1 (``triton_filter``'s PRE plan)
+
+With SHARED (the one launch, grid (B, K1, SF)), the row's SF programs tally the sample's tiles between them, each
+split the tiles split, split + SF, ..., and hand their shares over (``triton_handoff``): the shares, at share_ptr
+[2 rounds, SF, 3, NG] float32 bits in int64 words (count, sum of e, sum of e^2 a candidate), published at the
+round's word (word_ptr, then word_ptr + word_step). Counts are exact in any order; the sums of e may differ from
+one program's sums in their last bits, which moves the bracket only where a test lies within rounding of its
+bound, and the bracket only chooses what is gathered, not the cut.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
+from specverify.kernels.triton_handoff import publish
 
 
 @triton.jit
@@ -37,22 +45,23 @@ def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, B
 
 @triton.jit
 def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
-                NG: tl.constexpr, BLOCK_R: tl.constexpr):
-    """(count, sum of e, sum of e^2) of a strided sample of NS tokens (chunks of CH) with l / T >= cand; the
-    sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R], candidates
-    across each thread's registers and samples across threads: a sample's e and e^2 are computed once and
-    stay in the thread that compares them (samples across registers would move each through shared
-    memory and square it once a candidate)."""
+                NG: tl.constexpr, BLOCK_R: tl.constexpr, first, every):
+    """(count, sum of e, sum of e^2) of the sample's tiles first, first + every, ... (BLOCK_R entries a tile) with
+    l / T >= cand; the sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R],
+    candidates across each thread's registers and samples across threads: a sample's e and e^2 are computed once
+    and stay in the thread that compares them (samples across registers would move each through shared memory
+    and square it once a candidate)."""
     cnt = tl.zeros([NG, BLOCK_R], tl.float32)
     s1 = tl.zeros([NG, BLOCK_R], tl.float32)
     s2 = tl.zeros([NG, BLOCK_R], tl.float32)
+    step = every * BLOCK_R
     # the loads run two tiles ahead of the tallies, as in ``sweep``
-    ahead1 = _sample_tile(row_ptr, V, 0, inv_t, NS, CH, BLOCK_R)
-    ahead2 = _sample_tile(row_ptr, V, BLOCK_R, inv_t, NS, CH, BLOCK_R)
-    for start in range(0, NS, BLOCK_R):
+    ahead1 = _sample_tile(row_ptr, V, first * BLOCK_R, inv_t, NS, CH, BLOCK_R)
+    ahead2 = _sample_tile(row_ptr, V, first * BLOCK_R + step, inv_t, NS, CH, BLOCK_R)
+    for start in range(first * BLOCK_R, NS, step):
         x = ahead1
         ahead1 = ahead2
-        ahead2 = _sample_tile(row_ptr, V, start + 2 * BLOCK_R, inv_t, NS, CH, BLOCK_R)
+        ahead2 = _sample_tile(row_ptr, V, start + 2 * step, inv_t, NS, CH, BLOCK_R)
         # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
         # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
         ge = (x[None, :] >= cand[:, None]).to(tl.float32)
@@ -62,6 +71,50 @@ def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr
             s1 += ge * e[None, :]
             s2 += ge * (e * e)[None, :]
     return tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1)
+
+
+@triton.jit
+def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
+           BLOCK_R: tl.constexpr, share_ptr, word_ptr, SF, SPIN, SHARED: tl.constexpr, BLOCK_F: tl.constexpr):
+    """``_sample_run`` of the whole sample: by this program alone, or with SHARED by the row's SF programs, each
+    tallying its share to share_ptr [SF, 3, NG] and publishing it at word_ptr (``triton_handoff.publish``),
+    then summing the shares in split order."""
+    if SHARED:
+        own = tl.program_id(2)
+        full = (tl.full([], 1, tl.int64) << SF.to(tl.int64)) - 1
+        g = tl.arange(0, NG)
+        split = own
+        # its own share first, then those it takes over, one a turn
+        for turn in range(0, SF):
+            if split >= 0:
+                c, t1, t2 = _sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, split, SF)
+                mine = share_ptr + split * (3 * NG) + g
+                tl.store(mine, _bits(c))
+                tl.store(mine + NG, _bits(t1))
+                tl.store(mine + 2 * NG, _bits(t2))
+                split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
+        # the acquire that saw every bit, passed on to the program's other threads
+        tl.debug_barrier()
+        ff = tl.arange(0, BLOCK_F)[:, None]
+        at = share_ptr + ff * (3 * NG) + g[None, :]
+        cnt = tl.sum(_floats(tl.load(at, mask=ff < SF, other=0)), axis=0)
+        s1 = tl.sum(_floats(tl.load(at + NG, mask=ff < SF, other=0)), axis=0)
+        s2 = tl.sum(_floats(tl.load(at + 2 * NG, mask=ff < SF, other=0)), axis=0)
+    else:
+        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, 0, 1)
+    return cnt, s1, s2
+
+
+@triton.jit
+def _bits(x):
+    """float32 -> its bits in an int64 word of the work space."""
+    return x.to(tl.int32, bitcast=True).to(tl.int64)
+
+
+@triton.jit
+def _floats(w):
+    """``_bits``' int64 words -> float32."""
+    return w.to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -78,14 +131,17 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 @triton.jit
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
-            BLOCK_MASS: tl.constexpr):
+            BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
+            BLOCK_F: tl.constexpr):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
     mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
     from the max, NG points each for top-p's masses and NG_COUNT for top-k's counts (a count needs no
     finer grid, and the tally's cost is its points): the second splits the cells the first found, half
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
-    point, so fewer samples a step keep them in registers)."""
+    point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
+    program of the row calls this alike, or none does)."""
+    share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
     if V <= CAP:
@@ -93,18 +149,21 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
-            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS)
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
+                                 share, SHARED, BLOCK_F)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
-                                 BLOCK_R)
+                                 BLOCK_R, share, SHARED, BLOCK_F)
     return lo, hi
 
 
 @triton.jit
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
-                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr):
+                NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
+                SHARED: tl.constexpr, BLOCK_F: tl.constexpr):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
-    counts."""
+    counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's."""
+    share_ptr, word_ptr, word_step, SF, SPIN = share
     g = tl.arange(0, NG)
     half: tl.constexpr = NG // 2
     rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
@@ -114,7 +173,8 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
     by_mass = p_on & ~k_on
-    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
+                         SHARED, BLOCK_F)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
@@ -124,7 +184,8 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
     h = (g % half + 1).to(tl.float32) / half
     drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
-    cnt, s1, s2 = _sample_run(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R)
+    cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
+                         word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
     d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
     d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
@@ -152,7 +213,7 @@ def pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, 
     hi = tl.full([], DEFER, tl.int64)
     if (top > float("-inf")) & (top < float("inf")):
         lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
-                         BLOCK_MASS)
+                         BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2)
     tl.store(work_ptr + 2 * rid, lo)
     tl.store(work_ptr + 2 * rid + 1, hi)
     gathers = unweighed(k_on, hi, floor)

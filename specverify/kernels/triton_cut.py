@@ -173,6 +173,14 @@ def split_tallies(work_ptr, NR, rid, SF, split, CAP: tl.constexpr, SCRATCH: tl.c
 
 
 @triton.jit
+def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr,
+                   NG: tl.constexpr):
+    """Row rid's shares of its sample bracket's tallies in the one-launch plan's work space, after its splits'
+    tallies: room for [2 rounds, SF, 3, G] words at any grid G <= NG (``triton_bracket``'s SHARED tally)."""
+    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
+
+
+@triton.jit
 def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
     """[BLOCK_V] float32 logits from start (-inf at and past hi_v)."""
     offs = start + tl.arange(0, BLOCK_V)

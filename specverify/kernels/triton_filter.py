@@ -23,9 +23,10 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  in the one-launch plan, [R, CAP] each row's tokens packed split after split,
                                  then [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``)
     record_ptr [6, R] float32 (out)
-    tickets_ptr [3, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
-                                 and with PASS1 the bits of its splits' pass-1 partials published
-                                 (``triton_handoff``); all zero between calls
+    tickets_ptr [5, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
+                                 and the bits of its splits' parts published (``triton_handoff``): with PASS1
+                                 pass 1's partials, with SHARED the sample bracket's two rounds; all zero
+                                 between calls
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
@@ -69,9 +70,9 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, cut_request, cut_row_norms, order_key,
-                                           packed_tokens, read_split, split_tallies, work_gathered, work_parts,
-                                           work_tokens)
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request, cut_row_norms,
+                                           order_key, packed_tokens, read_split, split_tallies, work_gathered,
+                                           work_parts, work_tokens)
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
@@ -142,6 +143,9 @@ TALLY_N, TALLY_TILE = 64, 32
 # word of published splits up to HANDOFF_SPIN times before it computes an unpublished one itself
 # (``triton_handoff``)
 ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
+# the one launch's splits tally the sample bracket's rounds between them, each its share of the sample's tiles, and
+# hand the shares over as pass 1's partials are (1), where every split tallied the whole sample alone (0)
+ONE_LAUNCH_SHARED = 1
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
@@ -166,7 +170,7 @@ def _cut_kernel(
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
-    PASS1: tl.constexpr, SPIN: tl.constexpr,
+    PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -193,7 +197,7 @@ def _cut_kernel(
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
-            word = handoff_word(tickets_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1))
+            word = handoff_word(tickets_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), 0)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, word, k_b, SPIN, BLOCK_V, BLOCK_B)
         # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
@@ -213,7 +217,7 @@ def _cut_kernel(
                                           ints_at, stats_at, top_p, inv_t, HAS_Q, SEEDED, BLOCK_K, BLOCK_S, BLOCK_B)
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
-                                     BLOCK_SAMPLE, BLOCK_MASS)
+                                     BLOCK_SAMPLE, BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2)
                     tl.store(work_ptr + 2 * rid, lo)
                     tl.store(work_ptr + 2 * rid + 1, hi)
         elif STAGE == 1:
@@ -236,8 +240,11 @@ def _cut_kernel(
                 if STAGE == 2:
                     lo, hi = bounds(work_ptr, rid, V, CAP)
                 else:
+                    # with SHARED, the row's splits tally the sample between them (``triton_bracket``)
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
-                                     BLOCK_SAMPLE, BLOCK_MASS)
+                                     BLOCK_SAMPLE, BLOCK_MASS,
+                                     bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT),
+                                     handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F)
                     read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
@@ -258,8 +265,9 @@ def _cut_kernel(
                         n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
-            if PASS1 & live & writes:   # every split of the row is past its wait: its word zero for the next call
-                tl.store(handoff_word(tickets_ptr, NR, rid), 0)
+            if (STAGE == 3) & writes:   # every split of the row is past its waits: the words zero for the next call
+                for which in tl.static_range(3):
+                    tl.store(handoff_word(tickets_ptr, NR, rid, which), 0)
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
@@ -289,11 +297,11 @@ def _shapes() -> tuple:
     return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
             PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN)
+            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED)
 
 
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
-    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [3 rows] (zero: the one-launch
+    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [5 rows] (zero: the one-launch
     plan leaves them so), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
     work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
@@ -301,8 +309,8 @@ def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
-    if tickets is None or tickets.numel() < 3 * rows:
-        tickets = torch.zeros(3 * rows, dtype=torch.int32, device=device)
+    if tickets is None or tickets.numel() < 5 * rows:
+        tickets = torch.zeros(5 * rows, dtype=torch.int32, device=device)
     if rows not in views:
         views[rows] = record[:6 * rows]
     _buffers[key] = (work, record, tickets, views)

@@ -1,21 +1,29 @@
-"""Pass 1 inside the one-launch cut (``triton_filter``'s STAGE 3 with PASS1): a call of a few rows costs its host
-more a launch than pass 1 costs the GPU, so there the one launch's splits are pass 1's (the same chunks), and
-each program computes its split's pass-1 partials (``triton_chain.plain_pass1``), publishes them, and waits for the
-row's other splits before the cut reads the row's norms (a live row's record holds them, filtered or not).
+"""Rendezvous of a row's splits inside the one-launch cut (``triton_filter``'s STAGE 3), without a grid-wide
+barrier. A call of a few rows costs its host more a launch than the work costs the GPU, so the one launch computes
+in one program per split what a launch before it would, and hands the splits' results between them:
+
+- with PASS1, pass 1: its splits are pass 1's (the same chunks), and each program computes its split's pass-1
+  partials (``triton_chain.plain_pass1``) and waits for the row's other splits before the cut reads the row's
+  norms (a live row's record holds them, filtered or not);
+- with SHARED, the sample bracket's two rounds (``triton_bracket``): each split tallies its share of the sample,
+  and the row's bracket is the shares' sum.
+
 ``@triton.jit`` functions on one program (b, j, split):
 
-    handoff_word(tickets_ptr, NR, rid) -> row rid's int32 word: bit s set once split s's partials are
-                         published (S1 <= 32 splits), 0 between calls
+    handoff_word(tickets_ptr, NR, rid, which) -> row rid's int32 word ``which`` (0: pass 1, 1 and 2: the bracket's
+                         rounds): bit s set once split s's part is published (at most 32 splits), 0 between calls
+    publish(word_ptr, split, full, own, patience) -> publishes ``split``'s part, then the next split this program
+                         computes: one still unpublished after its polls, or -1 once every split is published
     pass1_handoff(...)   this split's pass-1 partials, published; on return, in a live row, every split's of
                          the row are stored and visible to the whole program
-    (the row's last program, by the cut's ticket, sets the word back to 0)
+    (the row's last program, by the cut's ticket, sets the words back to 0)
 
-A program polls its row's word at most SPIN times. A split still unpublished then (its program not placed on
-an SM yet, or the interpreter, which runs programs one by one) it computes itself, by the same call of
-``plain_pass1``, so the partials are the same bits whoever writes them, and the program that owns the split writes
-those bits again when it runs. So no program waits on one that is not running, whatever order the GPU places
-them in: there is no grid-wide barrier to deadlock. Every program of a row publishes before it takes the cut's
-ticket, so the last one's reset comes after every write of the call.
+The protocol, for any part: a program computes its own split's part, publishes it, and polls the row's word at
+most SPIN times. A split still unpublished then (its program not placed on an SM yet, or the interpreter, which
+runs programs one by one) it computes itself, by the same call, so the part is the same bits whoever writes it,
+and the program that owns the split writes those bits again when it runs. So no program waits on one that is
+not running, whatever order the GPU places them in: there is no grid-wide barrier to deadlock. Every program of a
+row publishes before it takes the cut's ticket, so the last one's reset comes after every write of the call.
 
 The word is read by scalar atomics, which one thread performs and the program shares: a tensor of flags loaded
 by every warp on its own gives warps that disagree on what is published while it changes, and so on the split
@@ -31,9 +39,21 @@ from specverify.kernels.triton_chain import plain_pass1
 
 
 @triton.jit
-def handoff_word(tickets_ptr, NR, rid):
-    """Row rid's published-splits word in the one-launch plan's tickets ([2 NR] before them; ``triton_filter``)."""
-    return tickets_ptr + 2 * NR + rid
+def handoff_word(tickets_ptr, NR, rid, which):
+    """Row rid's published-splits word ``which`` in the one-launch plan's tickets ([2 NR] before the first;
+    ``triton_filter``)."""
+    return tickets_ptr + (2 + which) * NR + rid
+
+
+@triton.jit
+def publish(word_ptr, split, full, own, patience):
+    """Publishes ``split``'s part of the row (its bit in the word at word_ptr; ``full``: every split's bits), then
+    returns the next split for program ``own`` to compute: the first still unpublished after at most patience + 1
+    polls, or -1 once all are published."""
+    # every thread's stores are issued before the release that publishes them
+    tl.debug_barrier()
+    tl.atomic_or(word_ptr, (tl.full([], 1, tl.int64) << split.to(tl.int64)).to(tl.int32), sem="release")
+    return _unpublished(word_ptr, full, own, patience)
 
 
 @triton.jit
@@ -53,11 +73,8 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
             plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                         ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B)
             if waits:
-                # every thread's stores are issued before the release that publishes them
-                tl.debug_barrier()
-                tl.atomic_or(word_ptr, (tl.full([], 1, tl.int64) << split.to(tl.int64)).to(tl.int32), sem="release")
                 # once it has taken a split over, it waits for none
-                split = _unpublished(word_ptr, full, own, tl.where(turn == 0, SPIN, 0))
+                split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
             else:
                 split = tl.full([], -1, tl.int32)
     # the acquire that saw every bit synchronised this program's thread with every split's release; the barrier
