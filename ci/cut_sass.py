@@ -56,7 +56,8 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
                  finish_n=getattr(triton_filter, "FINISH_N", 0), lazy=lazy,
                  max_splits=getattr(triton_filter, "MAX_SPLITS", 16),
-                 shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None)
+                 shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None,
+                 settings=triton_filter._settings() if hasattr(triton_filter, "_settings") else None)
     takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
     metas = {}
     for rows in (0, 10 ** 9):

@@ -89,7 +89,7 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG to LAZY_PASS1_MAXNREG are the launches' shapes on the GPU (``_shapes``), read on every call and part of
+# NG to LAZY_PASS1_MAXNREG are the launches' shapes on the GPU (``_settings``), read on every call and part of
 # the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them at any time: the
 # stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: four logits a thread, placed by a warp ballot each (``triton_gather.gather``)
@@ -292,19 +292,14 @@ _buffers: dict = {}
 _plans: dict = {}
 
 
-def _shapes() -> tuple:
-    """The GPU launch shapes as they stand, in ``_recipe``'s order."""
-    return (NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
-            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED)
-
-
 def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
     """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [5 rows] (zero: the one-launch
     plan leaves them so), one of each per (thread, device, stream), grown as needed."""
     key = (threading.get_ident(), device, stream)
     work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
+    view = views.get(rows)      # held only while record and tickets hold this many rows
+    if view is not None and work.numel() >= words:
+        return work, view, tickets
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
@@ -323,7 +318,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     Pass 1, then three steps (two where rows are gathered whole: no bracket), or one for at most
     ONE_LAUNCH_ROWS rows; with top-k passed, where pass 1's splits are the cut's (``pass1_splits``), the count
     bracket, pass 1 gathering the unweighed rows, then the three. CAP, NS, CH, READ_PROGRAMS, RANK_N,
-    SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1 and the launch shapes (``_shapes``) are read here,
+    SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1 and the launch shapes (``_settings``) are read here,
     so that a test can shrink them to reach the sample and slow paths, turn ranking, the search's scratch or
     its ranked end off, or choose the plan. ``pass2``: the pass-2 step (``triton_chain``) of a call of the
     standard rule, which makes a cut of top-p alone in the three launches lazy (``triton_lazy``; LAZY_CUT):
@@ -331,7 +326,9 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, grid1, args1, meta1, key1, stream = pass1
     logits, temperature = args1[0], args1[2]
     meta2 = None if pass2 is None else pass2[3]
-    plan_key = (id(meta1), id(meta2), _dtype(top_k), _dtype(top_p), _dtype(min_p), _settings())
+    # a filter not passed is None in the key, one passed its dtype
+    plan_key = (id(meta1), id(meta2), top_k is not None and top_k.dtype, top_p is not None and top_p.dtype,
+                min_p is not None and min_p.dtype, _settings())
     plan = _plans.get(plan_key)
     if plan is None or plan[0] is not meta1 or plan[1] is not meta2:
         if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
@@ -353,6 +350,9 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     else:
         tested = (0, 0, 0, 0, 0)
     args += tested
+    if len(stages) == 1 and not then_pass1:     # the one launch that is pass 1 too: a call of a few rows
+        stage, grid, meta = stages[0]
+        return ((_cut_kernel, grid, args, meta, key and key + (stage,), stream),), record
     steps = tuple((_cut_kernel, grid, args, meta, key and key + (stage,), stream) if stage is not None else
                   (_row_stats_cut_kernel, grid, args1 + (work, region, tested[0]) + args[5:8], meta,
                    key and key + ("pass 1",), stream)
@@ -360,14 +360,14 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     return ((pass1,) + steps if then_pass1 else steps), record
 
 
-def _dtype(t):
-    return None if t is None else t.dtype
-
-
 def _settings() -> tuple:
-    """This module's settings that a cut's plan depends on, as they stand (a probe or a test may change any)."""
-    return (CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1,
-            LAZY_CUT, MAX_SPLITS) + _shapes()
+    """This module's settings that a cut's plan depends on, as they stand (a probe or a test may change any), in
+    ``triton_filter_plan._recipe``'s order: a call's plan key and its recipe's settings at once."""
+    return (CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1, MAX_SPLITS,
+            NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
+            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
+            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
+            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED, LAZY_CUT)
 
 
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
@@ -397,9 +397,8 @@ def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags
                lazy: tuple | None = None) -> tuple:
     """``_recipe`` of a cut after pass 1 (S1 splits of chunk1 entries, launched with meta1) at this module's
     settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's."""
-    return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, CAP, NS, CH,
-                   READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, _shapes(), chunk1,
-                   GATHER_IN_PASS1, lazy, MAX_SPLITS)
+    return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, chunk1, lazy,
+                   _settings())
 
 
 def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:

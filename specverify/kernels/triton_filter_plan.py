@@ -21,20 +21,20 @@ _recipe_ids = iter(range(1 << 62))
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            cap: int, ns: int, ch: int, programs: int, rank_n: int, scratch_share: int, finish_n: int,
-            one_launch_rows: int, shapes: tuple, chunk1: int, gather_in_pass1: bool, lazy: tuple | None,
-            max_splits: int):
+            chunk1: int, lazy: tuple | None, settings: tuple):
     """(id, SF, chunk, region, work words, stages) of a cut: at most max_splits splits per row, or the one
     launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages
     ((STAGE, grid, meta), ...) in launch order, built once here since the host's work is what a call of a few
     rows costs. STAGE None is pass 1 with the gather (its meta: pass 1's and CAP), where pass 1's splits (S1 of
     chunk1 entries) are the cut's.
     lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
-    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches."""
-    (ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
+    "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches.
+    settings: ``triton_filter._settings()``, whose names these are in lower case."""
+    (cap, ns, ch, programs, rank_n, scratch_share, finish_n, one_launch_rows, gather_in_pass1, max_splits,
+     ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
-     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared) = shapes
+     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, _) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most)

@@ -41,16 +41,17 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
     return synthetic_rates_f32(rate, num_speculative_steps)
 
 
-def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, lazy: bool = False,
+def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, lazy: bool = False, splits=None,
          **noise) -> tuple:
     """Pass 1 and the cut launch for ``batch``'s filters: (the pass-2 step reading the cut, the pass-1 step,
-    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it; lazy: the cut may
-    leave the rows uncut whose cut pass 2 does not need (``triton_filter.cut_launches``)."""
-    if noise.get("splits") is None:
-        noise = dict(noise, splits=cut_splits(batch.top_k, batch.num_requests, token_ids.shape[1], batch.vocab_size,
-                                              batch.device))
-    steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits,
-                     batch.draft_probs, batch.temperature, **noise)
+    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it; splits: its split targets
+    (None: ``cut_splits``); lazy: the cut may leave the rows uncut whose cut pass 2 does not need
+    (``triton_filter.cut_launches``)."""
+    logits = batch.target_logits
+    if splits is None:
+        splits = cut_splits(batch.top_k, token_ids.shape[0], token_ids.shape[1], logits.shape[1], logits.device)
+    steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, logits,
+                     batch.draft_probs, batch.temperature, splits=splits, **noise)
     if not steps:
         return None
     cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p, steps[-1] if lazy else None)
