@@ -94,13 +94,16 @@ FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0),
             ([1, 2], 20_011, "standard", 0, "take-over")]
 
 
-def filtered_calls(g, device: str) -> int:
-    """Each FILTERED case with top-k, top-p and min-p mixed per request, seeded, against the reference."""
+def filtered_calls(g, device: str, tag: str | None = None) -> int:
+    """Each FILTERED case (those tagged ``tag`` where given) with top-k, top-p and min-p mixed per request, seeded,
+    against the reference."""
     errors = 0
     default, one_launch_rows, spin = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS, \
         triton_filter.HANDOFF_SPIN
     triton_filter.ONE_LAUNCH_ROWS = 8
     for counts, V, method, gather_in_pass1, *tags in FILTERED:
+        if tag and tag not in tags:
+            continue
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         triton_filter.HANDOFF_SPIN = 0 if "take-over" in tags else spin
         alone = "top-p alone" in tags
@@ -126,9 +129,12 @@ def filtered_calls(g, device: str) -> int:
     return errors
 
 
-def run(device: str) -> int:
+def run(device: str, filtered_tag: str | None = None) -> int:
+    """Every case on ``device``, or with ``filtered_tag`` the filtered cases tagged so ('': all) alone."""
     g = torch.Generator().manual_seed(2026)
-    errors = filtered_calls(g, device)
+    errors = filtered_calls(g, device, filtered_tag)
+    if filtered_tag is not None:
+        return errors
     for counts, V, dtype, drafter, greedy, method, launch in CASES:
         batch = batch_of(g, counts, V, dtype, drafter, greedy)
         B, K = batch.num_requests, batch.max_draft
@@ -177,11 +183,15 @@ def run(device: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--filtered", metavar="TAG", default=None,
+                    help="only the filtered cases tagged TAG ('' for every filtered case): a sanitizer's slow tools "
+                         "on one path")
     args = ap.parse_args()
     start = time.perf_counter()
-    errors = run(args.device)
-    print(f"sanitizer driver: {len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels, "
-          f"{errors} error(s), "
+    errors = run(args.device, args.filtered)
+    ran = (f"{len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels"
+           if args.filtered is None else f"the filtered cases tagged {args.filtered!r}")
+    print(f"sanitizer driver: {ran}, {errors} error(s), "
           f"{time.perf_counter() - start:.1f}s", flush=True)
     return 1 if errors else 0
 
