@@ -9,6 +9,7 @@ Without CUDA the kernels run under the Triton interpreter; the parameter id says
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 import torch
@@ -79,13 +80,13 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
 
 
 def _cut_and_partials(batch: SpecBatch, poison: int, **plan) -> tuple:
-    """(the cut's launches as (kernel, STAGE, PASS1), records [6, B K1], pass 1's scratch words) of a cut of
+    """(the cut's launches as (kernel, STAGE, PASS1, SHARED), records [6, B K1], pass 1's scratch words) of a cut of
     ``batch``, the scratch filled with ``poison`` before its first launch."""
     seen = []
     real_launch, real_cut_launches = triton_sampler.launch, triton_sampler.cut_launches
 
     def launch(kernel, grid, args, meta, *rest):
-        seen.append((kernel.fn.__name__, meta.get("STAGE"), meta.get("PASS1")))
+        seen.append((kernel.fn.__name__, meta.get("STAGE"), meta.get("PASS1"), meta.get("SHARED")))
         return real_launch(kernel, grid, args, meta, *rest)
 
     def cut_launches(pass1, *rest):
@@ -136,11 +137,53 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
     plan = dict(block_v=32, splits=(sf, 2))
     poison = -1         # NaN partials: a norm read before its partial is stored is NaN
     fused_launches, fused, fused_partials = _cut_and_partials(batch, poison, **plan)
-    assert fused_launches == [("_cut_kernel", 3, True)]
+    assert fused_launches == [("_cut_kernel", 3, True, True)]
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 0)
     own_launches, own, own_partials = _cut_and_partials(batch, poison, **plan)
-    assert own_launches == [("_row_stats_kernel", None, None), ("_cut_kernel", 3, False)]
+    assert own_launches == [("_row_stats_kernel", None, None, None), ("_cut_kernel", 3, False, True)]
     assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
     assert torch.equal(fused, own), (fused != own).nonzero().tolist()
     # rows found from the gathered bracket (from every split's sums), the slow path and min-p alone
     assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()
+
+
+def _brackets(rows: int) -> torch.Tensor:
+    """[rows, 2] the bracket keys (lo, hi) that the last cut of this thread left in its work space."""
+    works = [work for (thread, _, _), (work, *_) in triton_filter._buffers.items() if thread == threading.get_ident()]
+    assert len(works) == 1, len(works)
+    return works[0][:2 * rows].view(rows, 2).cpu().clone()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
+                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device, spin, monkeypatch):
+    """With ONE_LAUNCH_SHARED the one launch's splits tally the sample bracket's two rounds between them, each the
+    sample's tiles split, split + SF, ..., and every split sums the row's shares after a handoff
+    (``triton_bracket._tally``). The brackets must be those of every split tallying the whole sample alone, on rows
+    bracketed by count (top-k) and by mass (top-p alone; on these rows no test of the mass bracket lies within
+    rounding of its bound), and so must the records (cut value and index, Z', and how the cut was found: from the
+    gathered bracket, or by the slow path where the bracket missed or overflowed). The sample is 16 tiles of 32 over
+    the rows' 12 splits, so that every split's share counts; the small capacity sends some rows down the slow path.
+    On CUDA, spin 0 makes every split take over whatever share is unpublished at its first look."""
+    if spin is not None:
+        monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    monkeypatch.setattr(triton_filter, "CAP", 256)
+    monkeypatch.setattr(triton_filter, "NS", 512)
+    monkeypatch.setattr(triton_filter, "CH", 8)
+    batch = _rows(5, 8, 3000, device)
+    batch = dataclasses.replace(batch, top_k=torch.tensor([50, 0, 300, 0, 20, 0, 120, 0], device=device),
+                                top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.99, 1.0, 0.7], device=device),
+                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device))
+    plan = dict(block_v=256)
+    shared_launches, shared, _ = _cut_and_partials(batch, 0, **plan)
+    shared_brackets = _brackets(8)
+    assert shared_launches == [("_cut_kernel", 3, True, True)]
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SHARED", 0)
+    alone_launches, alone, _ = _cut_and_partials(batch, 0, **plan)
+    assert alone_launches == [("_cut_kernel", 3, True, False)]
+    assert torch.equal(shared_brackets, _brackets(8)), (shared_brackets, _brackets(8))
+    assert torch.equal(shared, alone), (shared != alone).nonzero().tolist()
+    # rows found from the gathered bracket (top-k's by count, top-p's alone by mass) and by the slow path
+    assert set(alone[5].tolist()) == {1.0, 2.0}, alone[5].tolist()

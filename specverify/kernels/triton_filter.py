@@ -17,11 +17,12 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     logits_ptr ... scratch_ptr, V, K1, S1, n_part, ints_at, stats_at   pass 1's arguments (triton_chain);
                                  they read pass 1's split partials for the row max, sum and largest logit
     top_k_ptr [B] int64, top_p_ptr [B] float32/64, min_p_ptr [B] float32/64 (read when HAS_K/P/M)
-    work_ptr  [words] int64      [R, 2] bracket keys (lo, hi); [R] whether pass 1 gathers the row (PRE);
-                                 [R, SF, NPART] partial sums; [R, CAP] gathered tokens, split s in slots
-                                 [s region, (s + 1) region); [R, SCRATCH] the search's scratch (``triton_search``);
-                                 in the one-launch plan, [R, CAP] each row's tokens packed split after split,
-                                 then [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``)
+    work_ptr  [words] int64      [R, 2] bracket keys (lo, hi; the one launch's too); [R] whether pass 1 gathers
+                                 the row (PRE); [R, SF, NPART] partial sums; [R, CAP] gathered tokens, split s in
+                                 slots [s region, (s + 1) region); [R, SCRATCH] the search's scratch
+                                 (``triton_search``); in the one-launch plan, [R, CAP] each row's tokens packed
+                                 split after split, [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``),
+                                 then the shares of its sample bracket's tallies (``triton_cut.bracket_shares``)
     record_ptr [6, R] float32 (out)
     tickets_ptr [5, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
                                  and the bits of its splits' parts published (``triton_handoff``): with PASS1
@@ -245,6 +246,9 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS,
                                      bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F)
+                    if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
+                        tl.store(work_ptr + 2 * rid, lo)
+                        tl.store(work_ptr + 2 * rid + 1, hi)
                     read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
