@@ -40,7 +40,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                              finish writes the record, its searches starting from the
                                              tallied interval of each crossing; with PASS1 (pass 1's splits
                                              the same), the launch is pass 1 too: each split computes its
-                                             pass-1 partials first (``triton_handoff``), and no pass 1 runs
+                                             pass-1 partials first (``triton_handoff``), and no pass 1 runs;
+                                             with SHARED, the row's splits tally the bracket's sample between
+                                             them (``triton_bracket``)
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
