@@ -1,6 +1,7 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
-    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096] [--whole [--profile] | --trace | --ncu]
+    python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096]
+                               [--whole [--profile] | --trace | --ncu | --latency VARIANT ... [--rounds 3]]
                                [--set NAME=VALUE ...] [--settings 'none;top_p=0.9'] [--all-tensors]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
@@ -12,7 +13,11 @@ the host's heaviest functions. ``--trace`` gives each launch's GPU time alone, f
 records of 40 whole calls (no event around a launch: at B = 1 those cost more than the launches). ``--ncu``
 runs one call of each setting, after three to compile and warm, between cudaProfilerStart and Stop, for
 Nsight Compute to profile those alone: ``ncu --profile-from-start off --clock-control none --set full
-python ci/filter_stages.py --ncu ...`` (docs/nightly/2026-11-27-h100-filters5/1-*). ``--set``
+python ci/filter_stages.py --ncu ...`` (docs/nightly/2026-11-27-h100-filters5/1-*). ``--latency V1 V2 ...``
+prints a table of each setting's latency in turn against the unfiltered call (``bench_gpu.time_paired``: each call
+synchronised before and after, the two in turn, so that both see the same host) under each variant of the
+settings, the variants in turn ``--rounds`` times, and whether every variant leaves the first one's outputs and
+records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--set``
 overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
@@ -161,11 +166,55 @@ def whole_call(sets, filters, calls: int = 200, profile: bool = False) -> dict:
     return out
 
 
+def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
+    """Latency in turn (``bench_gpu.time_paired``) of the filtered call on ``sets`` against the unfiltered call,
+    under each variant of ``triton_filter``'s settings ('NAME=V,NAME=V', or 'default' for the settings as they
+    stand), the variants in turn ``rounds`` times: a row a variant {variant, ratio: the median of the rounds'
+    filtered / unfiltered, ratios, filtered_us, unfiltered_us (medians), same: whether its outputs and records on
+    sets[0] are the first variant's}. The settings are restored after."""
+    names = {item.split("=")[0] for v in variants if v != "default" for item in v.split(",")}
+    unknown = sorted(n for n in names if not hasattr(triton_filter, n))
+    if unknown:
+        raise ValueError(f"--latency: triton_filter has no {', '.join(unknown)}")
+    defaults = {name: getattr(triton_filter, name) for name in names}
+    call, plain = _caller(sets, filters), _caller(sets, None)
+    rows_of = sets[0].token_ids.numel()
+
+    def apply(variant: str) -> None:
+        for name, value in defaults.items():
+            setattr(triton_filter, name, value)
+        if variant != "default":
+            apply_sets(triton_filter, variant.split(","))
+
+    try:
+        outs = {}
+        for v in variants:
+            apply(v)
+            call(sets[0])
+            record = next(iter(triton_filter._buffers.values()))[1][:6 * rows_of]
+            outs[v] = tuple(t.cpu().clone() for t in (sets[0].token_ids, sets[0].num_accepted, record))
+        times: dict = {v: [] for v in variants}
+        for _ in range(rounds):
+            for v in variants:
+                apply(v)
+                times[v].append(bench_gpu.time_paired(plain, sets, call, sets))
+    finally:
+        apply("default")
+    rows = []
+    for v in variants:
+        ratios = [f / p for p, f in times[v]]
+        rows.append(dict(variant=v, ratio=statistics.median(ratios), ratios=ratios,
+                         filtered_us=statistics.median(f for _, f in times[v]) * 1e6,
+                         unfiltered_us=statistics.median(p for p, _ in times[v]) * 1e6,
+                         same=all(torch.equal(a, b) for a, b in zip(outs[variants[0]], outs[v]))))
+    return rows
+
+
 def _filters(args, setting: tuple) -> tuple:
     """The (top_k, top_p, min_p) tensors of a bench_gpu.FILTER_SETTINGS entry: those on, or all three with
     ``--all-tensors``."""
     on = (True,) * 3 if args.all_tensors else (setting[0] > 0, setting[1] < 1, setting[2] > 0)
-    return tuple(torch.full((args.B,), v, device="cuda", dtype=dt) if o else None
+    return tuple(torch.full((args.B,), v, device=bench_gpu.DEVICE, dtype=dt) if o else None
                  for v, dt, o in zip(setting, (torch.int64, torch.float32, torch.float32), on))
 
 
@@ -178,6 +227,10 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="with --whole: the host's heaviest functions")
     ap.add_argument("--trace", action="store_true", help="each launch's GPU time, from the profiler")
     ap.add_argument("--ncu", action="store_true", help="one call a setting in a profiler range, for ncu")
+    ap.add_argument("--latency", nargs="+", metavar="VARIANT",
+                    help="latency in turn against the unfiltered call under each variant of the settings "
+                         "('NAME=V,NAME=V' or 'default'), in --rounds rounds: a table")
+    ap.add_argument("--rounds", type=int, default=3, help="with --latency: rounds of the variants in turn")
     add_set_option(ap)
     ap.add_argument("--all-tensors", action="store_true",
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
@@ -186,6 +239,7 @@ def main() -> None:
     args = ap.parse_args()
     apply_sets(triton_filter, args.set)
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 50 << 20)
+    headed = False      # --latency's table header, once
     for programs in map(int, args.programs.split(",")):
         triton_filter.READ_PROGRAMS = programs
         print(f"programs {programs}", flush=True)
@@ -205,6 +259,16 @@ def main() -> None:
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             filters = _filters(args, setting)
+            if args.latency:
+                if not headed:
+                    print("| filter | variant | latency ratio (median) | rounds | filtered (us) | unfiltered (us) "
+                          "| outputs and records as the first variant's |\n| --- | --- | ---: | --- | ---: | ---: | --- |")
+                    headed = True
+                for row in latency_rows(sets, filters, args.latency, args.rounds):
+                    print(f"| {name} | {row['variant']} | {row['ratio']:.2f} | "
+                          f"{', '.join(f'{r:.2f}' for r in row['ratios'])} | {row['filtered_us']:.1f} | "
+                          f"{row['unfiltered_us']:.1f} | {row['same']} |", flush=True)
+                continue
             if args.trace:
                 print(f"trace B={args.B} {name:20s} {kernel_trace(sets, filters)}", flush=True)
                 continue

@@ -1,0 +1,51 @@
+"""ci/filter_stages.py's latency A/B (``latency_rows``), the one-process comparison of triton_filter's settings that
+each session's B = 1 measurements rest on, run on the CPU through the Triton interpreter as bench_gpu.py's dry run
+runs: the ratios are the interpreter's and mean nothing; what must hold is that every variant's outputs and
+records are compared with the first's, that the settings are back as they were after, and that a setting the
+module does not have is refused by name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from filter_settings import _CUDA
+from specverify.kernels import triton_filter
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ci"))
+import bench_gpu  # noqa: E402
+import filter_stages  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_CUDA, reason="the dry run of the plumbing is the CPU's; the GPU runs the probe itself")
+
+
+def test_latency_rows_compare_every_variants_outputs_and_restore_the_settings(monkeypatch):
+    """Three plans of one B = 1 call of every filter (the one launch sharing the sample bracket, tallying it alone,
+    and with pass 1 launched on its own): a row each, in order, with their outputs and records the same, and the
+    settings as they stood after. The small capacity sends the rows through the sample bracket, where the plans
+    differ."""
+    monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
+    monkeypatch.setattr(triton_filter, "CAP", 512)
+    monkeypatch.setattr(triton_filter, "NS", 256)
+    monkeypatch.setattr(triton_filter, "CH", 8)
+    sets = bench_gpu.make_sets(1, 4096, torch.float32, 1 << 10)
+    filters = tuple(torch.full((1,), v, dtype=dt) for v, dt in ((50, torch.int64), (0.9, torch.float32),
+                                                               (0.0, torch.float32)))
+    before = triton_filter._settings()
+    rows = filter_stages.latency_rows(sets, filters, ["default", "ONE_LAUNCH_SHARED=0",
+                                                      "ONE_LAUNCH_PASS1=0,ONE_LAUNCH_SHARED=0"], rounds=1)
+    assert [r["variant"] for r in rows] == ["default", "ONE_LAUNCH_SHARED=0", "ONE_LAUNCH_PASS1=0,ONE_LAUNCH_SHARED=0"]
+    assert all(r["same"] for r in rows), rows
+    assert all(r["ratio"] > 0 and len(r["ratios"]) == 1 for r in rows), rows
+    assert triton_filter._settings() == before
+
+
+def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
+    """A misspelt setting would otherwise time the defaults twice and report them as a difference of none."""
+    monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
+    with pytest.raises(ValueError, match="ONE_LAUNCH_SHAERD"):
+        filter_stages.latency_rows([], (None, None, None), ["default", "ONE_LAUNCH_SHAERD=0"], rounds=1)
