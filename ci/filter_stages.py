@@ -262,7 +262,8 @@ def main() -> None:
             if args.latency:
                 if not headed:
                     print("| filter | variant | latency ratio (median) | rounds | filtered (us) | unfiltered (us) "
-                          "| outputs and records as the first variant's |\n| --- | --- | ---: | --- | ---: | ---: | --- |")
+                          "| outputs and records as the first variant's |")
+                    print("| --- | --- | ---: | --- | ---: | ---: | --- |")
                     headed = True
                 for row in latency_rows(sets, filters, args.latency, args.rounds):
                     print(f"| {name} | {row['variant']} | {row['ratio']:.2f} | "
