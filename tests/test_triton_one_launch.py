@@ -155,20 +155,24 @@ def _brackets(rows: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
-                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
-                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
-def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device, spin, monkeypatch):
+@pytest.mark.parametrize("spin, share_tile", [
+    pytest.param(None, None, id="spin"), pytest.param(None, 8, id="spin-narrow-tiles"),
+    pytest.param(0, None, id="take-over", marks=pytest.mark.skipif(
+        DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device, spin, share_tile, monkeypatch):
     """With ONE_LAUNCH_SHARED the one launch's splits tally the sample bracket's two rounds between them, each the
     sample's tiles split, split + SF, ..., and every split sums the row's shares after a handoff
     (``triton_bracket._tally``). The brackets must be those of every split tallying the whole sample alone, on rows
     bracketed by count (top-k) and by mass (top-p alone; on these rows no test of the mass bracket lies within
     rounding of its bound), and so must the records (cut value and index, Z', and how the cut was found: from the
     gathered bracket, or by the slow path where the bracket missed or overflowed). The sample is 16 tiles of 32 over
-    the rows' 12 splits, so that every split's share counts; the small capacity sends some rows down the slow path.
-    On CUDA, spin 0 makes every split take over whatever share is unpublished at its first look."""
+    the rows' 12 splits, so that every split's share counts, or 64 tiles of 8 (ONE_LAUNCH_SHARE_TILE), so that each
+    split tallies five or six, its loads running ahead across the stride; the small capacity sends some rows down
+    the slow path. On CUDA, spin 0 makes every split take over whatever share is unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    if share_tile is not None:
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SHARE_TILE", share_tile)
     monkeypatch.setattr(triton_filter, "CAP", 256)
     monkeypatch.setattr(triton_filter, "NS", 512)
     monkeypatch.setattr(triton_filter, "CH", 8)

@@ -149,6 +149,8 @@ ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # the one launch's splits tally the sample bracket's rounds between them, each its share of the sample's tiles, and
 # hand the shares over as pass 1's partials are (1), where every split tallied the whole sample alone (0)
 ONE_LAUNCH_SHARED = 1
+# the widest sample tile of a split's share there (the narrower of it and the tile that gives every split one)
+ONE_LAUNCH_SHARE_TILE = 128
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
 # rows (1); off (0), the cut reads every row (ci/bench_gpu.py --filters --set GATHER_IN_PASS1=0 times it)
@@ -373,7 +375,8 @@ def _settings() -> tuple:
             NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
             RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
             PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED, LAZY_CUT)
+            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED,
+            ONE_LAUNCH_SHARE_TILE, LAZY_CUT)
 
 
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:

@@ -34,7 +34,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
-     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, _) = settings
+     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most)
@@ -80,7 +80,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                    PASS1=bool(one_launch_pass1) and (sf, chunk) == (S1, chunk1) and sf <= 32,
                    SHARED=bool(one_launch_shared) and sf <= 32, SPIN=0 if wide else handoff_spin)
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
-            share_tile = 1 << (max(1, ns // sf).bit_length() - 1)
+            share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
         stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, and the shares of
