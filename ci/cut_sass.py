@@ -4,8 +4,9 @@
                           [--loops] [--lazy] [--set NAME=VALUE]
 
 Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
-picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps and 4 splits a
-row), with the filters of ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
+picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps, and its splits as a
+filtered call plans them: 4 a row at B = 128, the one launch's where it is pass 1 too), with the filters of
+``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1
 gathering for the cut (``triton_chain._row_stats_cut_kernel``, with top-k passed; ``4`` and the PRE
 variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles the plan without them),
 ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled one for the PTX version it emits) gives registers and
@@ -56,11 +57,22 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
                  finish_n=getattr(triton_filter, "FINISH_N", 0), lazy=lazy,
                  max_splits=getattr(triton_filter, "MAX_SPLITS", 16),
-                 shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None,
-                 settings=triton_filter._settings() if hasattr(triton_filter, "_settings") else None)
+                 shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None)
     takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
     metas = {}
-    for rows in (0, 10 ** 9):
+    for rows in (0, 10 ** 9):       # the three launches' plan, then the one launch's, whatever B is
+        saved, triton_filter.ONE_LAUNCH_ROWS = triton_filter.ONE_LAUNCH_ROWS, rows
+        try:
+            if "settings" in takes:     # the plan's settings in one tuple, ONE_LAUNCH_ROWS among them
+                known["settings"] = triton_filter._settings()
+            if hasattr(triton_filter, "pass1_splits"):
+                # pass 1 planned as a filtered call plans it, so that the one launch is pass 1 too where it is
+                tiles = triton.cdiv(V, 1024)
+                known["chunk1"] = triton.cdiv(tiles, min(triton_filter.pass1_splits(B * 5, V, 4, flags[0]), tiles)) \
+                    * 1024
+                known["S1"] = triton.cdiv(V, known["chunk1"])
+        finally:
+            triton_filter.ONE_LAUNCH_ROWS = saved
         planned = triton_filter._recipe(*(known.get(name, rows) for name in takes))[5]
         if isinstance(planned, dict):       # one meta for the three stages; the read at READ_WARPS
             read = dict(planned, num_warps=min(planned["num_warps"], triton_filter.READ_WARPS))

@@ -149,7 +149,8 @@ ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # the one launch's splits tally the sample bracket's rounds between them, each its share of the sample's tiles, and
 # hand the shares over as pass 1's partials are (1), where every split tallied the whole sample alone (0)
 ONE_LAUNCH_SHARED = 1
-# the widest sample tile of a split's share there (the narrower of it and the tile that gives every split one)
+# the widest sample tile of a split's share there (the narrower of it and the tile that gives every split one; a
+# test narrows it, so that each split tallies several)
 ONE_LAUNCH_SHARE_TILE = 128
 # with top-k passed and more rows than that, pass 1 gathers the unweighed top-k rows (``triton_cut.unweighed``)
 # as it reads them, after a count bracket launched before it (STAGE 4), so that the cut reads only the other
