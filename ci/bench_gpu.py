@@ -386,6 +386,12 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
     return rows
 
 
+def last_records(rows: int) -> torch.Tensor:
+    """[6, rows] the cut records the last filtered call of ``rows`` target rows left (this process's one work
+    space), on the CPU."""
+    return next(iter(triton_filter._buffers.values()))[1][:6 * rows].view(6, rows).cpu()
+
+
 def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:
     """After our filtered call on ``pair``: how many target rows took the cut's slow path, how many the lazy
     cut left uncut (``triton_lazy``: pass 2 needs no cut of them), and on how many of the cut rows the kept set
@@ -393,7 +399,7 @@ def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:
     s, batch = pair
     filtered_sample_into(s.token_ids, s.num_accepted, batch, uniform=s.uniform, exponential=s.exponential)
     rows = s.logits.shape[0]
-    record = next(iter(triton_filter._buffers.values()))[1][:6 * rows].view(6, rows).cpu()
+    record = last_records(rows)
     values, index = record[0], record[1]
     logits = s.logits.cpu()
     ids = torch.arange(logits.shape[1])[None, :]

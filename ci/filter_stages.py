@@ -191,8 +191,8 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
         for v in variants:
             apply(v)
             call(sets[0])
-            record = next(iter(triton_filter._buffers.values()))[1][:6 * rows_of]
-            outs[v] = tuple(t.cpu().clone() for t in (sets[0].token_ids, sets[0].num_accepted, record))
+            outs[v] = (sets[0].token_ids.cpu().clone(), sets[0].num_accepted.cpu().clone(),
+                       bench_gpu.last_records(rows_of).clone())
         times: dict = {v: [] for v in variants}
         for _ in range(rounds):
             for v in variants:
