@@ -203,14 +203,20 @@ def _cut_kernel(
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
-            word = handoff_word(tickets_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), 0)
+            # the settings first, so that their loads are in flight through pass 1 and the wait for the row's
+            # splits: loaded after the norms, they cost B = 1's launch 6 us (docs/benchmarks.md, issue 29)
+            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
+                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
+                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
-                          ints_at, stats_at, chunk, word, k_b, SPIN, BLOCK_V, BLOCK_B)
-        # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
-        m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
-        live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
-            logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V, K1,
-            HAS_K, HAS_P, HAS_M, BLOCK_B)
+                          ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B)
+            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+        else:
+            # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
+            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+            live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
+                logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
+                K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAGE == 0:
             if live & on:
                 mine = True
