@@ -337,9 +337,10 @@ def test_exp_normal_weighs_every_logit_as_tl_exp():
 
 
 def test_a_split_limit_set_after_a_call_plans_the_next_call_by_it(monkeypatch):
-    """cut_launches keeps each plan by the settings it was made at, so that a probe (ci/filter_stages.py --set)
-    or a test may change any of them between calls. MAX_SPLITS bounds the three launches' splits a row: lowered
-    after a first call, the next call's launches must split by it, not by the plan the first call left."""
+    """cut_launches keeps its plans until a setting is assigned (``triton_filter._Settings`` empties them), so that
+    a probe (ci/filter_stages.py --set) or a test may change any of them between calls. MAX_SPLITS bounds the
+    three launches' splits a row: lowered after a first call, the next call's launches must split by it, not by
+    the plan the first call left."""
     from specverify.kernels.triton_kernels import launches  # noqa: PLC0415
 
     B, V = 12, 20_000        # past the one-launch limit, rows over CAP: the sample bracket's three launches
@@ -357,3 +358,17 @@ def test_a_split_limit_set_after_a_call_plans_the_next_call_by_it(monkeypatch):
     assert max(splits()) > 3
     monkeypatch.setattr(triton_filter, "MAX_SPLITS", 3)
     assert splits() == {1, 3}
+
+
+def test_a_one_launch_limit_set_after_a_call_plans_pass1_by_it(monkeypatch):
+    """pass1_splits keeps its answers as cut_launches keeps its plans, until a setting is assigned: a filtered call
+    of a few rows plans pass 1 at the one launch's splits, so a lower ONE_LAUNCH_PROGRAMS after a first call must
+    give the next call fewer, and ONE_LAUNCH_ROWS below the rows must give pass 1 its own target back."""
+    V, want1 = 151_936, 7
+    first = triton_filter.pass1_splits(5, V, want1, True)
+    assert first == triton_filter.pass1_splits(5, V, want1, True) > want1
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PROGRAMS", 64)
+    fewer = triton_filter.pass1_splits(5, V, want1, True)
+    assert want1 < fewer < first, (fewer, first)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 4)
+    assert triton_filter.pass1_splits(5, V, want1, False) == want1

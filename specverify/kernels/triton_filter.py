@@ -65,7 +65,9 @@ row), gathers it and searches it the same way.
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 
 import torch
 import triton
@@ -92,9 +94,9 @@ MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
 READ_PROGRAMS = 2048
-# NG to LAZY_PASS1_MAXNREG are the launches' shapes on the GPU (``_settings``), read on every call and part of
-# the plan's key, so that a probe (ci/filter_stages.py --set) or a test may change them at any time: the
-# stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
+# NG to LAZY_PASS1_MAXNREG are the launches' shapes on the GPU (``_SETTINGS``), read into each plan, which an
+# assignment to any setting empties, so that a probe (ci/filter_stages.py --set) or a test may change them at any
+# time: the stage probe's choices on the H100 (docs/benchmarks.md, issue 29).
 # stage 1's tile and warps: four logits a thread, placed by a warp ballot each (``triton_gather.gather``)
 BLOCK_READ, READ_WARPS = 1024, 8
 # the tile of a read that weighs nothing (keys, counts and the gather: few registers a logit)
@@ -305,16 +307,22 @@ def last_split(ticket_ptr, SF):
 
 _buffers: dict = {}
 _plans: dict = {}
+_splits: dict = {}
 
 
-def _work(device: torch.device, stream, words: int, rows: int) -> tuple:
+def _work(logits: torch.Tensor, stream, words: int, rows: int) -> tuple:
     """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [5 rows] (zero: the one-launch
-    plan leaves them so), one of each per (thread, device, stream), grown as needed."""
-    key = (threading.get_ident(), device, stream)
-    work, record, tickets, views = _buffers.get(key, (None, None, None, {}))
-    view = views.get(rows)      # held only while record and tickets hold this many rows
-    if view is not None and work.numel() >= words:
-        return work, view, tickets
+    plan leaves them so), one of each per (thread, logits' device, stream), grown as needed."""
+    key = (threading.get_ident(), logits.get_device(), stream)
+    held = _buffers.get(key)
+    if held is not None:
+        work, record, tickets, views = held
+        view = views.get(rows)      # held only while record and tickets hold this many rows
+        if view is not None and work.numel() >= words:
+            return work, view, tickets
+    else:
+        work, record, tickets, views = None, None, None, {}
+    device = logits.device
     if work is None or work.numel() < words:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
@@ -341,9 +349,10 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, grid1, args1, meta1, key1, stream = pass1
     logits, temperature = args1[0], args1[2]
     meta2 = None if pass2 is None else pass2[3]
-    # a filter not passed is None in the key, one passed its dtype
+    # a filter not passed is None in the key, one passed its dtype; the settings are not in it: a change of any
+    # empties the plans
     plan_key = (id(meta1), id(meta2), top_k is not None and top_k.dtype, top_p is not None and top_p.dtype,
-                min_p is not None and min_p.dtype, _settings())
+                min_p is not None and min_p.dtype)
     plan = _plans.get(plan_key)
     if plan is None or plan[0] is not meta1 or plan[1] is not meta2:
         if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
@@ -352,19 +361,13 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
-    work, record, tickets = _work(logits.device, stream, words, grid1[0] * grid1[1])
-    args = args1[:5] + (temperature if top_k is None else top_k, temperature if top_p is None else top_p,
-                        temperature if min_p is None else min_p, work, record, tickets) + args1[5:11] \
-        + (sf, chunk, region)
+    work, record, tickets = _work(logits, stream, words, grid1[0] * grid1[1])
     # the drafts, q, its row stride, the uniforms and the seeds that the lazy cut's stage 0 tests, from pass 2's
     # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise (LAZY is off), so zeros,
     # which the launcher takes as they are where a tensor costs it a data_ptr call
-    if lazy:
-        rows_and_noise = pass2[2]
-        tested = tuple(rows_and_noise[i] for i in (2, 3, 4, 7, 10))
-    else:
-        tested = (0, 0, 0, 0, 0)
-    args += tested
+    tested = tuple(pass2[2][i] for i in (2, 3, 4, 7, 10)) if lazy else (0, 0, 0, 0, 0)
+    args = (*args1[:5], temperature if top_k is None else top_k, temperature if top_p is None else top_p,
+            temperature if min_p is None else min_p, work, record, tickets, *args1[5:11], sf, chunk, region, *tested)
     if len(stages) == 1 and not then_pass1:     # the one launch that is pass 1 too: a call of a few rows
         stage, grid, meta = stages[0]
         return ((_cut_kernel, grid, args, meta, key and key + (stage,), stream),), record
@@ -375,15 +378,20 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     return ((pass1,) + steps if then_pass1 else steps), record
 
 
+# the settings that a cut's plan depends on, in ``triton_filter_plan._recipe``'s order (a probe or a test may change
+# any of them at any time: an assignment empties the plans, ``_Settings``)
+_SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FINISH_N", "ONE_LAUNCH_ROWS",
+             "GATHER_IN_PASS1", "MAX_SPLITS", "NG", "NG_COUNT", "BLOCK_READ", "READ_WARPS", "COUNT_TILE",
+             "READ_MAXNREG", "BRACKET_WARPS", "BRACKET_MAXNREG", "RECORD_WARPS", "RECORD_MAXNREG", "SAMPLE_TILE",
+             "MASS_SAMPLE_TILE", "SEARCH_TILE", "NC_GPU", "PASS1_MAXNREG", "PRE_BRACKET_WARPS", "PRE_BRACKET_MAXNREG",
+             "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
+             "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT")
+
+
 def _settings() -> tuple:
-    """This module's settings that a cut's plan depends on, as they stand (a probe or a test may change any), in
-    ``triton_filter_plan._recipe``'s order: a call's plan key and its recipe's settings at once."""
-    return (CAP, NS, CH, READ_PROGRAMS, RANK_N, SCRATCH_SHARE, FINISH_N, ONE_LAUNCH_ROWS, GATHER_IN_PASS1, MAX_SPLITS,
-            NG, NG_COUNT, BLOCK_READ, READ_WARPS, COUNT_TILE, READ_MAXNREG, BRACKET_WARPS, BRACKET_MAXNREG,
-            RECORD_WARPS, RECORD_MAXNREG, SAMPLE_TILE, MASS_SAMPLE_TILE, SEARCH_TILE, NC_GPU, PASS1_MAXNREG,
-            PRE_BRACKET_WARPS, PRE_BRACKET_MAXNREG, LAZY_PASS1_MAXNREG, ONE_LAUNCH_TILE, ONE_LAUNCH_PROGRAMS,
-            ONE_LAUNCH_SPLITS, TALLY_N, TALLY_TILE, ONE_LAUNCH_PASS1, HANDOFF_SPIN, ONE_LAUNCH_SHARED,
-            ONE_LAUNCH_SHARE_TILE, LAZY_CUT)
+    """The settings as they stand, in ``_SETTINGS``' order: a recipe's settings."""
+    here = globals()
+    return tuple(here[name] for name in _SETTINGS)
 
 
 def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
@@ -423,8 +431,31 @@ def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:
     (``_recipe``) keeps: the one launch's for a batch of few rows (ONE_LAUNCH_PASS1: the one launch is pass 1
     too); where pass 1 gathers for the cut (top-k passed), at most MAX_SPLITS, and at least the read's target
     where that is fewer."""
-    if rows <= ONE_LAUNCH_ROWS:
-        return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
-    if not GATHER_IN_PASS1 or V <= CAP or not top_k:
-        return want1
-    return min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))
+    key = (rows, V, want1, top_k)
+    splits = _splits.get(key)
+    if splits is None:
+        if len(_splits) >= 4096:
+            _splits.clear()
+        if rows <= ONE_LAUNCH_ROWS:
+            splits = one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
+        elif not GATHER_IN_PASS1 or V <= CAP or not top_k:
+            splits = want1
+        else:
+            splits = min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))
+        _splits[key] = splits
+    return splits
+
+
+class _Settings(types.ModuleType):
+    """This module, whose plans (``_plans``, ``_splits``) an assignment to one of its settings empties: so a call
+    looks its plan up without reading every setting, which cost a call of a few rows as much as the rest of the
+    lookup (docs/benchmarks.md, issue 29). A probe's or a test's setattr (monkeypatch, ``--set``) comes here."""
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in _SETTINGS:
+            _plans.clear()
+            _splits.clear()
+
+
+sys.modules[__name__].__class__ = _Settings
