@@ -1,7 +1,8 @@
 """Each launch of a filtered Triton call, timed alone: pass 1, the cut's stages, pass 2 (issue 29's probe).
 
     python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096]
-                               [--whole [--profile] | --trace | --ncu | --latency VARIANT ... [--rounds 3]]
+                               [--whole [--profile] | --trace | --ncu | --latency VARIANT ... [--rounds 3]
+                                | --stamps]
                                [--set NAME=VALUE ...] [--settings 'none;top_p=0.9'] [--all-tensors]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
@@ -17,8 +18,10 @@ python ci/filter_stages.py --ncu ...`` (docs/nightly/2026-11-27-h100-filters5/1-
 prints a table of each setting's latency in turn against the unfiltered call (``bench_gpu.time_paired``: each call
 synchronised before and after, the two in turn, so that both see the same host) under each variant of the
 settings, the variants in turn ``--rounds`` times, and whether every variant leaves the first one's outputs and
-records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--set``
-overrides a ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
+records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--stamps`` prints
+when row 0's splits end each phase of the one launch of a few rows (B <= 4 at k = 4), from the GPU clock stamps
+that ONE_LAUNCH_STAMPS has each split store (``triton_cut.stamp``), median of 50 calls. ``--set`` overrides a
+``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
 launch. Prints; asserts nothing.
@@ -32,6 +35,7 @@ import os
 import pstats
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -210,6 +214,67 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
     return rows
 
 
+# what each of the one launch's stamps ends (``triton_cut.stamp``: stamp 0 is a split's start)
+STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "ticket", "record")
+
+
+def last_stamps() -> torch.Tensor:
+    """[R, SF, 8] int64 the phase stamps that the last call of the one launch with ONE_LAUNCH_STAMPS left in this
+    thread's work space (0 where a split did not reach a phase), on the CPU."""
+    words, (grid, meta) = _stamped_plan()
+    rows, sf = grid[0] * grid[1], grid[2]
+    work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items() if thread == threading.get_ident())
+    return work[words - rows * sf * 8:words].view(rows, sf, 8).cpu()
+
+
+def _stamped_plan() -> tuple:
+    """(work words, (grid, meta)) of the one stamped one-launch plan cached (``triton_filter._plans``)."""
+    found = [(plan[6], stage[1:]) for plan in triton_filter._plans.values() for stage in plan[7]
+             if stage[0] == 3 and stage[2].get("STAMPS")]
+    if len(found) != 1:
+        raise RuntimeError(f"--stamps: {len(found)} stamped one-launch plans cached, where one was expected (a few "
+                           "rows, ONE_LAUNCH_STAMPS=1)")
+    return found[0]
+
+
+def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
+    """The one launch's phases (``STAMP_PHASES``) on ``sets``: for each, the median over ``calls`` calls of when row
+    0's latest split ended it, in us from the launch's first stamp, then the launch's last stamp. The one launch
+    with ONE_LAUNCH_STAMPS (restored after); each call's stamps are zeroed before it."""
+    saved = triton_filter.ONE_LAUNCH_STAMPS
+    call = _caller(sets, filters)
+    try:
+        triton_filter.ONE_LAUNCH_STAMPS = 1
+        call(sets[0])       # the plan, then its work space
+        words, (grid, _) = _stamped_plan()
+        rows, sf = grid[0] * grid[1], grid[2]
+        work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items()
+                    if thread == threading.get_ident())
+        ends: list = []
+        for i in range(warm + calls):
+            work[words - rows * sf * 8:words].zero_()
+            call(sets[i % len(sets)])
+            if work.is_cuda:
+                torch.cuda.synchronize()
+            if i >= warm:
+                ends.append(_phase_ends(last_stamps()))
+    finally:
+        triton_filter.ONE_LAUNCH_STAMPS = saved
+    return [statistics.median(column) for column in zip(*ends)]
+
+
+def _phase_ends(stamps: torch.Tensor) -> list[float]:
+    """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
+    before it) and the launch's last stamp, in us from the first start, of one call's [R, SF, 8] stamps."""
+    start = int(stamps[:, :, 0][stamps[:, :, 0] > 0].min())
+    ends, last = [], start
+    for phase in range(1, 8):
+        latest = int(stamps[0, :, phase].max())
+        last = latest if latest > 0 else last
+        ends.append((last - start) / 1000)
+    return ends + [(int(stamps.max()) - start) / 1000]
+
+
 def _filters(args, setting: tuple) -> tuple:
     """The (top_k, top_p, min_p) tensors of a bench_gpu.FILTER_SETTINGS entry: those on, or all three with
     ``--all-tensors``."""
@@ -231,6 +296,8 @@ def main() -> None:
                     help="latency in turn against the unfiltered call under each variant of the settings "
                          "('NAME=V,NAME=V' or 'default'), in --rounds rounds: a table")
     ap.add_argument("--rounds", type=int, default=3, help="with --latency: rounds of the variants in turn")
+    ap.add_argument("--stamps", action="store_true",
+                    help="the one launch's phases, from its splits' clock stamps (ONE_LAUNCH_STAMPS): a table")
     add_set_option(ap)
     ap.add_argument("--all-tensors", action="store_true",
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
@@ -259,6 +326,14 @@ def main() -> None:
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             filters = _filters(args, setting)
+            if args.stamps:
+                if not headed:
+                    print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end |")
+                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + 1))
+                    headed = True
+                ends = phase_stamps(sets, filters)
+                print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in ends) + " |", flush=True)
+                continue
             if args.latency:
                 if not headed:
                     print("| filter | variant | latency ratio (median) | rounds | filtered (us) | unfiltered (us) "

@@ -28,13 +28,7 @@ def test_latency_rows_compare_every_variants_outputs_and_restore_the_settings(mo
     and with pass 1 launched on its own): a row each, in order, with their outputs and records the same, and the
     settings as they stood after. The small capacity sends the rows through the sample bracket, where the plans
     differ."""
-    monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
-    monkeypatch.setattr(triton_filter, "CAP", 512)
-    monkeypatch.setattr(triton_filter, "NS", 256)
-    monkeypatch.setattr(triton_filter, "CH", 8)
-    sets = bench_gpu.make_sets(1, 4096, torch.float32, 1 << 10)
-    filters = tuple(torch.full((1,), v, dtype=dt) for v, dt in ((50, torch.int64), (0.9, torch.float32),
-                                                               (0.0, torch.float32)))
+    sets, filters = _b1_through_the_bracket(monkeypatch)
     before = triton_filter._settings()
     rows = filter_stages.latency_rows(sets, filters, ["default", "ONE_LAUNCH_SHARED=0",
                                                       "ONE_LAUNCH_PASS1=0,ONE_LAUNCH_SHARED=0"], rounds=1)
@@ -49,3 +43,37 @@ def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
     monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
     with pytest.raises(ValueError, match="ONE_LAUNCH_SHAERD"):
         filter_stages.latency_rows([], (None, None, None), ["default", "ONE_LAUNCH_SHAERD=0"], rounds=1)
+
+
+def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monkeypatch):
+    """``--stamps`` reads the one launch's phase stamps from the end of its work space. In the interpreter a stamp
+    is its phase + 1, so row 0's phase ends come out as 1 to 7 thousandths of a us exactly when every split of
+    the row reaches every phase and stores it where the reader looks; and stamping must leave the call's outputs
+    and records as they were (the stamps lie past every other word of the work space). Top-k and top-p with a
+    small capacity, so that the rows take the sample bracket, the read and the pack that the phases time."""
+    sets, filters = _b1_through_the_bracket(monkeypatch)
+    call = filter_stages._caller(sets, filters)
+    call(sets[0])
+    plain = (sets[0].token_ids.clone(), sets[0].num_accepted.clone(), bench_gpu.last_records(5).clone())
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
+    call(sets[0])
+    stamps = filter_stages.last_stamps()
+    assert torch.equal(stamps, torch.arange(1, 9).expand_as(stamps)), stamps
+    stamped = (sets[0].token_ids, sets[0].num_accepted, bench_gpu.last_records(5))
+    assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 0)
+    ends = filter_stages.phase_stamps(sets[:1], filters, calls=2, warm=0)
+    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000]), ends
+    assert triton_filter.ONE_LAUNCH_STAMPS == 0
+
+
+def _b1_through_the_bracket(monkeypatch) -> tuple:
+    """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on the CPU, with a capacity small enough
+    that its rows take the sample bracket, where the plans and the one launch's phases differ."""
+    monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
+    monkeypatch.setattr(triton_filter, "CAP", 512)
+    monkeypatch.setattr(triton_filter, "NS", 256)
+    monkeypatch.setattr(triton_filter, "CH", 8)
+    sets = bench_gpu.make_sets(1, 4096, torch.float32, 1 << 10)
+    return sets, tuple(torch.full((1,), v, dtype=dt) for v, dt in ((50, torch.int64), (0.9, torch.float32),
+                                                                  (0.0, torch.float32)))

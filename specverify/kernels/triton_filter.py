@@ -76,7 +76,7 @@ import triton.language as tl
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request, cut_row_norms,
-                                           order_key, packed_tokens, read_split, split_tallies, work_gathered,
+                                           order_key, packed_tokens, read_split, split_tallies, stamp, work_gathered,
                                            work_parts, work_tokens)
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_gather import pack
@@ -160,6 +160,13 @@ ONE_LAUNCH_SHARE_TILE = 128
 GATHER_IN_PASS1 = 1
 # a cut of top-p alone in the three launches searches only the rows pass 2 needs (``triton_lazy``; 0: every row)
 LAZY_CUT = 1
+# registers a thread of the one launch may hold (0: as ptxas likes). It runs one program an SM, but uncapped ptxas
+# fits some of its plans to several: 128 registers and spills with top-p's tensor alone passed, 48 with min-p's
+# (ci/cut_sass.py, docs/benchmarks.md)
+ONE_LAUNCH_MAXNREG = 255
+# the one launch stamps each split's phases with the GPU's clock in its work space (1; ``triton_cut.stamp``), for
+# ci/filter_stages.py --stamps; off (0) the kernel holds none of it
+ONE_LAUNCH_STAMPS = 0
 
 
 # Integer arguments equal to 1 are not specialised: at V = 1 (or one split, one token a region) the
@@ -178,7 +185,7 @@ def _cut_kernel(
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
-    PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr,
+    PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -204,6 +211,9 @@ def _cut_kernel(
                                    NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
+        if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
+            stamp(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 0,
+                  0)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
             # the settings first, so that their loads are in flight through pass 1 and the wait for the row's
             # splits: loaded after the norms, they cost B = 1's launch 6 us (docs/benchmarks.md, issue 29)
@@ -212,6 +222,8 @@ def _cut_kernel(
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B)
+            if STAMPS:
+                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
         else:
             # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
@@ -219,6 +231,9 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
+        if STAMPS:
+            stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 2,
+                  (m == m).to(tl.int32) + k.to(tl.int32))
         if STAGE == 0:
             if live & on:
                 mine = True
@@ -262,8 +277,12 @@ def _cut_kernel(
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)
+                    if STAMPS:
+                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 3, (lo ^ hi).to(tl.int32))
                     read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                    if STAMPS:
+                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 4, 0)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
                         split = tl.program_id(2)
                         mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
@@ -277,11 +296,15 @@ def _cut_kernel(
                         else:
                             pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                  tickets_ptr + NR + rid, CAP, BLOCK_R)
+                    if STAMPS:
+                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 5, 0)
                     writes = last_split(tickets_ptr + rid, SF)
                     if writes:
                         n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
+            if STAMPS:
+                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 6, writes.to(tl.int32))
             if (STAGE == 3) & writes:   # every split of the row is past its waits: the words zero for the next call
                 for which in tl.static_range(3):
                     tl.store(handoff_word(tickets_ptr, NR, rid, which), 0)
@@ -291,6 +314,8 @@ def _cut_kernel(
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
+            if STAMPS:
+                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 7, 0)
 
 
 @triton.jit
@@ -385,7 +410,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "READ_MAXNREG", "BRACKET_WARPS", "BRACKET_MAXNREG", "RECORD_WARPS", "RECORD_MAXNREG", "SAMPLE_TILE",
              "MASS_SAMPLE_TILE", "SEARCH_TILE", "NC_GPU", "PASS1_MAXNREG", "PRE_BRACKET_WARPS", "PRE_BRACKET_MAXNREG",
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
-             "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT")
+             "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
+             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG")
 
 
 def _settings() -> tuple:

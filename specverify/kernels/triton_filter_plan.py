@@ -12,6 +12,7 @@ import functools
 
 import triton
 
+from specverify.kernels.triton_cut import STAMPS_N
 from specverify.kernels.triton_gather import INLINE_ASM, NPART, ballot_meta
 
 # the interpreter takes wide tiles and neither warps nor register caps (``_options``)
@@ -34,7 +35,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
-     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _) = settings
+     tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
+     one_launch_stamps, one_launch_maxnreg) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most)
@@ -60,7 +62,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 BLOCK_COUNT=block_v if wide else min(block_v, count_tile), RANK_N=rank_n,
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
-                TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, num_warps=warps)
+                TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -78,14 +80,17 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         one = dict(read_meta, STAGE=3, BLOCK_READ=read_meta["BLOCK_READ"] if wide else min(block_v, one_launch_tile),
                    TALLY_N=0 if whole else tally_n, TALLY_BLOCK=1024 if wide else tally_tile,
                    PASS1=bool(one_launch_pass1) and (sf, chunk) == (S1, chunk1) and sf <= 32,
-                   SHARED=bool(one_launch_shared) and sf <= 32, SPIN=0 if wide else handoff_spin)
+                   SHARED=bool(one_launch_shared) and sf <= 32, SPIN=0 if wide else handoff_spin,
+                   STAMPS=bool(one_launch_stamps))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
-        stages = ((3, (B, K1, sf), dict(one, NW_READ=0, NW_COUNT=0)),)
+        stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=0, NW_COUNT=0), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, and the shares of
         # their sample brackets (``triton_cut.bracket_shares``)
         words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * (ng + ng_count))
+        if one["STAMPS"]:   # the splits' phase stamps last (``triton_cut.stamp``): a reader finds them from the end
+            words += B * K1 * sf * STAMPS_N.value
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)
         plans = ((0, 1, _options(meta, bracket_warps, bracket_maxnreg, wide)),
                  (1, sf, _options(read_meta, 0, read_maxnreg, wide)),
