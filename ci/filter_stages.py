@@ -49,7 +49,7 @@ from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_chain import with_cut  # noqa: E402
 from specverify.kernels.triton_kernels import launches  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
-from specverify.kernels.triton_sampler import cut_splits  # noqa: E402
+from specverify.kernels.triton_filter import cut_splits  # noqa: E402
 
 
 def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, int]:
@@ -59,7 +59,7 @@ def stage_times(sets, filters, calls: int = 40, warm: int = 5) -> tuple[dict, in
         s = sets[i % len(sets)]
         steps = launches(s.token_ids, s.num_accepted, s.num_draft, s.drafts, s.logits, s.q, s.temperature,
                          uniform=s.uniform, exponential=s.exponential,
-                         splits=cut_splits(filters[0], *s.token_ids.shape, s.logits.shape[1], s.logits.device))
+                         splits=cut_splits(filters[0], s.token_ids, s.logits))
         cut, record = triton_filter.cut_launches(steps[0], *filters, steps[-1])
         plan = [(f"stage {st[3]['STAGE']} grid {st[1]}" if "STAGE" in st[3] else f"pass 1 grid {st[1]}", st)
                 for st in cut] + [("pass 2", with_cut(steps[-1], record))]

@@ -361,14 +361,14 @@ def test_a_split_limit_set_after_a_call_plans_the_next_call_by_it(monkeypatch):
 
 
 def test_a_one_launch_limit_set_after_a_call_plans_pass1_by_it(monkeypatch):
-    """pass1_splits keeps its answers as cut_launches keeps its plans, until a setting is assigned: a filtered call
+    """cut_splits keeps its answers as cut_launches keeps its plans, until a setting is assigned: a filtered call
     of a few rows plans pass 1 at the one launch's splits, so a lower ONE_LAUNCH_PROGRAMS after a first call must
-    give the next call fewer, and ONE_LAUNCH_ROWS below the rows must give pass 1 its own target back."""
-    V, want1 = 151_936, 7
-    first = triton_filter.pass1_splits(5, V, want1, True)
-    assert first == triton_filter.pass1_splits(5, V, want1, True) > want1
+    give the next call fewer, and ONE_LAUNCH_ROWS below the rows must give pass 1 its own target back (None)."""
+    token_ids, logits = torch.empty((1, 5), dtype=torch.int64), torch.empty((5, 151_936))
+    first = triton_filter.cut_splits(None, token_ids, logits)
+    assert first is not None and first == triton_filter.cut_splits(None, token_ids, logits)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PROGRAMS", 64)
-    fewer = triton_filter.pass1_splits(5, V, want1, True)
-    assert want1 < fewer < first, (fewer, first)
+    fewer = triton_filter.cut_splits(None, token_ids, logits)
+    assert fewer is not None and fewer[0] < first[0] and fewer[1] == first[1], (fewer, first)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 4)
-    assert triton_filter.pass1_splits(5, V, want1, False) == want1
+    assert triton_filter.cut_splits(None, token_ids, logits) is None

@@ -81,6 +81,7 @@ from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_sh
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
+from specverify.kernels.triton_kernels import default_splits
 from specverify.kernels.triton_launch import alignment_mask
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
@@ -457,18 +458,26 @@ def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:
     (``_recipe``) keeps: the one launch's for a batch of few rows (ONE_LAUNCH_PASS1: the one launch is pass 1
     too); where pass 1 gathers for the cut (top-k passed), at most MAX_SPLITS, and at least the read's target
     where that is fewer."""
-    key = (rows, V, want1, top_k)
-    splits = _splits.get(key)
-    if splits is None:
+    if rows <= ONE_LAUNCH_ROWS:
+        return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
+    if not GATHER_IN_PASS1 or V <= CAP or not top_k:
+        return want1
+    return min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))
+
+
+def cut_splits(top_k, token_ids: torch.Tensor, logits: torch.Tensor) -> tuple | None:
+    """The (pass 1, pass 2) split targets of a filtered call (None: the default plan), token_ids [B, K1] and
+    logits [T, V] as the call's: pass 1 may be the one launch's or, with top-k passed, gather for the cut, whose
+    splits are then its own. Kept, as the plans are, until a setting is assigned."""
+    key = (top_k is not None, token_ids.shape, logits.shape[1], logits.get_device())
+    splits = _splits.get(key, False)
+    if splits is False:
         if len(_splits) >= 4096:
             _splits.clear()
-        if rows <= ONE_LAUNCH_ROWS:
-            splits = one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
-        elif not GATHER_IN_PASS1 or V <= CAP or not top_k:
-            splits = want1
-        else:
-            splits = min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))
-        _splits[key] = splits
+        B, K1 = token_ids.shape
+        want1, want2 = default_splits(B, K1 - 1, logits.device)
+        want = pass1_splits(B * K1, logits.shape[1], want1, top_k is not None)
+        splits = _splits[key] = None if want == want1 else (want, want2)
     return splits
 
 

@@ -29,9 +29,9 @@ from reference import philox as ref_philox
 from reference.sample import synthetic_rates_f32
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, UnsupportedError
 from specverify.kernels.triton_chain import with_cut
-from specverify.kernels.triton_filter import cut_launches, pass1_splits
+from specverify.kernels.triton_filter import cut_launches, cut_splits
 from specverify.kernels.triton_mask import mask_launch
-from specverify.kernels.triton_kernels import default_splits, interpreted, launches, triton_sample_into
+from specverify.kernels.triton_kernels import interpreted, launches, triton_sample_into
 from specverify.kernels.triton_launch import launch
 
 
@@ -49,7 +49,7 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
     (``triton_filter.cut_launches``)."""
     logits = batch.target_logits
     if splits is None:
-        splits = cut_splits(batch.top_k, token_ids.shape[0], token_ids.shape[1], logits.shape[1], logits.device)
+        splits = cut_splits(batch.top_k, token_ids, logits)
     steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, logits,
                      batch.draft_probs, batch.temperature, splits=splits, **noise)
     if not steps:
@@ -58,15 +58,6 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
     for step in cut:
         launch(*step)
     return with_cut(steps[-1], record), steps[0], record
-
-
-def cut_splits(top_k, B: int, K1: int, V: int, device: torch.device) -> tuple | None:
-    """The (pass 1, pass 2) split targets of a filtered call of B requests, K1 rows each (None: the default
-    plan): pass 1 may be the one launch's or, with top-k passed, gather for the cut, whose splits are then its
-    own."""
-    want1, want2 = default_splits(B, K1 - 1, device)
-    want = pass1_splits(B * K1, V, want1, top_k is not None)
-    return None if want == want1 else (want, want2)
 
 
 def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
