@@ -221,20 +221,22 @@ STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "t
 def last_stamps() -> torch.Tensor:
     """[R, SF, 8] int64 the phase stamps that the last call of the one launch with ONE_LAUNCH_STAMPS left in this
     thread's work space (0 where a split did not reach a phase), on the CPU."""
-    words, (grid, meta) = _stamped_plan()
-    rows, sf = grid[0] * grid[1], grid[2]
-    work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items() if thread == threading.get_ident())
-    return work[words - rows * sf * 8:words].view(rows, sf, 8).cpu()
+    stamps, rows, sf = _stamps_region()
+    return stamps.view(rows, sf, 8).cpu()
 
 
-def _stamped_plan() -> tuple:
-    """(work words, (grid, meta)) of the one stamped one-launch plan cached (``triton_filter._plans``)."""
-    found = [(plan[6], stage[1:]) for plan in triton_filter._plans.values() for stage in plan[7]
+def _stamps_region() -> tuple:
+    """(the stamps' words in this thread's work space, R, SF) of the one stamped one-launch plan cached
+    (``triton_filter._plans``): the plan's last R SF 8 words (``triton_filter_plan._recipe``)."""
+    found = [(plan[6], stage[1]) for plan in triton_filter._plans.values() for stage in plan[7]
              if stage[0] == 3 and stage[2].get("STAMPS")]
     if len(found) != 1:
         raise RuntimeError(f"--stamps: {len(found)} stamped one-launch plans cached, where one was expected (a few "
                            "rows, ONE_LAUNCH_STAMPS=1)")
-    return found[0]
+    words, grid = found[0]
+    rows, sf = grid[0] * grid[1], grid[2]
+    work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items() if thread == threading.get_ident())
+    return work[words - rows * sf * 8:words], rows, sf
 
 
 def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
@@ -246,15 +248,12 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     try:
         triton_filter.ONE_LAUNCH_STAMPS = 1
         call(sets[0])       # the plan, then its work space
-        words, (grid, _) = _stamped_plan()
-        rows, sf = grid[0] * grid[1], grid[2]
-        work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items()
-                    if thread == threading.get_ident())
+        stamps = _stamps_region()[0]
         ends: list = []
         for i in range(warm + calls):
-            work[words - rows * sf * 8:words].zero_()
+            stamps.zero_()
             call(sets[i % len(sets)])
-            if work.is_cuda:
+            if stamps.is_cuda:
                 torch.cuda.synchronize()
             if i >= warm:
                 ends.append(_phase_ends(last_stamps()))
