@@ -60,5 +60,5 @@ def _records(batch: SpecBatch, **plan) -> torch.Tensor:
     B = batch.num_requests
     token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
     _, _, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
-                                      seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
+                                      dict(seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan))
     return record.view(6, -1).cpu().clone()

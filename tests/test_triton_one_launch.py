@@ -97,8 +97,9 @@ def _cut_and_partials(batch: SpecBatch, poison: int, **plan) -> tuple:
     try:
         B = batch.num_requests
         token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=batch.device)
+        options = dict(seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
         _, pass1, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
-                                               seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan)
+                                               options)
     finally:
         triton_sampler.launch, triton_sampler.cut_launches = real_launch, real_cut_launches
     n_part, stats_at = pass1[2][8], pass1[2][10]

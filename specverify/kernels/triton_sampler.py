@@ -41,17 +41,18 @@ def _rates_cpu(rate: float, num_speculative_steps: int) -> torch.Tensor:
     return synthetic_rates_f32(rate, num_speculative_steps)
 
 
-def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, lazy: bool = False, splits=None,
-         **noise) -> tuple:
+def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, options: dict,
+         lazy: bool = False) -> tuple:
     """Pass 1 and the cut launch for ``batch``'s filters: (the pass-2 step reading the cut, the pass-1 step,
-    the records), or None for an empty batch. ``noise`` as triton_sample_into takes it; splits: its split targets
-    (None: ``cut_splits``); lazy: the cut may leave the rows uncut whose cut pass 2 does not need
-    (``triton_filter.cut_launches``)."""
+    the records), or None for an empty batch. ``options``: the caller's own dict of triton_sample_into's keyword
+    arguments (noise or seeds, rates, block_v, splits), taken as it is, where a missing or None ``splits`` is
+    set to ``cut_splits``' (a dict a few rows' host would otherwise copy twice); lazy: the cut may leave the
+    rows uncut whose cut pass 2 does not need (``triton_filter.cut_launches``)."""
     logits = batch.target_logits
-    if splits is None:
-        splits = cut_splits(batch.top_k, token_ids, logits)
+    if options.get("splits") is None:
+        options["splits"] = cut_splits(batch.top_k, token_ids, logits)
     steps = launches(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids, logits,
-                     batch.draft_probs, batch.temperature, splits=splits, **noise)
+                     batch.draft_probs, batch.temperature, **options)
     if not steps:
         return None
     cut, record = cut_launches(steps[0], batch.top_k, batch.top_p, batch.min_p, steps[-1] if lazy else None)
@@ -63,7 +64,7 @@ def _cut(batch: SpecBatch, token_ids: torch.Tensor, num_accepted: torch.Tensor, 
 def filtered_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, batch: SpecBatch, **kwargs) -> None:
     """The standard or synthetic rule on a filtered batch (SPEC 3.4): pass 1, the cut launch, pass 2 reading
     the cut. kwargs as triton_sample_into takes them (noise or seeds, rates, block_v, splits)."""
-    cut = _cut(batch, token_ids, num_accepted, lazy=True, **kwargs)
+    cut = _cut(batch, token_ids, num_accepted, kwargs, True)
     if cut is not None:
         launch(*cut[0])
 
@@ -75,7 +76,7 @@ def filtered_logits(batch: SpecBatch) -> torch.Tensor:
     B, dev = batch.num_requests, batch.device
     token_ids = torch.empty((B, batch.max_draft + 1), dtype=torch.int64, device=dev)
     cut = _cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=dev),
-               seeds=torch.zeros(B, dtype=torch.int64, device=dev))
+               {"seeds": torch.zeros(B, dtype=torch.int64, device=dev)})
     if cut is None:
         return batch.target_logits.clone()
     step, out = mask_launch(cut[1], cut[2])
