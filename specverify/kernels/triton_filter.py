@@ -482,9 +482,9 @@ def cut_splits(top_k, token_ids: torch.Tensor, logits: torch.Tensor) -> tuple | 
 
 
 class _Settings(types.ModuleType):
-    """This module, whose plans (``_plans``, ``_splits``) an assignment to one of its settings empties: so a call
-    looks its plan up without reading every setting, which cost a call of a few rows as much as the rest of the
-    lookup (docs/benchmarks.md, issue 29). A probe's or a test's setattr (monkeypatch, ``--set``) comes here."""
+    """This module, whose plans (``_plans``, ``_splits``) an assignment to one of its settings empties, so that a
+    call looks its plan up without reading every setting: a call of a few rows is bound by its host. A probe's or
+    a test's setattr (monkeypatch, ``--set``) comes here."""
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
