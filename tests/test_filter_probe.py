@@ -2,7 +2,8 @@
 each session's B = 1 measurements rest on, run on the CPU through the Triton interpreter as bench_gpu.py's dry run
 runs: the ratios are the interpreter's and mean nothing; what must hold is that every variant's outputs and
 records are compared with the first's, that the settings are back as they were after, and that a setting the
-module does not have is refused by name.
+module does not have is refused by name. And its ``--stamps`` (``phase_stamps``): on the interpreter, that every
+phase is stamped where the reader looks; on the GPU, that the clock's stamps follow the phases.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ci"))
 import bench_gpu  # noqa: E402
 import filter_stages  # noqa: E402
 
-pytestmark = pytest.mark.skipif(_CUDA, reason="the dry run of the plumbing is the CPU's; the GPU runs the probe itself")
+CPU_ONLY = pytest.mark.skipif(_CUDA, reason="the dry run of the plumbing is the CPU's; the GPU runs the probe itself")
 
 
+@CPU_ONLY
 def test_latency_rows_compare_every_variants_outputs_and_restore_the_settings(monkeypatch):
     """Three plans of one B = 1 call of every filter (the one launch sharing the sample bracket, tallying it alone,
     and with pass 1 launched on its own): a row each, in order, with their outputs and records the same, and the
@@ -38,6 +40,7 @@ def test_latency_rows_compare_every_variants_outputs_and_restore_the_settings(mo
     assert triton_filter._settings() == before
 
 
+@CPU_ONLY
 def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
     """A misspelt setting would otherwise time the defaults twice and report them as a difference of none."""
     monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
@@ -45,6 +48,7 @@ def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
         filter_stages.latency_rows([], (None, None, None), ["default", "ONE_LAUNCH_SHAERD=0"], rounds=1)
 
 
+@CPU_ONLY
 def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monkeypatch):
     """``--stamps`` reads the one launch's phase stamps from the end of its work space. In the interpreter a stamp
     is its phase + 1, so row 0's phase ends come out as 1 to 7 thousandths of a us exactly when every split of
@@ -67,13 +71,37 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     assert triton_filter.ONE_LAUNCH_STAMPS == 0
 
 
-def _b1_through_the_bracket(monkeypatch) -> tuple:
-    """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on the CPU, with a capacity small enough
-    that its rows take the sample bracket, where the plans and the one launch's phases differ."""
-    monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
+@pytest.mark.skipif(not _CUDA, reason="the GPU's clock: the interpreter's stamps are the test above's")
+def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
+    """On the GPU a stamp is %globaltimer once its phase is done (``triton_cut.stamp``'s inline asm, which the
+    interpreter does not run): each split's eight stamps never go back in time, and the split that writes a row's
+    record stamps its end after every split of the row took its ticket. Stamping must leave the outputs and the
+    records as they were. The same small capacity as on the CPU, so that the rows take the bracket."""
+    sets, filters = _b1_through_the_bracket(monkeypatch, bench_gpu.DEVICE)
+    call = filter_stages._caller(sets, filters)
+    call(sets[0])
+    plain = (sets[0].token_ids.cpu().clone(), sets[0].num_accepted.cpu().clone(), bench_gpu.last_records(5).clone())
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
+    call(sets[0])
+    torch.cuda.synchronize()
+    stamps = filter_stages.last_stamps()
+    assert bool((stamps > 0).all()), stamps
+    assert bool((stamps[:, :, 1:] >= stamps[:, :, :-1]).all()), stamps
+    writer = stamps[:, :, 6].argmax(dim=1)
+    ends = stamps[torch.arange(5), writer, 7]
+    assert bool((ends >= stamps[:, :, 6].max(dim=1).values).all()), stamps
+    stamped = (sets[0].token_ids.cpu(), sets[0].num_accepted.cpu(), bench_gpu.last_records(5))
+    assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
+
+
+def _b1_through_the_bracket(monkeypatch, device: str = "cpu") -> tuple:
+    """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on ``device``, with a capacity small
+    enough that its rows take the sample bracket, where the plans and the one launch's phases differ."""
+    monkeypatch.setattr(bench_gpu, "DEVICE", device)
     monkeypatch.setattr(triton_filter, "CAP", 512)
     monkeypatch.setattr(triton_filter, "NS", 256)
     monkeypatch.setattr(triton_filter, "CH", 8)
     sets = bench_gpu.make_sets(1, 4096, torch.float32, 1 << 10)
-    return sets, tuple(torch.full((1,), v, dtype=dt) for v, dt in ((50, torch.int64), (0.9, torch.float32),
-                                                                  (0.0, torch.float32)))
+    return sets, tuple(torch.full((1,), v, dtype=dt, device=device) for v, dt in ((50, torch.int64),
+                                                                                 (0.9, torch.float32),
+                                                                                 (0.0, torch.float32)))
