@@ -3,7 +3,8 @@
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
 # (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch.py, test_filter_probe.py),
 # compute-sanitizer (memcheck, initcheck, racecheck), the GPU benchmark (quick mode), each statistical case's
-# sampling rate alone, FlashInfer's chain sampler through its adapter when FlashInfer is importable, and a report with plots.
+# sampling rate alone, FlashInfer's chain sampler through its adapter when FlashInfer is importable, and a report
+# with plots.
 #
 #   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
 #
