@@ -56,7 +56,7 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
                  cap=triton_filter.CAP, ns=triton_filter.NS, ch=triton_filter.CH, programs=triton_filter.READ_PROGRAMS,
                  rank_n=getattr(triton_filter, "RANK_N", 0), scratch_share=getattr(triton_filter, "SCRATCH_SHARE", 0),
                  finish_n=getattr(triton_filter, "FINISH_N", 0), lazy=lazy,
-                 max_splits=getattr(triton_filter, "MAX_SPLITS", 16),
+                 max_splits=getattr(triton_filter, "MAX_SPLITS", 16), sms=132,
                  shapes=triton_filter._shapes() if hasattr(triton_filter, "_shapes") else None)
     takes = inspect.signature(triton_filter._recipe.__wrapped__).parameters
     metas = {}
@@ -68,8 +68,8 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
             if hasattr(triton_filter, "pass1_splits"):
                 # pass 1 planned as a filtered call plans it, so that the one launch is pass 1 too where it is
                 tiles = triton.cdiv(V, 1024)
-                known["chunk1"] = triton.cdiv(tiles, min(triton_filter.pass1_splits(B * 5, V, 4, flags[0]), tiles)) \
-                    * 1024
+                known["chunk1"] = triton.cdiv(tiles, min(triton_filter.pass1_splits(B * 5, V, 4, flags[0], 132),
+                                                         tiles)) * 1024
                 known["S1"] = triton.cdiv(V, known["chunk1"])
         finally:
             triton_filter.ONE_LAUNCH_ROWS = saved

@@ -315,6 +315,27 @@ def test_pass1_split_target_is_one_the_cut_keeps_wherever_pass1_gathers():
                 assert stages[0][0] == 4, (V, rows, want1, want, S1)
 
 
+@pytest.mark.parametrize("sms", [132, 114, 108, 58, 16])
+def test_one_launch_fits_its_programs_in_the_gpus_sms_and_stays_pass1(sms):
+    """The one launch holds one program an SM and a split waits for its row's others: on a GPU with fewer SMs
+    than ONE_LAUNCH_PROGRAMS (an H100 PCIe's 114, an A100's 108, an L4's 58), programs left for a second wave
+    would stall their rows until the waiting ones took them over. For every batch of the plan and both vocabulary
+    sizes, the programs must fit the SMs where the batch's rows do, and pass 1 planned by pass1_splits at the
+    same SMs must still be the one launch's (PASS1), as cut_splits plans it."""
+    from specverify.kernels.triton_kernels import plan  # noqa: PLC0415
+
+    flags, dtypes = (True, True, False), (torch.int64, torch.float32)
+    for V in (20_000, 151_936):
+        for rows in range(1, triton_filter.ONE_LAUNCH_ROWS + 1):
+            want = triton_filter.pass1_splits(rows, V, 4, True, sms)
+            block_v, S1, chunk1, _, _, warps = plan(rows, 0, V, torch.device("cpu"), splits=(want, 1))
+            meta1 = dict(BLOCK_V=block_v, BLOCK_B=128, num_warps=warps)
+            (stage, grid, meta), = triton_filter.cut_recipe(rows, 1, V, S1, chunk1, meta1, flags, dtypes, None,
+                                                             sms)[5]
+            assert stage == 3 and meta["PASS1"], (V, rows, sms, grid, S1)
+            assert grid[0] * grid[1] * grid[2] <= max(sms, rows), (V, rows, sms, grid)
+
+
 @pytest.mark.skipif(not _CUDA, reason="the interpreter's exp_normal is tl.exp itself; the GPU's is ex2 with "
                                       "subnormal results flushed")
 def test_exp_normal_weighs_every_logit_as_tl_exp():

@@ -137,8 +137,9 @@ SCRATCH_SHARE, FINISH_N = 4, 16
 ONE_LAUNCH_ROWS = 20
 ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # it splits its rows until about this many programs read, at most ONE_LAUNCH_SPLITS a row (a split's region
-# is CAP / 32 tokens then): one program an SM of an H100's or H200's 132 (B = 1's 5 rows: 25 splits each), where
-# more programs (a second wave) cost more than their shorter reads save
+# is CAP / 32 tokens then), and never past the GPU's SMs (``one_launch_sms``): one program an SM of an H100's or
+# H200's 132 (B = 1's 5 rows: 25 splits each), where more programs (a second wave) cost more than their shorter
+# reads save, and a split left for it stalls its row's others
 ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
 # each of its splits tallies its gathered tokens at this many keys spread over the bracket (0: none), so that
 # the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
@@ -436,7 +437,8 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
         lazy = (meta2["HAS_Q"], meta2["SEEDED"])
     B, K1, S1 = grid1
     rid, sf, chunk, region, words, stages = cut_recipe(B, K1, args1[5], S1, args1[11], meta1, flags,
-                                                       tuple(f.dtype for f in given), lazy)
+                                                       tuple(f.dtype for f in given), lazy,
+                                                       one_launch_sms(args1[0].device))
     first_stage, _, first_meta = stages[0]
     then_pass1 = first_stage not in (4, None) and not first_meta["PASS1"]
     # the recipe's plan may not cut lazily even where the call allows it (the one launch)
@@ -445,21 +447,27 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,
-               lazy: tuple | None = None) -> tuple:
+               lazy: tuple | None = None, sms: int | None = None) -> tuple:
     """``_recipe`` of a cut after pass 1 (S1 splits of chunk1 entries, launched with meta1) at this module's
-    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy as _recipe's."""
+    settings; flags: (top_k, top_p, min_p) passed; dtypes: those passed, in that order; lazy and sms as _recipe's."""
     return _recipe(B, K1, V, S1, meta1["BLOCK_V"], meta1["BLOCK_B"], meta1["num_warps"], flags, dtypes, chunk1, lazy,
-                   _settings())
+                   _settings(), sms)
 
 
-def pass1_splits(rows: int, V: int, want1: int, top_k: bool) -> int:
+def one_launch_sms(device: torch.device) -> int | None:
+    """The SMs that the one launch's programs must fit in on ``device`` (``one_launch_splits``), or None in the
+    interpreter, which runs them one by one."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+
+
+def pass1_splits(rows: int, V: int, want1: int, top_k: bool, sms: int | None = None) -> int:
     """Pass 1's split target for a filtered call of ``rows`` rows (B K1), top-k passed or not, where ``want1``
     is its own. Where the cut's splits must be pass 1's, the target is one whose splits the cut's plan
     (``_recipe``) keeps: the one launch's for a batch of few rows (ONE_LAUNCH_PASS1: the one launch is pass 1
     too); where pass 1 gathers for the cut (top-k passed), at most MAX_SPLITS, and at least the read's target
-    where that is fewer."""
+    where that is fewer; sms: the GPU's, as ``one_launch_sms`` gives them."""
     if rows <= ONE_LAUNCH_ROWS:
-        return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS) if ONE_LAUNCH_PASS1 else want1
+        return one_launch_splits(rows, ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS, sms) if ONE_LAUNCH_PASS1 else want1
     if not GATHER_IN_PASS1 or V <= CAP or not top_k:
         return want1
     return min(MAX_SPLITS, max(want1, -(-READ_PROGRAMS // rows)))
@@ -475,8 +483,9 @@ def cut_splits(top_k, token_ids: torch.Tensor, logits: torch.Tensor) -> tuple | 
         if len(_splits) >= 4096:
             _splits.clear()
         B, K1 = token_ids.shape
-        want1, want2 = default_splits(B, K1 - 1, logits.device)
-        want = pass1_splits(B * K1, logits.shape[1], want1, top_k is not None)
+        device = logits.device
+        want1, want2 = default_splits(B, K1 - 1, device)
+        want = pass1_splits(B * K1, logits.shape[1], want1, top_k is not None, one_launch_sms(device))
         splits = _splits[key] = None if want == want1 else (want, want2)
     return splits
 

@@ -3,7 +3,7 @@ cut's settings, its splits, the work space's size and each launch's grid and met
 Python, cached per argument list: a call of a few rows costs the host more than the GPU.
 
     _recipe(B, K1, V, S1, ...) -> (id, SF, chunk, region, work words, stages), stages ((STAGE, grid, meta), ...)
-    one_launch_splits(rows, programs, most) -> the one launch's splits a row
+    one_launch_splits(rows, programs, most, sms) -> the one launch's splits a row
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _recipe_ids = iter(range(1 << 62))
 
 @functools.lru_cache(maxsize=1024)
 def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps: int, flags: tuple, dtypes: tuple,
-            chunk1: int, lazy: tuple | None, settings: tuple):
+            chunk1: int, lazy: tuple | None, settings: tuple, sms: int | None = None):
     """(id, SF, chunk, region, work words, stages) of a cut: at most max_splits splits per row, or the one
     launch's own count (each keeps cap / next_pow2(SF) gathered tokens), whole tiles per split; stages
     ((STAGE, grid, meta), ...) in launch order, built once here since the host's work is what a call of a few
@@ -30,7 +30,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     chunk1 entries) are the cut's.
     lazy: (HAS_Q, SEEDED) of pass 2 where the call may cut lazily (top-p alone), else None; a first stage
     "lazy" then stands for the lazy cut's pass 1, where the plan is the three launches.
-    settings: ``triton_filter._settings()``, whose names these are in lower case."""
+    settings: ``triton_filter._settings()``, whose names these are in lower case; sms: the GPU's SMs, which the
+    one launch's programs must not outnumber (None: the interpreter's, which runs them one by one)."""
     (cap, ns, ch, programs, rank_n, scratch_share, finish_n, one_launch_rows, gather_in_pass1, max_splits,
      ng, ng_count, block_read, read_warps, count_tile, read_maxnreg, bracket_warps, bracket_maxnreg, record_warps,
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
@@ -39,7 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
-        splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most)
+        splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
     else:
         splits = min(max(S1, triton.cdiv(programs, B * K1)), max_splits)
     chunk = triton.cdiv(tiles, min(splits, tiles)) * block_v
@@ -110,11 +111,16 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
 
 
-def one_launch_splits(rows: int, programs: int, most: int) -> int:
+def one_launch_splits(rows: int, programs: int, most: int, sms: int | None = None) -> int:
     """The one launch's split target for a batch of ``rows`` rows: about ``programs`` programs in all, at most
-    ``most`` a row. Plain integers: a filtered call of a few rows plans pass 1 by it (``pass1_splits``), and
+    ``sms`` where given (the GPU's SMs: the launch holds one program an SM, and a split waits for its row's
+    others, so one left for a second wave stalls its row until the waiting ones give up and take it over), at
+    most ``most`` a row. Plain integers: a filtered call of a few rows plans pass 1 by it (``pass1_splits``), and
     triton.cdiv costs a call of Triton's constexpr machinery on some versions."""
-    return min(-(-programs // rows), most)
+    splits = -(-programs // rows)
+    if sms:
+        splits = min(splits, max(1, sms // rows))
+    return min(splits, most)
 
 
 def _options(meta: dict, warps: int, maxnreg: int, interpreted: bool) -> dict:
