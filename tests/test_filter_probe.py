@@ -74,9 +74,9 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
 @pytest.mark.skipif(not _CUDA, reason="the GPU's clock: the interpreter's stamps are the test above's")
 def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     """On the GPU a stamp is %globaltimer once its phase is done (``triton_cut.stamp``'s inline asm, which the
-    interpreter does not run): each split's eight stamps never go back in time, and the split that writes a row's
-    record stamps its end after every split of the row took its ticket. Stamping must leave the outputs and the
-    records as they were. The same small capacity as on the CPU, so that the rows take the bracket."""
+    interpreter does not run): every split stamps all eight phases, and its stamps never go back in time.
+    Stamping must leave the outputs and the records as they were. The same small capacity as on the CPU, so that
+    the rows take the bracket."""
     sets, filters = _b1_through_the_bracket(monkeypatch, bench_gpu.DEVICE)
     call = filter_stages._caller(sets, filters)
     call(sets[0])
@@ -87,9 +87,6 @@ def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     stamps = filter_stages.last_stamps()
     assert bool((stamps > 0).all()), stamps
     assert bool((stamps[:, :, 1:] >= stamps[:, :, :-1]).all()), stamps
-    writer = stamps[:, :, 6].argmax(dim=1)
-    ends = stamps[torch.arange(5), writer, 7]
-    assert bool((ends >= stamps[:, :, 6].max(dim=1).values).all()), stamps
     stamped = (sets[0].token_ids.cpu(), sets[0].num_accepted.cpu(), bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
 
