@@ -134,7 +134,8 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
                                 top_p=torch.tensor([0.9, 1.0, 0.5, 1.0], device=device),
                                 min_p=torch.tensor([0.0, 0.05, 0.0, 0.1], device=device),
                                 temperature=torch.tensor([1.0, 0.7, 1.0, 2.5], device=device))
-    sf = one_launch_splits(16, triton_filter.ONE_LAUNCH_PROGRAMS, triton_filter.ONE_LAUNCH_SPLITS)
+    sf = one_launch_splits(16, triton_filter.ONE_LAUNCH_PROGRAMS, triton_filter.ONE_LAUNCH_SPLITS,
+                           triton_filter.one_launch_sms(torch.device(device)))
     plan = dict(block_v=32, splits=(sf, 2))
     poison = -1         # NaN partials: a norm read before its partial is stored is NaN
     fused_launches, fused, fused_partials = _cut_and_partials(batch, poison, **plan)
