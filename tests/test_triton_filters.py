@@ -336,6 +336,18 @@ def test_one_launch_fits_its_programs_in_the_gpus_sms_and_stays_pass1(sms):
             assert grid[0] * grid[1] * grid[2] <= max(sms, rows), (V, rows, sms, grid)
 
 
+def test_one_launch_planned_past_the_sms_only_with_the_fit_turned_off(monkeypatch):
+    """ONE_LAUNCH_FIT_SMS = 0 is the plan from ONE_LAUNCH_PROGRAMS alone, for a probe to time against the cap: a
+    CUDA device then gives no SM count to fit (and none is asked of the driver), and the interpreter never does."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_FIT_SMS", 0)
+    assert triton_filter.one_launch_sms(torch.device("cuda", 0)) is None
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_FIT_SMS", 1)
+    assert triton_filter.one_launch_sms(torch.device("cpu")) is None
+    if _CUDA:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert triton_filter.one_launch_sms(torch.device("cuda", 0)) == sms
+
+
 @pytest.mark.skipif(not _CUDA, reason="the interpreter's exp_normal is tl.exp itself; the GPU's is ex2 with "
                                       "subnormal results flushed")
 def test_exp_normal_weighs_every_logit_as_tl_exp():

@@ -141,6 +141,9 @@ ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
 # H200's 132 (B = 1's 5 rows: 25 splits each), where more programs (a second wave) cost more than their shorter
 # reads save, and a split left for it stalls its row's others
 ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
+# the one launch's programs kept within the GPU's SMs (1), or planned from ONE_LAUNCH_PROGRAMS alone (0), so that a
+# probe can time the two plans in one process (ci/filter_stages.py --latency)
+ONE_LAUNCH_FIT_SMS = 1
 # each of its splits tallies its gathered tokens at this many keys spread over the bracket (0: none), so that
 # the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
 # step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step)
@@ -413,7 +416,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "MASS_SAMPLE_TILE", "SEARCH_TILE", "NC_GPU", "PASS1_MAXNREG", "PRE_BRACKET_WARPS", "PRE_BRACKET_MAXNREG",
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
-             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG")
+             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS")
 
 
 def _settings() -> tuple:
@@ -456,8 +459,10 @@ def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags
 
 def one_launch_sms(device: torch.device) -> int | None:
     """The SMs that the one launch's programs must fit in on ``device`` (``one_launch_splits``), or None in the
-    interpreter, which runs them one by one."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+    interpreter, which runs them one by one, and with ONE_LAUNCH_FIT_SMS off."""
+    if device.type != "cuda" or not ONE_LAUNCH_FIT_SMS:
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def pass1_splits(rows: int, V: int, want1: int, top_k: bool, sms: int | None = None) -> int:
