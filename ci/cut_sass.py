@@ -3,7 +3,7 @@
     python ci/cut_sass.py [--stages 0,1,2,3,4,p1,p0] [--flags 1,1,1] [--B 128] [--V 151936] [--sass DIR]
                           [--loops] [--lazy] [--set NAME=VALUE]
 
-Compiles ``triton_filter._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
+Compiles ``triton_cut_kernel._cut_kernel`` for sm_90a with this checkout's Triton, at the plan ``cut_launches``
 picks for B requests of 4 drafts at V (float32 logits, pass 1's 1024-entry tiles, 8 warps, and its splits as a
 filtered call plans them: 4 a row at B = 128, the one launch's where it is pass 1 too), with the filters of
 ``--flags`` (top_k, top_p, min_p tensors passed: 1, or None: 0); ``p1`` is pass 1

@@ -1,4 +1,4 @@
-"""The sample bracket of the target-filter cut (SPEC 3.4), which ``triton_filter``'s launches call: from a strided
+"""The sample bracket of the target-filter cut (SPEC 3.4), which ``triton_cut_kernel``'s launches call: from a strided
 sample of a row, the interval of order keys that should hold its crossing, so that one read gathers the
 tokens to search. ``@triton.jit`` functions on one row (request b's row j at ``row_ptr``, V entries; ``m`` the
 row's max of l / T, ``inv_t`` = 1 / T):

@@ -1,4 +1,4 @@
-"""Device functions of the target-filter cut (SPEC 3.4) that ``triton_filter``'s kernel calls: the per-token
+"""Device functions of the target-filter cut (SPEC 3.4) that ``triton_cut_kernel``'s kernel calls: the per-token
 test pass 2 applies (``kept``), and the one read of the row that gathers the bracket's tokens (the sample
 bracket is ``triton_bracket``'s, the search over the tokens ``triton_search``'s). All are ``@triton.jit``
 functions on one row (B requests, request b's row j at ``row_ptr``, V entries; ``m`` the row's max of l / T,
@@ -141,7 +141,7 @@ def unweighed(k_on, hi, floor):
 
 @triton.jit
 def work_gathered(work_ptr, NR, rid):
-    """Row rid's word saying whether pass 1 gathers it, in the cut's work space (``triton_filter``'s layout, NR
+    """Row rid's word saying whether pass 1 gathers it, in the cut's work space (``triton_cut_kernel``'s layout, NR
     rows)."""
     return work_ptr + 2 * NR + rid
 
@@ -180,7 +180,7 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
 
 
-STAMPS_N = tl.constexpr(8)     # the one launch's phase stamps a split (``triton_filter``'s STAMPS)
+STAMPS_N = tl.constexpr(8)     # the one launch's phase stamps a split (``triton_cut_kernel``'s STAMPS)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Rendezvous of a row's splits inside the one-launch cut (``triton_filter``'s STAGE 3), without a grid-wide
+"""Rendezvous of a row's splits inside the one-launch cut (``triton_cut_kernel``'s STAGE 3), without a grid-wide
 barrier. A call of a few rows costs its host more a launch than the work costs the GPU, so the one launch computes
 in one program per split what a launch before it would, and hands the splits' results between them:
 

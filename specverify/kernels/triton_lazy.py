@@ -84,7 +84,7 @@ def lazy_tags(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform
 def cut_needed(logits_ptr, stride_logits, draft_ids_ptr, q_ptr, stride_q, uniform_ptr, seeds_ptr, num_draft_ptr,
                scratch_ptr, work_ptr, rid, k_b, K1, S1, n_part, ints_at, stats_at, top_p, inv_t, HAS_Q: tl.constexpr,
                SEEDED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr):
-    """Stage 0 of the lazy cut on program (b, j)'s row of top-p alone (``triton_filter``'s arguments, rid = b
+    """Stage 0 of the lazy cut on program (b, j)'s row of top-p alone (``triton_cut_kernel``'s arguments, rid = b
     K1 + j): whether its cut is needed. Where it is not, the row's bracket words (work[2 rid], work[2 rid + 1])
     get (its tag, SKIP), which stages 1 and 2 read."""
     _, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, _, part_a_ptr = \

@@ -1,4 +1,4 @@
-"""The cut of a row whose bracket gathered few tokens (``triton_filter``'s record launch calls it in place of
+"""The cut of a row whose bracket gathered few tokens (``triton_cut_kernel``'s record launch calls it in place of
 ``triton_search.resolve``, with the same arguments and results): each gathered token's place in the order comes
 from comparing it with every other gathered token at once, one step where the search takes a tally a step.
 A row of a small vocabulary is gathered whole, so its cut is always found this way.

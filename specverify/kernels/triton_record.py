@@ -1,7 +1,7 @@
 """Stage 2 of the target-filter cut (``triton_filter``): a row's record from its bracket's sums and gathered
 tokens, by ranking them (``triton_rank``), searching them (``triton_search``), or, where the bracket missed
 or overflowed, the slow path's own reads of the row. One ``@triton.jit`` function on one row, in
-``triton_filter``'s work-space layout and record layout (its module docstring).
+``triton_cut_kernel``'s work-space layout and ``triton_filter``'s record layout (their module docstrings).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The splits' tallies of the one-launch cut (``triton_filter``'s STAGE 3): each split of a row tallies its
+"""The splits' tallies of the one-launch cut (``triton_cut_kernel``'s STAGE 3): each split of a row tallies its
 gathered tokens at NT keys spread over the row's bracket as it packs them into the row's list, so that the
 record's key searches (``triton_search.resolve``) start from the tallied interval that holds each crossing,
 not from the whole bracket. ``@triton.jit`` functions on one row (``m`` its max of l / T, ``inv_t`` = 1 / T);
