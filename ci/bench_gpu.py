@@ -49,6 +49,7 @@ import math
 import os
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -386,10 +387,15 @@ def filter_cost(l2_bytes, Bs=(128, 1), V: int = 151_936) -> list[dict]:
     return rows
 
 
+def work_space() -> tuple:
+    """(work, records, tickets, views) of this thread's cut work space (``triton_filter._work``): what its last
+    filtered call left there."""
+    return next(held for (thread, _, _), held in triton_filter._buffers.items() if thread == threading.get_ident())
+
+
 def last_records(rows: int) -> torch.Tensor:
-    """[6, rows] the cut records the last filtered call of ``rows`` target rows left (this process's one work
-    space), on the CPU."""
-    return next(iter(triton_filter._buffers.values()))[1][:6 * rows].view(6, rows).cpu()
+    """[6, rows] the cut records the last filtered call of ``rows`` target rows left, on the CPU."""
+    return work_space()[1][:6 * rows].view(6, rows).cpu()
 
 
 def _cut_stats(pair, k: int, p: float, min_p: float) -> dict:

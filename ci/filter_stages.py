@@ -35,7 +35,6 @@ import os
 import pstats
 import statistics
 import sys
-import threading
 import time
 
 import torch
@@ -235,8 +234,7 @@ def _stamps_region() -> tuple:
                            "rows, ONE_LAUNCH_STAMPS=1)")
     words, grid = found[0]
     rows, sf = grid[0] * grid[1], grid[2]
-    work = next(w for (thread, _, _), (w, *_) in triton_filter._buffers.items() if thread == threading.get_ident())
-    return work[words - rows * sf * 8:words], rows, sf
+    return bench_gpu.work_space()[0][words - rows * sf * 8:words], rows, sf
 
 
 def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
