@@ -20,7 +20,9 @@ synchronised before and after, the two in turn, so that both see the same host) 
 settings, the variants in turn ``--rounds`` times, and whether every variant leaves the first one's outputs and
 records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--stamps`` prints
 when row 0's splits end each phase of the one launch of a few rows (B <= 4 at k = 4), from the GPU clock stamps
-that ONE_LAUNCH_STAMPS has each split store (``triton_cut.stamp``), median of 50 calls. ``--set`` overrides a
+that ONE_LAUNCH_STAMPS has each split store (``triton_cut.stamp``), and then when the split that writes row 0's
+record ends each phase of it (its sums, the row's tallies, each crossing's search, the top-p tie group, the whole
+record found, and stored; "-" where the row's filters take none), median of 50 calls. ``--set`` overrides a
 ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import math
 import os
 import pstats
 import statistics
@@ -46,6 +49,7 @@ import bench_gpu  # noqa: E402
 from filter_knobs import add_set_option, apply_sets  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_chain import with_cut  # noqa: E402
+from specverify.kernels.triton_cut import STAMPS_N  # noqa: E402
 from specverify.kernels.triton_kernels import launches  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
 from specverify.kernels.triton_filter import cut_splits  # noqa: E402
@@ -213,20 +217,22 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
     return rows
 
 
-# what each of the one launch's stamps ends (``triton_cut.stamp``: stamp 0 is a split's start)
+# what each of the one launch's stamps ends (``triton_cut.stamp``: stamp 0 is a split's start), then what each of the
+# record's ends, which the split that writes it stamps (``triton_record.write_record``, ``triton_search.resolve``)
 STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "ticket", "record")
+RECORD_PHASES = ("sums", "tallies", "top-k crossing", "top-p crossing", "tie group", "resolved", "stored")
 
 
 def last_stamps() -> torch.Tensor:
-    """[R, SF, 8] int64 the phase stamps that the last call of the one launch with ONE_LAUNCH_STAMPS left in this
+    """[R, SF, STAMPS_N] int64 the stamps that the last call of the one launch with ONE_LAUNCH_STAMPS left in this
     thread's work space (0 where a split did not reach a phase), on the CPU."""
     stamps, rows, sf = _stamps_region()
-    return stamps.view(rows, sf, 8).cpu()
+    return stamps.view(rows, sf, STAMPS_N.value).cpu()
 
 
 def _stamps_region() -> tuple:
     """(the stamps' words in this thread's work space, R, SF) of the one stamped one-launch plan cached
-    (``triton_filter._plans``): the plan's last R SF 8 words (``triton_filter_plan._recipe``)."""
+    (``triton_filter._plans``): the plan's last R SF STAMPS_N words (``triton_filter_plan._recipe``)."""
     found = [(plan[6], stage[1]) for plan in triton_filter._plans.values() for stage in plan[7]
              if stage[0] == 3 and stage[2].get("STAMPS")]
     if len(found) != 1:
@@ -234,13 +240,15 @@ def _stamps_region() -> tuple:
                            "rows, ONE_LAUNCH_STAMPS=1)")
     words, grid = found[0]
     rows, sf = grid[0] * grid[1], grid[2]
-    return bench_gpu.work_space()[0][words - rows * sf * 8:words], rows, sf
+    return bench_gpu.work_space()[0][words - rows * sf * STAMPS_N.value:words], rows, sf
 
 
 def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     """The one launch's phases (``STAMP_PHASES``) on ``sets``: for each, the median over ``calls`` calls of when row
-    0's latest split ended it, in us from the launch's first stamp, then the launch's last stamp. The one launch
-    with ONE_LAUNCH_STAMPS (restored after); each call's stamps are zeroed before it."""
+    0's latest split ended it, in us from the launch's first stamp, then the launch's last split's end, then the
+    record's phases (``RECORD_PHASES``), each the median of the calls whose writer of row 0's record reached it
+    (nan where none did). The one launch with ONE_LAUNCH_STAMPS (restored after); each call's stamps are zeroed
+    before it."""
     saved = triton_filter.ONE_LAUNCH_STAMPS
     call = _caller(sets, filters)
     try:
@@ -257,19 +265,27 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
                 ends.append(_phase_ends(last_stamps()))
     finally:
         triton_filter.ONE_LAUNCH_STAMPS = saved
-    return [statistics.median(column) for column in zip(*ends)]
+    columns = ([t for t in column if not math.isnan(t)] for column in zip(*ends))
+    return [statistics.median(column) if column else math.nan for column in columns]
 
 
 def _phase_ends(stamps: torch.Tensor) -> list[float]:
     """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
-    before it) and the launch's last stamp, in us from the first start, of one call's [R, SF, 8] stamps."""
-    start = int(stamps[:, :, 0][stamps[:, :, 0] > 0].min())
+    before it), the launch's last split's end, and the record's phase ends (the stamps of the split that wrote
+    row 0's record: nan where it did not reach one), in us from the first start, of one call's [R, SF, STAMPS_N]
+    stamps."""
+    splits = stamps[:, :, :len(STAMP_PHASES) + 1]
+    start = int(splits[:, :, 0][splits[:, :, 0] > 0].min())
     ends, last = [], start
-    for phase in range(1, 8):
-        latest = int(stamps[0, :, phase].max())
+    for phase in range(1, len(STAMP_PHASES) + 1):
+        latest = int(splits[0, :, phase].max())
         last = latest if latest > 0 else last
         ends.append((last - start) / 1000)
-    return ends + [(int(stamps.max()) - start) / 1000]
+    ends.append((int(splits.max()) - start) / 1000)
+    first = len(STAMP_PHASES) + 1
+    writer = stamps[0, :, first].argmax()
+    record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist()
+    return ends + [(t - start) / 1000 if t > 0 else math.nan for t in record]
 
 
 def _filters(args, setting: tuple) -> tuple:
@@ -325,11 +341,13 @@ def main() -> None:
             filters = _filters(args, setting)
             if args.stamps:
                 if not headed:
-                    print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end |")
-                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + 1))
+                    print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end | record: "
+                          + " | ".join(RECORD_PHASES) + " |")
+                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + 1))
                     headed = True
                 ends = phase_stamps(sets, filters)
-                print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in ends) + " |", flush=True)
+                print(f"| {name} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends) + " |",
+                      flush=True)
                 continue
             if args.latency:
                 if not headed:

@@ -180,25 +180,32 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
 
 
-STAMPS_N = tl.constexpr(8)     # the one launch's phase stamps a split (``triton_cut_kernel``'s STAMPS)
+# the one launch's stamps a split (``triton_cut_kernel``'s STAMPS): its eight phases (0-7), then the record's seven
+# (8-14), which the split that writes the record stamps (``triton_record``), and one spare
+STAMPS_N = tl.constexpr(16)
 
 
 @triton.jit
-def stamp(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
-          phase: tl.constexpr, after):
-    """Stores this split's stamp of ``phase`` (< STAMPS_N) in the one-launch plan's work space, after the bracket's
-    shares: the GPU's %globaltimer (ns) once ``after`` (an int32 of what the phase computed) is known and every
-    thread is past the phase; in the interpreter phase + 1, a clock that only says the stamp was reached."""
-    at = work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) \
-        + (rid * SF + tl.program_id(2)) * STAMPS_N + phase
+def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
+    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the bracket's
+    shares (``stamp``)."""
+    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) \
+        + (rid * SF + tl.program_id(2)) * STAMPS_N
+
+
+@triton.jit
+def stamp(stamps_ptr, phase: tl.constexpr, after):
+    """Stores the stamp of ``phase`` (< STAMPS_N) at this split's slots (``stamps_at``): the GPU's %globaltimer
+    (ns) once ``after`` (an int32 of what the phase computed) is known and every thread is past the phase; in the
+    interpreter phase + 1, a clock that only says the stamp was reached."""
     tl.debug_barrier()
     if INLINE_ASM:
         # the input ties the read to ``after``, and an impure asm is neither hoisted nor merged
         clock = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [tl.zeros([], tl.int32) + after],
                                           dtype=tl.int64, is_pure=False, pack=1)
-        tl.store(at, clock)
+        tl.store(stamps_ptr + phase, clock)
     else:
-        tl.store(at, tl.zeros([], tl.int64) + phase + 1 + after * 0)
+        tl.store(stamps_ptr + phase, tl.zeros([], tl.int64) + phase + 1 + after * 0)
 
 
 @triton.jit

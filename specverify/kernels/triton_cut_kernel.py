@@ -46,8 +46,8 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request, cut_row_norms,
-                                           packed_tokens, read_split, split_tallies, stamp, work_gathered,
-                                           work_parts, work_tokens)
+                                           packed_tokens, read_split, split_tallies, stamp, stamps_at,
+                                           work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
@@ -97,9 +97,11 @@ def _cut_kernel(
                                    NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
+        stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
-            stamp(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 0,
-                  0)
+            stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
+                               NG + NG_COUNT)
+            stamp(stamps, 0, 0)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
             # the settings first, so that their loads are in flight through pass 1 and the wait for the row's
             # splits: loaded after the norms, they cost B = 1's launch 6 us (docs/benchmarks.md, issue 29)
@@ -109,7 +111,7 @@ def _cut_kernel(
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B)
             if STAMPS:
-                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 1, 0)
+                stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
         else:
             # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
@@ -118,8 +120,7 @@ def _cut_kernel(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
         if STAMPS:
-            stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 2,
-                  (m == m).to(tl.int32) + k.to(tl.int32))
+            stamp(stamps, 2, (m == m).to(tl.int32) + k.to(tl.int32))
         if STAGE == 0:
             if live & on:
                 mine = True
@@ -164,11 +165,11 @@ def _cut_kernel(
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)
                     if STAMPS:
-                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 3, (lo ^ hi).to(tl.int32))
+                        stamp(stamps, 3, (lo ^ hi).to(tl.int32))
                     read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if STAMPS:
-                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 4, 0)
+                        stamp(stamps, 4, 0)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
                         split = tl.program_id(2)
                         mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
@@ -183,25 +184,26 @@ def _cut_kernel(
                             pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                  tickets_ptr + NR + rid, CAP, BLOCK_R)
                     if STAMPS:
-                        stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 5, 0)
+                        stamp(stamps, 5, 0)
                     writes = last_split(tickets_ptr + rid, SF)
                     if writes:
                         n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
             if STAMPS:
-                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 6, writes.to(tl.int32))
+                stamp(stamps, 6, writes.to(tl.int32))
             if (STAGE == 3) & writes:   # every split of the row is past its waits: the words zero for the next call
                 for which in tl.static_range(3):
                     tl.store(handoff_word(tickets_ptr, NR, rid, which), 0)
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
-                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N)
+                             RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
+                             STAMPS)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:
-                stamp(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT, 7, 0)
+                stamp(stamps, 7, 0)
 
 
 @triton.jit

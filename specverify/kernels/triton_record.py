@@ -9,8 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, split_tallies, weight, work_parts,
-                                           work_tokens)
+from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, split_tallies, stamp, weight,
+                                           work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import kept_mass, resolve, slow_cut
@@ -28,12 +28,13 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  floor, inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
-                 PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0):
+                 PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
     compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys as it packed them
-    (``triton_tally``), and the search starts from their sums."""
+    (``triton_tally``), and the search starts from their sums. STAMPS: the one launch's record phases stamped
+    at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9 to 12, resolved, stored)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -59,6 +60,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         # tokens weighs at least the floor, so the mass before the last one is below the target)
         lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
         alone = (floor > 0.0) & ((c_mp <= k) | ~k_on) & ((w_mp - weight(floor) < lb) | ~p_on)
+        if STAMPS:
+            stamp(stamps, 8, (lb ^ c_hi ^ w_hi ^ w_all ^ c_mp ^ w_hi_mp).to(tl.int32) + alone.to(tl.int32))
         z_w = w_mp
         if (k_on | p_on) & ~alone:
             if PACKED:
@@ -80,7 +83,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               k_on, top_p, p_on, floor, V, inv_t, m, NC, BLOCK_R,
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
-                                                                            TALLY_N), SF, TALLY_N, BLOCK_F)
+                                                                            TALLY_N), SF, TALLY_N, BLOCK_F,
+                                                              stamps, STAMPS)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
@@ -91,6 +95,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     how = how + 2
         floor_out = floor
         z_out = z_w.to(tl.float32) / MASS_ONE
+        if STAMPS:
+            stamp(stamps, 13, cut_key.to(tl.int32) + cut_idx + how)
     if live:
         tl.store(rec, tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32))))
         tl.store(rec + NR, cut_idx.to(tl.float32))
@@ -98,3 +104,5 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         tl.store(rec + 3 * NR, z_out)
         tl.store(rec + 4 * NR, m)
         tl.store(rec + 5 * NR, how.to(tl.float32))
+        if STAMPS:
+            stamp(stamps, 14, 0)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, unpack, weight
+from specverify.kernels.triton_cut import (KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, stamp, unpack,
+                                           weight)
 from specverify.kernels.triton_tally import hinted, row_tallies, tally_keys
 
 
@@ -212,19 +213,22 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 @triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
-            SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1):
+            SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
     With min-p off, Z' comes from the search's own sums (every token of a tie group weighs the same); with it
     on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
-    tallied interval that holds its crossing."""
+    tallied interval that holds its crossing. STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the
+    tallies, 10 top-k's crossing, 11 top-p's, 12 its tie group."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
         t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
         n_in, w_all_in = pick(t_cnt, 0, jt), pick(t_mass, 0, jt)
+        if STAMPS:
+            stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
     else:
         n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
     kept_in = w_all_in
@@ -243,6 +247,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
+        if STAMPS:
+            stamp(stamps, 10, (cut_key ^ w_at).to(tl.int32))
     if p_on:
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
@@ -251,6 +257,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH)
+        if STAMPS:
+            stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
         ties = c_at - c_above
         e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
@@ -263,6 +271,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
                                                       ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
                                                       True, False, NC, BLOCK_R, SCRATCH, FINISH)
             cut_idx = idx.to(tl.int32)
+        if STAMPS:
+            stamp(stamps, 12, cut_idx + kept_in.to(tl.int32))
     z = w_hi_mp + kept_in
     if floor > 0.0:
         z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_R)
