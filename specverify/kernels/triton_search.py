@@ -261,11 +261,15 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
         ties = c_at - c_above
-        e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
-        # a key that is no token's (a failed search: not ok) weighs nothing here
-        w_c = tl.maximum(weight(tl.where((cut_key > KMIN) & (e_c <= 1.0), e_c, 0.0)), 1)
-        n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
-        kept_in = w_above + n_kept * ((w_at - w_above) // tl.maximum(ties, 1))
+        n_kept = ties
+        # a group of one (most crossings) keeps its token: no int64 division, whose chain is long
+        kept_in = w_above + ties * (w_at - w_above)
+        if ties > 1:
+            e_c = tl.exp(key_value(cut_key.to(tl.int32)) * inv_t - m)
+            # a key that is no token's (a failed search: not ok) weighs nothing here
+            w_c = tl.maximum(weight(tl.where((cut_key > KMIN) & (e_c <= 1.0), e_c, 0.0)), 1)
+            n_kept = tl.minimum(tl.maximum((target - w_hi - w_above + w_c - 1) // w_c, 1), ties)
+            kept_in = w_above + n_kept * ((w_at - w_above) // ties)
         if n_kept < ties:
             idx, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, zero, zero + V, ties, zero, zero, zero,
                                                       ties - n_kept + 1, zero, cut_key.to(tl.int32), inv_t, m,
