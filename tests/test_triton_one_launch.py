@@ -21,13 +21,17 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gather, monkeypatch):
+@pytest.mark.parametrize("scan", [pytest.param(0, id="atomic-gather"), pytest.param(1, id="scan-gather")])
+def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
     index, Z', the way found) must be those of
     the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
     gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
-    three)."""
+    three). The one launch's read hands out its gather's slots by an atomic add or by a scan of each tile
+    (ONE_LAUNCH_SCAN_GATHER): a slot handed twice, or a count that leaves tokens out, changes the records, and
+    one that overflows the split's region must still send the row down the slow path."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
     for seed, V in ((11, 160), (4, 40)):
         rows = _rows(seed, 4, V, device)
         # request 0 proposes 3 drafts: its rows 1-3 are live, the rows past k_b of the others are not
@@ -52,13 +56,16 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, small_gathe
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("finish_n", [16, 0])
-def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(device, finish_n, monkeypatch):
+@pytest.mark.parametrize("finish_n, scan", [(16, 0), (0, 0), pytest.param(16, 1, id="16-scan-gather")])
+def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(device, finish_n, scan, monkeypatch):
     """Each split tallies its gathered tokens at TALLY_N keys spread over the bracket, and the record's key
     searches (top-k's by count, top-p's by mass, top-p's after top-k's) start from the tallied interval that
     holds the crossing. With ranking off, every row whose bracket gathered tokens is searched; the records
     (cut value and index, Z', the way found) must be those of the search over the whole bracket, with the
-    search's ranked end on and off, on rows of every style, including ties at the crossing."""
+    search's ranked end on and off, on rows of every style, including ties at the crossing; and with the read's
+    gather slots handed out by a scan of each tile (ONE_LAUNCH_SCAN_GATHER), where a token lost or placed twice
+    changes the tallies that the search starts from (narrow tiles there: several a split, so that the slots
+    carry over from one tile to the next)."""
     monkeypatch.setattr(triton_filter, "CAP", 2048)
     monkeypatch.setattr(triton_filter, "NS", 256)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -70,10 +77,12 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
                                 top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.9, 1.0, 0.7], device=device),
                                 min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.001], device=device),
                                 temperature=torch.tensor([1.0, 1.0, 0.7, 1.0, 2.5, 1.0, 1.0, 0.7], device=device))
+    plan = dict(block_v=32) if scan else {}
     monkeypatch.setattr(triton_filter, "TALLY_N", 0)
-    whole = _records(batch)
+    whole = _records(batch, **plan)
     monkeypatch.setattr(triton_filter, "TALLY_N", 64)
-    tallied = _records(batch)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)     # against the atomic gather's whole search
+    tallied = _records(batch, **plan)
     assert torch.equal(tallied, whole), (tallied != whole).nonzero().tolist()
     # the tallied search ran: rows found from the gathered bracket
     assert (whole[5] == 1.0).sum() >= 6, whole[5].tolist()

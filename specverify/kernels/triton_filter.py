@@ -129,6 +129,9 @@ ONE_LAUNCH_MAXNREG = 255
 # the one launch stamps each split's phases with the GPU's clock in its work space (1; ``triton_cut.stamp``), for
 # ci/filter_stages.py --stamps; off (0) the kernel holds none of it
 ONE_LAUNCH_STAMPS = 0
+# its read hands out a split's gather slots by a scan of each tile (1; ``triton_gather.SCAN``), where an atomic add
+# a tile and warp (0) returns them after a round trip to memory that the warp waits on; not yet timed on a GPU
+ONE_LAUNCH_SCAN_GATHER = 0
 
 
 _buffers: dict = {}
@@ -212,7 +215,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "MASS_SAMPLE_TILE", "SEARCH_TILE", "NC_GPU", "PASS1_MAXNREG", "PRE_BRACKET_WARPS", "PRE_BRACKET_MAXNREG",
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
-             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS")
+             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER")
 
 
 def _settings() -> tuple:

@@ -13,7 +13,7 @@ import functools
 import triton
 
 from specverify.kernels.triton_cut import STAMPS_N
-from specverify.kernels.triton_gather import INLINE_ASM, NPART, ballot_meta
+from specverify.kernels.triton_gather import INLINE_ASM, NPART, SCAN, ballot_meta
 
 # the interpreter takes wide tiles and neither warps nor register caps (``_options``)
 _INTERPRETED = not INLINE_ASM.value
@@ -37,7 +37,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
-     one_launch_stamps, one_launch_maxnreg, _) = settings
+     one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -86,7 +86,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
-        stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=0, NW_COUNT=0), 0, one_launch_maxnreg, wide)),)
+        # its read gathers one group a split: by an atomic count, or a scan of each tile (ONE_LAUNCH_SCAN_GATHER)
+        nw = SCAN.value if one_launch_scan_gather else 0
+        stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, and the shares of
         # their sample brackets (``triton_cut.bracket_shares``)
         words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * (ng + ng_count))

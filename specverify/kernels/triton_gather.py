@@ -3,8 +3,9 @@ bracket go to its ``region`` slots of the cut's work space (``triton_cut_kernel`
 moves every split's down to follow each other (``compact``). ``@triton.jit`` functions on one program's tiles:
 
     lane_groups(region, BLOCK_V, NW)  -> each entry's group (its warp) and the slots a group holds
-    gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), or
-                                      by an atomic count (NW = 0, one group a split)
+    gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), by
+                                      an atomic count (NW = 0, one group a split), or by a scan of the tile
+                                      (NW = SCAN, one group a split)
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
     claim(...) / pack(...)            in the one-launch plan, a split's place in its row's list, and its tokens
                                       copied there
@@ -21,6 +22,7 @@ import triton.language as tl
 
 NPART = tl.constexpr(15)    # work-space words per (row, split), as above
 GROUPS = tl.constexpr(8)    # the most lane groups a split's gather has
+SCAN = tl.constexpr(-1)     # the NW of a gather of one group whose slots a scan of each tile hands out (``gather``)
 # ``compact`` moves a ballot split's groups in one tile where each holds at most this, not one dependent load
 # and store a group
 COMPACT_COLS = tl.constexpr(128)
@@ -119,13 +121,19 @@ def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.cons
     (``lane_groups``), count [BLOCK_V] int32 its tokens so far; returns count with this tile's. Those past a
     group's ``sub`` slots are counted, not stored. A token's slot is its warp's ballot (``_ballot``): no atomic,
     whose round trip to memory each tile would wait on. With one group (NW = 0, ``ballot_warps``), an atomic
-    add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot."""
+    add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot; with one group and
+    NW = SCAN, the count of the tile's tokens before it (a scan of the tile, in index order: no atomic, and no
+    round trip to memory, at the cost of the scan's exchange between warps)."""
     # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
     packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
     if NW > 0:
         before, total = _ballot(inside, BLOCK_V, NW)
         at = count + before
         count += total
+    elif NW == SCAN:
+        inside32 = inside.to(tl.int32)
+        at = count + tl.cumsum(inside32, 0) - inside32
+        count += tl.sum(inside32, 0)
     else:
         at = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
     tl.store(group_ptr + at, packed, mask=inside & (at < sub))
@@ -149,19 +157,21 @@ def gather_start(parts_ptr, NW: tl.constexpr):
 
 @triton.jit
 def gather_end(parts_ptr, group, count, NW: tl.constexpr):
-    """Write the split's number of lane groups (word 3) and, for ballot groups, each one's count (word 7 on),
-    for ``compact``."""
+    """Write the split's number of lane groups (word 3) and, for ballot groups and the scan's one, each one's
+    count (word 7 on), for ``compact`` and ``claim``."""
     if NW > 0:
         tl.static_assert(NW <= GROUPS, "at most GROUPS lane groups a split")
         tl.store(parts_ptr + 7 + group, count.to(tl.int64))     # a group's lanes store the same count
         tl.store(parts_ptr + 3, tl.full([], NW, tl.int64))
     else:
+        if NW == SCAN:      # every lane holds the count
+            tl.store(parts_ptr + 7, tl.max(count, 0).to(tl.int64))
         tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
 
 
 @triton.jit
 def claim(parts_ptr, region, total_ptr, CAP: tl.constexpr):
-    """A split's place in its row's list (its atomic gather's one group: the count at parts_ptr's word 7): the
+    """A split's place in its row's list (its gather's one group: the count at parts_ptr's word 7): the
     int32 total at total_ptr (zero before the row's first split) hands out the offset. A split whose group
     overflowed its ``region`` slots claims CAP + 1, so that the total says the list is not whole. Returns (its
     tokens, at most region; its offset; how many of them to copy there: all, or 0 where it overflowed or the
