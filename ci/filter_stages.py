@@ -22,7 +22,9 @@ records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one 
 when row 0's splits end each phase of the one launch of a few rows (B <= 4 at k = 4), from the GPU clock stamps
 that ONE_LAUNCH_STAMPS has each split store (``triton_cut.stamp``), and then when the split that writes row 0's
 record ends each phase of it (its sums, the row's tallies, each crossing's search, the top-p tie group, the whole
-record found, and stored; "-" where the row's filters take none), median of 50 calls. ``--set`` overrides a
+record found, and stored; "-" where the row's filters take none), and when its latest split has its own pass-1
+partials and its share of each round of the sample bracket's tally, and has every split's, median of 50 calls
+(the waits: the splits' spread). ``--set`` overrides a
 ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
@@ -221,6 +223,9 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
 # record's ends, which the split that writes it stamps (``triton_record.write_record``, ``triton_search.resolve``)
 STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "ticket", "record")
 RECORD_PHASES = ("sums", "tallies", "top-k crossing", "top-p crossing", "tie group", "resolved", "stored")
+# and when the splits reach what they wait on: their own pass-1 partials, then each round of the sample bracket's
+# shared tally, their own share and every split's (``triton_handoff``, ``triton_bracket``)
+WAIT_PHASES = ("own pass-1 partials", "round 1 own share", "round 1 all", "round 2 own share", "round 2 all")
 
 
 def last_stamps() -> torch.Tensor:
@@ -246,9 +251,9 @@ def _stamps_region() -> tuple:
 def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     """The one launch's phases (``STAMP_PHASES``) on ``sets``: for each, the median over ``calls`` calls of when row
     0's latest split ended it, in us from the launch's first stamp, then the launch's last split's end, then the
-    record's phases (``RECORD_PHASES``), each the median of the calls whose writer of row 0's record reached it
-    (nan where none did). The one launch with ONE_LAUNCH_STAMPS (restored after); each call's stamps are zeroed
-    before it."""
+    record's phases (``RECORD_PHASES``), then the waits' (``WAIT_PHASES``, row 0's latest split), each the median of
+    the calls that reached it (nan where none did). The one launch with ONE_LAUNCH_STAMPS (restored after); each
+    call's stamps are zeroed before it."""
     saved = triton_filter.ONE_LAUNCH_STAMPS
     call = _caller(sets, filters)
     try:
@@ -271,9 +276,9 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
 
 def _phase_ends(stamps: torch.Tensor) -> list[float]:
     """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
-    before it), the launch's last split's end, and the record's phase ends (the stamps of the split that wrote
-    row 0's record: nan where it did not reach one), in us from the first start, of one call's [R, SF, STAMPS_N]
-    stamps."""
+    before it), the launch's last split's end, the record's phase ends (the stamps of the split that wrote row 0's
+    record) and the waits' (row 0's latest split's), nan where none was reached, in us from the first start, of
+    one call's [R, SF, STAMPS_N] stamps."""
     splits = stamps[:, :, :len(STAMP_PHASES) + 1]
     start = int(splits[:, :, 0][splits[:, :, 0] > 0].min())
     ends, last = [], start
@@ -285,7 +290,9 @@ def _phase_ends(stamps: torch.Tensor) -> list[float]:
     first = len(STAMP_PHASES) + 1
     writer = stamps[0, :, first].argmax()
     record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist()
-    return ends + [(t - start) / 1000 if t > 0 else math.nan for t in record]
+    first += len(RECORD_PHASES)
+    waits = stamps[0, :, first:first + len(WAIT_PHASES)].max(dim=0).values.tolist()
+    return ends + [(t - start) / 1000 if t > 0 else math.nan for t in record + waits]
 
 
 def _filters(args, setting: tuple) -> tuple:
@@ -342,8 +349,8 @@ def main() -> None:
             if args.stamps:
                 if not headed:
                     print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end | record: "
-                          + " | ".join(RECORD_PHASES) + " |")
-                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + 1))
+                          + " | ".join(RECORD_PHASES) + " | waits: " + " | ".join(WAIT_PHASES) + " |")
+                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(WAIT_PHASES) + 1))
                     headed = True
                 ends = phase_stamps(sets, filters)
                 print(f"| {name} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends) + " |",

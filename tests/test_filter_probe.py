@@ -53,8 +53,9 @@ def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
 def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monkeypatch):
     """``--stamps`` reads the one launch's phase stamps from the end of its work space. In the interpreter a stamp
     is its phase + 1, so row 0's phase ends come out as 1 to 7 thousandths of a us exactly when every split of
-    the row reaches every phase and stores it where the reader looks, and its record's as 8 to 14 when the one
-    split that writes the record stamps each of its phases there; and stamping must leave the call's outputs
+    the row reaches every phase and stores it where the reader looks, its record's as 8 to 14 when the one split
+    that writes the record stamps each of its phases there, and the waits' as 15 to 19 when every split stamps
+    its own pass-1 partials and both rounds of the shared bracket; and stamping must leave the call's outputs
     and records as they were (the stamps lie past every other word of the work space). Top-k and top-p with a
     small capacity, so that the rows take the sample bracket, the read, the pack and the tallied search that the
     phases time; then top-p alone, whose record has no top-k crossing for the reader to make up."""
@@ -70,24 +71,28 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     writers = (record[:, :, 0] > 0).sum(dim=1)
     assert writers.tolist() == [1] * 5, record
     written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
-    assert torch.equal(written, torch.tensor([9, 10, 11, 12, 13, 14, 15, 0]).expand_as(written)), written
+    assert torch.equal(written[:, :7], torch.tensor([9, 10, 11, 12, 13, 14, 15]).expand_as(written[:, :7])), written
+    waits = stamps[:, :, 15:]
+    assert torch.equal(waits, torch.tensor([16, 17, 18, 19, 20, 0, 0, 0, 0]).expand_as(waits)), waits
     stamped = (sets[0].token_ids, sets[0].num_accepted, bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 0)
     ends = filter_stages.phase_stamps(sets[:1], filters, calls=2, warm=0)
-    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 15)]), ends
+    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]), ends
     assert triton_filter.ONE_LAUNCH_STAMPS == 0
     top_p_alone = (torch.zeros_like(filters[0]),) + filters[1:]
     ends = filter_stages.phase_stamps(sets[:1], top_p_alone, calls=1, warm=0)
-    assert math.isnan(ends[10]) and ends[8:10] + ends[11:] == pytest.approx([0.008, 0.009, 0.011, 0.012, 0.013,
-                                                                            0.014]), ends
+    assert math.isnan(ends[10]) and ends[8:10] + ends[11:15] == pytest.approx([0.008, 0.009, 0.011, 0.012, 0.013,
+                                                                               0.014]), ends
 
 
 @pytest.mark.skipif(not _CUDA, reason="the GPU's clock: the interpreter's stamps are the test above's")
 def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     """On the GPU a stamp is %globaltimer once its phase is done (``triton_cut.stamp``'s inline asm, which the
     interpreter does not run): every split stamps all eight phases, and its stamps never go back in time; one
-    split a row writes the record, and stamps its phases between its ticket and its end, in order. Stamping must
+    split a row writes the record, and stamps its phases between its ticket and its end, in order; every split
+    stamps its own pass-1 partials before it has the row's, and the bracket's rounds in order between the norms
+    and the bracket. Stamping must
     leave the outputs and the records as they were. The same small capacity as on the CPU, so that the rows take
     the bracket and the tallied search."""
     sets, filters = _b1_through_the_bracket(monkeypatch, bench_gpu.DEVICE)
@@ -105,6 +110,9 @@ def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     writer = stamps[torch.arange(5), stamps[:, :, 8].argmax(dim=1)]
     timeline = torch.cat([writer[:, 6:7], writer[:, 8:15], writer[:, 7:8]], dim=1)
     assert bool((timeline > 0).all()) and bool((timeline[:, 1:] >= timeline[:, :-1]).all()), writer
+    waits = torch.cat([stamps[:, :, 0:1], stamps[:, :, 15:16], stamps[:, :, 1:3], stamps[:, :, 16:20],
+                       stamps[:, :, 3:4]], dim=2)
+    assert bool((waits > 0).all()) and bool((waits[:, :, 1:] >= waits[:, :, :-1]).all()), stamps
     stamped = (sets[0].token_ids.cpu(), sets[0].num_accepted.cpu(), bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
 

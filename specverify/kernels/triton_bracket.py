@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, unweighed, work_parts
+from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
 
@@ -75,10 +75,12 @@ def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr
 
 @triton.jit
 def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
-           BLOCK_R: tl.constexpr, share_ptr, word_ptr, SF, SPIN, SHARED: tl.constexpr, BLOCK_F: tl.constexpr):
+           BLOCK_R: tl.constexpr, share_ptr, word_ptr, SF, SPIN, SHARED: tl.constexpr, BLOCK_F: tl.constexpr,
+           stamps=None, STAMPS: tl.constexpr = False, PHASE: tl.constexpr = 0):
     """``_sample_run`` of the whole sample: by this program alone, or with SHARED by the row's SF programs, each
     tallying its share to share_ptr [SF, 3, NG] and publishing it at word_ptr (``triton_handoff.publish``),
-    then summing the shares in split order."""
+    then summing the shares in split order. STAMPS (SHARED): stamps PHASE once its own share is stored, and
+    PHASE + 1 once every share is in (``triton_cut.stamp``)."""
     if SHARED:
         own = tl.program_id(2)
         full = (tl.full([], 1, tl.int64) << SF.to(tl.int64)) - 1
@@ -92,9 +94,14 @@ def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH:
                 tl.store(mine, _bits(c))
                 tl.store(mine + NG, _bits(t1))
                 tl.store(mine + 2 * NG, _bits(t2))
+                if STAMPS:
+                    if turn == 0:
+                        stamp(stamps, PHASE, split)
                 split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
         # the acquire that saw every bit, passed on to the program's other threads
         tl.debug_barrier()
+        if STAMPS:
+            stamp(stamps, PHASE + 1, split)
         ff = tl.arange(0, BLOCK_F)[:, None]
         at = share_ptr + ff * (3 * NG) + g[None, :]
         cnt = tl.sum(_floats(tl.load(at, mask=ff < SF, other=0)), axis=0)
@@ -132,7 +139,7 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
-            BLOCK_F: tl.constexpr):
+            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
     mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
@@ -140,7 +147,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     finer grid, and the tally's cost is its points): the second splits the cells the first found, half
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
     point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
-    program of the row calls this alike, or none does)."""
+    program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``)."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -150,17 +157,17 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
-                                 share, SHARED, BLOCK_F)
+                                 share, SHARED, BLOCK_F, stamps, STAMPS)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
-                                 BLOCK_R, share, SHARED, BLOCK_F)
+                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS)
     return lo, hi
 
 
 @triton.jit
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
-                SHARED: tl.constexpr, BLOCK_F: tl.constexpr):
+                SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
@@ -174,7 +181,7 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
     by_mass = p_on & ~k_on
     cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
-                         SHARED, BLOCK_F)
+                         SHARED, BLOCK_F, stamps, STAMPS, 16)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
@@ -185,7 +192,7 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     h = (g % half + 1).to(tl.float32) / half
     drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
     cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
-                         word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F)
+                         word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F, stamps, STAMPS, 18)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
     d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
     d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)

@@ -180,9 +180,11 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
 
 
-# the one launch's stamps a split (``triton_cut_kernel``'s STAMPS): its eight phases (0-7), then the record's seven
-# (8-14), which the split that writes the record stamps (``triton_record``), and one spare
-STAMPS_N = tl.constexpr(16)
+# the one launch's stamps a split (``triton_cut_kernel``'s STAMPS): its eight phases (0-7), the record's seven (8-14),
+# which the split that writes the record stamps (``triton_record``), and what the splits wait on: its own pass-1
+# partials published (15, ``triton_handoff``), then each round of the sample bracket's shared tally, its own share
+# published and every split's in (16-19, ``triton_bracket``); four spare
+STAMPS_N = tl.constexpr(24)
 
 
 @triton.jit

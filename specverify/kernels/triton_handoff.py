@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
+from specverify.kernels.triton_cut import stamp
 
 
 @triton.jit
@@ -58,10 +59,11 @@ def publish(word_ptr, split, full, own, patience):
 
 @triton.jit
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-                  stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr):
+                  stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
+                  stamps=None, STAMPS: tl.constexpr = False):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
-    unpublished after SPIN polls."""
+    unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``)."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -72,6 +74,9 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
             # one call site: whichever program computes a split runs these very instructions
             plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                         ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B)
+            if STAMPS:
+                if turn == 0:
+                    stamp(stamps, 15, split)
             if waits:
                 # once it has taken a split over, it waits for none
                 split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
