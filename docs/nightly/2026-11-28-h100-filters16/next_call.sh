@@ -5,10 +5,11 @@
 export PYTHONUNBUFFERED=1
 mkdir -p $OUT; T0=$SECONDS
 nvidia-smi --query-gpu=name --format=csv,noheader; git rev-parse --short HEAD 2>/dev/null
-# the record's phases in-tree, with the tie group's division skipped (34bcc67), then the read's scan gather
+# the record's phases and the splits' waits in-tree (4422196, 4129f0a), the tie group's division skipped
+# (34bcc67), then the read's scan gather (459eace) and larger samples
 for v in "" "--set ONE_LAUNCH_SCAN_GATHER=1" "--set ONE_LAUNCH_SCAN_GATHER=1 --set ONE_LAUNCH_TILE=1024" \
          "--set NS=8192" "--set NS=16384"; do
-  echo "== $v"; timeout 75 python3 ci/filter_stages.py --B 1 --stamps --all-tensors $v 2>&1 | tail -5
+  echo "== $v"; timeout 75 python3 ci/filter_stages.py --B 1 --stamps --all-tensors $v 2>&1 | grep "^|"
 done | tee $OUT/stamps.txt
 echo "t=$((SECONDS-T0))"
 ( timeout 240 python3 ci/filter_stages.py --B 1 --all-tensors --latency default ONE_LAUNCH_SCAN_GATHER=1 \
