@@ -16,18 +16,10 @@ from specverify.adapters.tree_layout import LinkedTrees, from_linked_lists, to_l
 from specverify.backends import UnsupportedError
 from specverify.checks.stats import chi_square_gof
 from specverify.kernels.cpu import CpuBackend
-from test_tree_reference import float64_noise, random_tree_batch, zero_residual_case
+# one_thread: the autouse fixture that runs these tests on one intra-op thread
+from tree_cases import float64_noise, one_thread, random_tree_batch, zero_residual_case  # noqa: F401
 
 CPU = CpuBackend()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread, as every xdist worker runs (tests/conftest.py): tiny ops stay tiny."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def assert_same(got, want, context=""):

@@ -131,7 +131,7 @@ def test_many_request_launch_reads_appended_offsets_bit_for_bit(device, monkeypa
     65,536 copies). With the threshold at 2, ragged batches (zero-draft requests among them) give the
     summing launch's outputs exactly, for every kernel that locates rows that way: the chain (standard;
     block, with its mass launch), the tree walk and race, and the filter cut and mask."""
-    from test_tree_reference import random_tree_batch  # noqa: PLC0415 - the tree tests' batches
+    from tree_cases import random_tree_batch  # noqa: PLC0415 - the tree tests' batches
     g = torch.Generator().manual_seed(41)
     chain = _batch(41, device, num_requests=7, vocab_size=40, max_draft=4, zero_draft_fraction=0.3)
     B = chain.num_requests

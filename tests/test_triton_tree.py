@@ -30,7 +30,7 @@ from reference.sample import filtered_target  # noqa: E402
 from specverify.kernels import (triton_block, triton_chain, triton_kernels, triton_math,  # noqa: E402
                                 triton_sampler, triton_tree)
 # one_thread: the autouse fixture that runs these tests on one intra-op thread, as xdist workers do
-from test_tree_reference import float64_noise, one_thread, random_tree_batch  # noqa: E402, F401
+from tree_cases import float64_noise, one_thread, random_tree_batch  # noqa: E402, F401
 
 if not _CUDA and not triton_kernels.interpreted():
     # Another module imported the kernels before the interpreter was switched on: decorate them again,
