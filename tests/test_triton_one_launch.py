@@ -21,8 +21,9 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("scan", [pytest.param(0, id="atomic-gather"), pytest.param(1, id="scan-gather")])
-def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, small_gather, monkeypatch):
+@pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
+                                             pytest.param(1, 0, id="scan-gather"), pytest.param(0, 1, id="row-tally")])
+def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
     index, Z', the way found) must be those of
@@ -30,8 +31,10 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, small
     gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
     three). The one launch's read hands out its gather's slots by an atomic add or by a scan of each tile
     (ONE_LAUNCH_SCAN_GATHER): a slot handed twice, or a count that leaves tokens out, changes the records, and
-    one that overflows the split's region must still send the row down the slow path."""
+    one that overflows the split's region must still send the row down the slow path. With the row's bucket
+    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow."""
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", row_tally)
     for seed, V in ((11, 160), (4, 40)):
         rows = _rows(seed, 4, V, device)
         # request 0 proposes 3 drafts: its rows 1-3 are live, the rows past k_b of the others are not
@@ -56,20 +59,29 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, small
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("finish_n, scan", [(16, 0), (0, 0), pytest.param(16, 1, id="16-scan-gather")])
-def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(device, finish_n, scan, monkeypatch):
+@pytest.mark.parametrize("finish_n, scan, row_tally", [(16, 0, 0), (0, 0, 0),
+                                                        pytest.param(16, 1, 0, id="16-scan-gather"),
+                                                        pytest.param(16, 0, 64, id="16-row-tally"),
+                                                        pytest.param(0, 0, 64, id="0-row-tally"),
+                                                        pytest.param(16, 0, 512, id="16-row-tally-512")])
+def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(device, finish_n, scan, row_tally,
+                                                                           monkeypatch):
     """Each split tallies its gathered tokens at TALLY_N keys spread over the bracket, and the record's key
     searches (top-k's by count, top-p's by mass, top-p's after top-k's) start from the tallied interval that
-    holds the crossing. With ranking off, every row whose bracket gathered tokens is searched; the records
+    holds the crossing. With ranking off (on for at most 16 tokens where the ranked end is), every row whose bracket
+    gathered more tokens is searched; the records
     (cut value and index, Z', the way found) must be those of the search over the whole bracket, with the
     search's ranked end on and off, on rows of every style, including ties at the crossing; and with the read's
     gather slots handed out by a scan of each tile (ONE_LAUNCH_SCAN_GATHER), where a token lost or placed twice
     changes the tallies that the search starts from (narrow tiles there: several a split, so that the slots
-    carry over from one tile to the next)."""
+    carry over from one tile to the next); and with the splits adding their tokens to the row's buckets of the
+    keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys), where a token in the wrong bucket, or a bucket sum read
+    the wrong way up, moves the interval the search starts from."""
     monkeypatch.setattr(triton_filter, "CAP", 2048)
     monkeypatch.setattr(triton_filter, "NS", 256)
     monkeypatch.setattr(triton_filter, "CH", 8)
-    monkeypatch.setattr(triton_filter, "RANK_N", 0)
+    # the ranked end needs ranking on (its FINISH is at most RANK_N): rows of at most finish_n tokens are ranked
+    monkeypatch.setattr(triton_filter, "RANK_N", finish_n)
     monkeypatch.setattr(triton_filter, "FINISH_N", finish_n)
     batch = _rows(21, 8, 3000, device)
     # every row filtered by a top-k or a top-p that the bracket gathers many tokens for, some with min-p
@@ -80,7 +92,8 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     plan = dict(block_v=32) if scan else {}
     monkeypatch.setattr(triton_filter, "TALLY_N", 0)
     whole = _records(batch, **plan)
-    monkeypatch.setattr(triton_filter, "TALLY_N", 64)
+    monkeypatch.setattr(triton_filter, "TALLY_N", row_tally or 64)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", int(row_tally > 0))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)     # against the atomic gather's whole search
     tallied = _records(batch, **plan)
     assert torch.equal(tallied, whole), (tallied != whole).nonzero().tolist()

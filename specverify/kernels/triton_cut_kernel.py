@@ -16,8 +16,9 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
     record_ptr [6, R] float32 (out)
     tickets_ptr [5, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
                                  and the bits of its splits' parts published (``triton_handoff``): with PASS1
-                                 pass 1's partials, with SHARED the sample bracket's two rounds; all zero
-                                 between calls
+                                 pass 1's partials, with SHARED the sample bracket's two rounds; then, with
+                                 ROW_TALLY, [R, 2, TALLY_N] int64 (8-byte aligned) each row's bucket sums
+                                 (``triton_tally.row_buckets_at``); all zero between calls
     SF, chunk, region            splits per row, entries per split (whole tiles), gathered tokens per split
 
     _cut_kernel, STAGE 0  grid (B, K1)       the row's bracket from its sample
@@ -32,7 +33,8 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                              the same), the launch is pass 1 too: each split computes its
                                              pass-1 partials first (``triton_handoff``), and no pass 1 runs;
                                              with SHARED, the row's splits tally the bracket's sample between
-                                             them (``triton_bracket``)
+                                             them (``triton_bracket``); with ROW_TALLY, the splits add their
+                                             tokens to the row's TALLY_N buckets (``triton_tally.bucket_pack``)
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
@@ -52,7 +54,7 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
-from specverify.kernels.triton_tally import tally_keys, tally_pack
+from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
 # Integer arguments equal to 1 are not specialised: at V = 1 (or one split, one token a region) the
@@ -71,7 +73,8 @@ def _cut_kernel(
     RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr, ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr,
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
-    PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr,
+    PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
+    BUCKET_BITS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -176,7 +179,11 @@ def _cut_kernel(
                         split = tl.program_id(2)
                         mine = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
                         parts = work_parts(work_ptr, NR, rid, SF, split)
-                        if TALLY_N > 0:     # tallied as they are packed: the record's searches start from the sums
+                        if ROW_TALLY:       # tallied in the row's buckets as they are packed
+                            bucket_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
+                                        tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
+                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK)
+                        elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,
                                        split_tallies(work_ptr, NR, rid, SF, split, CAP, SCRATCH, TALLY_N),
@@ -201,7 +208,7 @@ def _cut_kernel(
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
-                             STAMPS)
+                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:

@@ -132,6 +132,10 @@ ONE_LAUNCH_STAMPS = 0
 # its read hands out a split's gather slots by a scan of each tile (1; ``triton_gather.SCAN``), where an atomic add
 # a tile and warp (0) returns them after a round trip to memory that the warp waits on; not yet timed on a GPU
 ONE_LAUNCH_SCAN_GATHER = 0
+# with TALLY_N (a power of 2), its splits add each token to its bucket of the row's TALLY_N sums, which the record
+# loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums
+# the splits' tallies (0); its searches then copy from the list in wide tiles. Not yet timed on a GPU, so off
+ONE_LAUNCH_ROW_TALLY = 0
 
 
 _buffers: dict = {}
@@ -139,15 +143,15 @@ _plans: dict = {}
 _splits: dict = {}
 
 
-def _work(logits: torch.Tensor, stream, words: int, rows: int) -> tuple:
-    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets [5 rows] (zero: the one-launch
-    plan leaves them so), one of each per (thread, logits' device, stream), grown as needed."""
+def _work(logits: torch.Tensor, stream, words: int, rows: int, ticket_words: int) -> tuple:
+    """The cut launches' int64 work space, float32 records [6 rows] and int32 tickets (ticket_words, at least 5 rows;
+    zero: the one-launch plan leaves them so), one of each per (thread, logits' device, stream), grown as needed."""
     key = (threading.get_ident(), logits.get_device(), stream)
     held = _buffers.get(key)
     if held is not None:
         work, record, tickets, views = held
         view = views.get(rows)      # held only while record and tickets hold this many rows
-        if view is not None and work.numel() >= words:
+        if view is not None and work.numel() >= words and tickets.numel() >= ticket_words:
             return work, view, tickets
     else:
         work, record, tickets, views = None, None, None, {}
@@ -156,8 +160,8 @@ def _work(logits: torch.Tensor, stream, words: int, rows: int) -> tuple:
         work = torch.empty(words, dtype=torch.int64, device=device)
     if record is None or record.numel() < 6 * rows:
         record, views = torch.empty(6 * rows, dtype=torch.float32, device=device), {}
-    if tickets is None or tickets.numel() < 5 * rows:
-        tickets = torch.zeros(5 * rows, dtype=torch.int32, device=device)
+    if tickets is None or tickets.numel() < ticket_words:
+        tickets = torch.zeros(ticket_words, dtype=torch.int32, device=device)
     if rows not in views:
         views[rows] = record[:6 * rows]
     _buffers[key] = (work, record, tickets, views)
@@ -187,10 +191,10 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
         if len(_plans) >= 4096:     # fuzzed shapes in a long run: start over rather than hold every meta
             _plans.clear()
         plan = _plans[plan_key] = _plan(pass1, top_k, top_p, min_p, pass2)
-    _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1 = plan
+    _, _, rid, sf, chunk, region, words, stages, lazy, then_pass1, ticket_words = plan
     # pass 1's key covers the shared arguments; the filters' dtypes are in the recipe, their alignment here
     key = None if key1 is None else (rid, key1, alignment_mask(top_k, top_p, min_p))
-    work, record, tickets = _work(logits, stream, words, grid1[0] * grid1[1])
+    work, record, tickets = _work(logits, stream, words, grid1[0] * grid1[1], ticket_words)
     # the drafts, q, its row stride, the uniforms and the seeds that the lazy cut's stage 0 tests, from pass 2's
     # arguments (rows, then noise: ``triton_chain.chain_launches``); never read otherwise (LAZY is off), so zeros,
     # which the launcher takes as they are where a tensor costs it a data_ptr call
@@ -215,7 +219,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "MASS_SAMPLE_TILE", "SEARCH_TILE", "NC_GPU", "PASS1_MAXNREG", "PRE_BRACKET_WARPS", "PRE_BRACKET_MAXNREG",
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
-             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER")
+             "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
+             "ONE_LAUNCH_ROW_TALLY")
 
 
 def _settings() -> tuple:
@@ -229,7 +234,7 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     which filters are passed, their dtypes and the settings, which the caller keeps in ``_plans`` (a call of a
     few rows costs its host's work): (meta1, meta2, rid, SF, chunk, region, words, stages, whether it cuts
     lazily, whether pass 1 runs first as it is: not where the plan gathers in pass 1 or the one launch is pass
-    1). An entry holds both metas, so that their ids are not reused while it lives."""
+    1, the tickets' int32 words). An entry holds both metas, so that their ids are not reused while it lives."""
     _, grid1, args1, meta1, _, _ = pass1
     meta2 = None if pass2 is None else pass2[3]
     given = tuple(f for f in (top_k, top_p, min_p) if f is not None)
@@ -245,7 +250,11 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     then_pass1 = first_stage not in (4, None) and not first_meta["PASS1"]
     # the recipe's plan may not cut lazily even where the call allows it (the one launch)
     lazy_cut = any(meta.get("LAZY", False) for _, _, meta in stages)
-    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy_cut, then_pass1
+    # the tickets: [5, R] int32, then with ROW_TALLY each row's [2, TALLY_N] int64 buckets at an even word
+    rows = B * K1
+    ticket_words = 5 * rows + (5 * rows) % 2 + sum(4 * rows * meta["TALLY_N"] for _, _, meta in stages
+                                                   if meta.get("ROW_TALLY"))
+    return meta1, meta2, rid, sf, chunk, region, words, stages, lazy_cut, then_pass1, ticket_words
 
 
 def cut_recipe(B: int, K1: int, V: int, S1: int, chunk1: int, meta1: dict, flags: tuple, dtypes: tuple,

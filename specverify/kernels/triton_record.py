@@ -28,12 +28,14 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  floor, inv_t, m, z, above, CAP: tl.constexpr, NC: tl.constexpr, BLOCK_F: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
-                 PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False):
+                 PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
+                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
     compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys as it packed them
-    (``triton_tally``), and the search starts from their sums. STAMPS: the one launch's record phases stamped
+    (``triton_tally``), and the search starts from their sums; with ROW_TALLY, from the row's bucket sums at
+    buckets_ptr instead (``triton_tally.bucket_pack``), which it zeroes. STAMPS: the one launch's record phases stamped
     at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9 to 12, resolved, stored)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
@@ -84,7 +86,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
-                                                              stamps, STAMPS)
+                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
@@ -95,6 +97,10 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     how = how + 2
         floor_out = floor
         z_out = z_w.to(tl.float32) / MASS_ONE
+        if ROW_TALLY:       # zero for the next call, whichever way the cut was found (``row_buckets`` zeroes too)
+            tl.debug_barrier()
+            jj = tl.arange(0, 2 * TALLY_N)
+            tl.store(buckets_ptr + jj, tl.zeros([2 * TALLY_N], tl.int64))
         if STAMPS:
             stamp(stamps, 13, cut_key.to(tl.int32) + cut_idx + how)
     if live:

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_cut import (KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, stamp, unpack,
                                            weight)
-from specverify.kernels.triton_tally import hinted, row_tallies, tally_keys
+from specverify.kernels.triton_tally import hinted, row_buckets, row_tallies, tally_keys
 
 
 @triton.jit
@@ -160,13 +160,14 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 @triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
-          FINISH: tl.constexpr):
+          FINISH: tl.constexpr, WIDE: tl.constexpr = False):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
-    they are ranked (``_rank_finish``) instead of searched further."""
+    they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
+    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list."""
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
@@ -201,7 +202,15 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     if FINISH > 0:
         if (b - a > 1) & (ca - cb <= FINISH):
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
-            if (shift != scr_at) | (n_src != ca - cb):
+            if WIDE and not BY_INDEX:
+                if shift != scr_at:
+                    n_src = _keep_narrow(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R)
+                    c_off, w_off = cb, wb
+                elif n_src != ca - cb:
+                    n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
+                                          BLOCK_R)
+                    c_off, w_off = cb, wb
+            elif (shift != scr_at) | (n_src != ca - cb):
                 n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
                                       BLOCK_R)
                 c_off, w_off = cb, wb
@@ -213,19 +222,25 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 @triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
-            SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False):
+            SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
     With min-p off, Z' comes from the search's own sums (every token of a tie group weighs the same); with it
     on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
-    tallied interval that holds its crossing. STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the
-    tallies, 10 top-k's crossing, 11 top-p's, 12 its tie group."""
+    tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
+    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles. STAMPS: its phases
+    stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
+    group."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
-        t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
+        if ROW_TALLY:
+            t_cnt, t_mass = row_buckets(buckets_ptr, NT)
+        else:
+            t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
         n_in, w_all_in = pick(t_cnt, 0, jt), pick(t_mass, 0, jt)
         if STAMPS:
             stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
@@ -243,7 +258,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
-                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH)
+                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -256,7 +271,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
-                                                      0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH)
+                                                      0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
+                                                      ROW_TALLY)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept

@@ -7,6 +7,8 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
     tally_keys(lo, hi, NT)  -> [NT] int64 keys: lo, then keys whose logits split [value(lo), value(hi - 1)] evenly
     tally_pack(...)         a split's tokens into the row's list, and its tallies (count and mass at or above
                             each key) to the work space, in one read
+    bucket_pack(...)        the same, each token's count and mass added to its bucket of the row's sums instead
+    row_buckets(...)        -> the row's tallies [NT] from those buckets (ONE_LAUNCH_ROW_TALLY)
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
 
@@ -28,13 +30,65 @@ def tally_keys(lo, hi, NT: tl.constexpr):
     near a crossing lie close together by value, where keys stretch across binades and zero). Keys that
     would fall outside (lo, hi), as with an end that is no finite logit, are lo, which narrows nothing; the
     keys ascend either way."""
-    t = tl.arange(0, NT)
+    va, vb, usable = _key_span(lo, hi)
+    return _key_at(tl.arange(0, NT), lo, hi, va, vb, usable, NT)
+
+
+@triton.jit
+def _key_span(lo, hi):
+    """(value(lo), value(hi - 1), whether keys between them split it): ``tally_keys``' ends."""
     va = key_value(tl.maximum(lo, KMIN + 1).to(tl.int32))
     vb = key_value((tl.minimum(hi, KMAX) - 1).to(tl.int32))
+    return va, vb, (lo > KMIN) & (va < vb) & (vb - va < float("inf"))
+
+
+@triton.jit
+def _key_at(t, lo, hi, va, vb, usable, NT: tl.constexpr):
+    """``tally_keys``' key t (any shape of int32 t in [0, NT)), the same bits whichever tensor asks."""
     v = va + (vb - va) * (t.to(tl.float32) / NT)
     key = order_key(v).to(tl.int64)
-    usable = (lo > KMIN) & (va < vb) & (vb - va < float("inf"))
     return tl.where(usable & (t > 0) & (key > lo) & (key < hi), key, lo)
+
+
+@triton.jit
+def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi, inv_t, m, CAP: tl.constexpr,
+                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr):
+    """``triton_gather.pack`` of one split that also adds each token's count and mass to its bucket of the row's
+    [2, NT] int64 sums at row_ptr (counts, then masses; zero before the row's first split): bucket t holds the
+    keys in [key t, key t + 1) of ``tally_keys(lo, hi, NT)``, found by a binary search of BITS = log2(NT) steps
+    over the keys, each computed where it is compared (``_key_at``). The record's tallies are the buckets'
+    sums from the top (``row_buckets``): one load of the row's, where ``tally_pack`` leaves SF splits' of them,
+    and a token's cost does not grow with NT."""
+    n, at, copied = claim(parts_ptr, region, total_ptr, CAP)
+    va, vb, usable = _key_span(lo, hi)
+    for start in range(0, n, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
+        tl.store(dst_ptr + at + i, packed, mask=i < copied)
+        valid, _, _, e = decode(packed, inv_t, m)
+        key = packed >> 32
+        bucket = tl.zeros([BLOCK], tl.int32)      # key 0 is lo, at or below every gathered token's
+        for bit in tl.static_range(BITS):
+            up = bucket + (NT >> (bit + 1))
+            bucket = tl.where(_key_at(up, lo, hi, va, vb, usable, NT) <= key, up, bucket)
+        tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
+        tl.atomic_add(row_ptr + NT + bucket, weight(e), mask=valid, sem="relaxed")
+
+
+@triton.jit
+def row_buckets_at(tickets_ptr, NR, rid, NT: tl.constexpr):
+    """Row rid's [2, NT] int64 bucket sums, after the one launch's [5, NR] int32 tickets (at an even word: 8-byte
+    aligned), which keep them zero between calls as they do the tickets (``row_buckets``)."""
+    first = tickets_ptr + 5 * NR + (5 * NR) % 2
+    return first.to(tl.pointer_type(tl.int64)) + rid * (2 * NT)
+
+
+@triton.jit
+def row_buckets(row_ptr, NT: tl.constexpr):
+    """(count, mass) [NT] at or above each of ``tally_keys``: the row's bucket sums (``bucket_pack``) from the
+    top (the record zeroes them after, ``triton_record``)."""
+    jj = tl.arange(0, NT)
+    return tl.cumsum(tl.load(row_ptr + jj), 0, reverse=True), tl.cumsum(tl.load(row_ptr + NT + jj), 0, reverse=True)
 
 
 @triton.jit
