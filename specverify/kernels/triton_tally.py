@@ -78,7 +78,7 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
 @triton.jit
 def row_buckets_at(tickets_ptr, NR, rid, NT: tl.constexpr):
     """Row rid's [2, NT] int64 bucket sums, after the one launch's [5, NR] int32 tickets (at an even word: 8-byte
-    aligned), which keep them zero between calls as they do the tickets (``row_buckets``)."""
+    aligned): zero between calls, as the tickets are, since the row's record zeroes them (``triton_record``)."""
     first = tickets_ptr + 5 * NR + (5 * NR) % 2
     return first.to(tl.pointer_type(tl.int64)) + rid * (2 * NT)
 
