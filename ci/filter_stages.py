@@ -2,7 +2,7 @@
 
     python ci/filter_stages.py [--B 128] [--V 151936] [--programs 2048,4096]
                                [--whole [--profile] | --trace | --ncu | --latency VARIANT ... [--rounds 3]
-                                | --stamps]
+                                | --stamps [VARIANT ...]]
                                [--set NAME=VALUE ...] [--settings 'none;top_p=0.9'] [--all-tensors]
 
 Inputs as ``bench_gpu.py --filters`` builds them (every request filtered, float32, k = 4); CUDA events
@@ -18,13 +18,13 @@ python ci/filter_stages.py --ncu ...`` (docs/nightly/2026-11-27-h100-filters5/1-
 prints a table of each setting's latency in turn against the unfiltered call (``bench_gpu.time_paired``: each call
 synchronised before and after, the two in turn, so that both see the same host) under each variant of the
 settings, the variants in turn ``--rounds`` times, and whether every variant leaves the first one's outputs and
-records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--stamps`` prints
+records (``--latency ONE_LAUNCH_SHARED=0 default``: the A/B of a setting in one process). ``--stamps [V1 ...]`` prints
 when row 0's splits end each phase of the one launch of a few rows (B <= 4 at k = 4), from the GPU clock stamps
 that ONE_LAUNCH_STAMPS has each split store (``triton_cut.stamp``), and then when the split that writes row 0's
 record ends each phase of it (its sums, the row's tallies, each crossing's search, the top-p tie group, the whole
 record found, and stored; "-" where the row's filters take none), and when its latest split has its own pass-1
 partials and its share of each round of the sample bracket's tally, and has every split's, median of 50 calls
-(the waits: the splits' spread). ``--set`` overrides a
+(the waits: the splits' spread); with variants, a row each, in turn in one process. ``--set`` overrides a
 ``triton_filter`` constant (NS=1024, ONE_LAUNCH_ROWS=0) for the run. Only the filters that are on
 are passed, unless ``--all-tensors``: then all three are (0 and 1 where off), as ``bench_gpu.py --filters``
 passes them and as a server does once any request sets each, which compiles every filter's code into each
@@ -175,26 +175,47 @@ def whole_call(sets, filters, calls: int = 200, profile: bool = False) -> dict:
     return out
 
 
-def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
-    """Latency in turn (``bench_gpu.time_paired``) of the filtered call on ``sets`` against the unfiltered call,
-    under each variant of ``triton_filter``'s settings ('NAME=V,NAME=V', or 'default' for the settings as they
-    stand), the variants in turn ``rounds`` times: a row a variant {variant, ratio: the median of the rounds'
-    filtered / unfiltered, ratios, filtered_us, unfiltered_us (medians), same: whether its outputs and records on
-    sets[0] are the first variant's}. The settings are restored after."""
+def _variant_setter(variants: list[str], option: str):
+    """apply(variant): ``triton_filter``'s settings as they stand, then those a variant ('NAME=V,NAME=V', or
+    'default' for none) sets; apply('default') restores them. Refuses, naming them, settings the module lacks (a
+    misspelt one would time the defaults twice and show a difference of none)."""
     names = {item.split("=")[0] for v in variants if v != "default" for item in v.split(",")}
     unknown = sorted(n for n in names if not hasattr(triton_filter, n))
     if unknown:
-        raise ValueError(f"--latency: triton_filter has no {', '.join(unknown)}")
+        raise ValueError(f"{option}: triton_filter has no {', '.join(unknown)}")
     defaults = {name: getattr(triton_filter, name) for name in names}
-    call, plain = _caller(sets, filters), _caller(sets, None)
-    rows_of = sets[0].token_ids.numel()
 
     def apply(variant: str) -> None:
         for name, value in defaults.items():
             setattr(triton_filter, name, value)
         if variant != "default":
             apply_sets(triton_filter, variant.split(","))
+    return apply
 
+
+def stamp_rows(sets, filters, variants: list[str], calls: int = 50, warm: int = 5) -> list[tuple]:
+    """(variant, ``phase_stamps``) under each variant of ``triton_filter``'s settings in turn, in one process and on
+    the same inputs (``--stamps V1 V2 ...``); the settings are restored after."""
+    apply = _variant_setter(variants, "--stamps")
+    try:
+        rows = []
+        for v in variants:
+            apply(v)
+            rows.append((v, phase_stamps(sets, filters, calls, warm)))
+    finally:
+        apply("default")
+    return rows
+
+
+def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
+    """Latency in turn (``bench_gpu.time_paired``) of the filtered call on ``sets`` against the unfiltered call,
+    under each variant of ``triton_filter``'s settings ('NAME=V,NAME=V', or 'default' for the settings as they
+    stand), the variants in turn ``rounds`` times: a row a variant {variant, ratio: the median of the rounds'
+    filtered / unfiltered, ratios, filtered_us, unfiltered_us (medians), same: whether its outputs and records on
+    sets[0] are the first variant's}. The settings are restored after."""
+    apply = _variant_setter(variants, "--latency")
+    call, plain = _caller(sets, filters), _caller(sets, None)
+    rows_of = sets[0].token_ids.numel()
     try:
         outs = {}
         for v in variants:
@@ -316,8 +337,9 @@ def main() -> None:
                     help="latency in turn against the unfiltered call under each variant of the settings "
                          "('NAME=V,NAME=V' or 'default'), in --rounds rounds: a table")
     ap.add_argument("--rounds", type=int, default=3, help="with --latency: rounds of the variants in turn")
-    ap.add_argument("--stamps", action="store_true",
-                    help="the one launch's phases, from its splits' clock stamps (ONE_LAUNCH_STAMPS): a table")
+    ap.add_argument("--stamps", nargs="*", metavar="VARIANT", default=None,
+                    help="the one launch's phases, from its splits' clock stamps (ONE_LAUNCH_STAMPS): a table; "
+                         "with variants ('NAME=V,NAME=V' or 'default'), a row each, in one process")
     add_set_option(ap)
     ap.add_argument("--all-tensors", action="store_true",
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
@@ -346,15 +368,16 @@ def main() -> None:
                     print(f"whole B={args.B} {name:20s} {shown} (us)", flush=True)
                 continue
             filters = _filters(args, setting)
-            if args.stamps:
+            if args.stamps is not None:
                 if not headed:
                     print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end | record: "
                           + " | ".join(RECORD_PHASES) + " | waits: " + " | ".join(WAIT_PHASES) + " |")
                     print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(WAIT_PHASES) + 1))
                     headed = True
-                ends = phase_stamps(sets, filters)
-                print(f"| {name} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends) + " |",
-                      flush=True)
+                for variant, ends in stamp_rows(sets, filters, args.stamps or ["default"]):
+                    label = name if not args.stamps else f"{name} / {variant}"
+                    print(f"| {label} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends) + " |",
+                          flush=True)
                 continue
             if args.latency:
                 if not headed:

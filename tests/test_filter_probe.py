@@ -89,6 +89,31 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
                                                                                0.014]), ends
 
 
+@CPU_ONLY
+def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypatch):
+    """``--stamps V1 V2``: the phases under each variant of the settings in one process, a row each in order, each
+    stamped with its variant's settings in force (the phases, which the row tally and the scan gather reach by
+    their own code, the same), the settings as they stood after, and a setting the module lacks refused by
+    name."""
+    sets, filters = _b1_through_the_bracket(monkeypatch)
+    before = triton_filter._settings()
+    in_force, real = [], filter_stages.phase_stamps
+
+    def spy(*args, **kwargs):
+        in_force.append((triton_filter.ONE_LAUNCH_ROW_TALLY, triton_filter.ONE_LAUNCH_SCAN_GATHER))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(filter_stages, "phase_stamps", spy)
+    rows = filter_stages.stamp_rows(sets[:1], filters, ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"],
+                                    calls=1, warm=0)
+    assert [v for v, _ in rows] == ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"]
+    want = [p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]
+    assert all(ends == pytest.approx(want) for _, ends in rows), rows
+    assert in_force == [(0, 0), (1, 1)]
+    assert triton_filter._settings() == before
+    with pytest.raises(ValueError, match="ONE_LAUNCH_ROW_TALY"):
+        filter_stages.stamp_rows(sets[:1], filters, ["ONE_LAUNCH_ROW_TALY=1"], calls=1, warm=0)
+
+
 @pytest.mark.skipif(not _CUDA, reason="the GPU's clock: the interpreter's stamps are the test above's")
 def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     """On the GPU a stamp is %globaltimer once its phase is done (``triton_cut.stamp``'s inline asm, which the
