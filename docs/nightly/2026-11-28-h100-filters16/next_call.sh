@@ -13,6 +13,10 @@ if [ "$1" = stamps ]; then
   ( timeout 560 python3 ci/filter_stages.py --B 1 --all-tensors --stamps default ONE_LAUNCH_SCAN_GATHER=1 \
       ONE_LAUNCH_SCAN_GATHER=1,ONE_LAUNCH_TILE=1024 NS=8192 NS=16384 ONE_LAUNCH_ROW_TALLY=1 \
       ONE_LAUNCH_ROW_TALLY=1,TALLY_N=256 ONE_LAUNCH_ROW_TALLY=1,TALLY_N=1024 2>&1 | grep "^|" ) | tee $OUT/stamps.txt
+  # min-p's tensor alone: its pass 1 and handoff ended at 13.9 us, not 7.7 (folder 1); its plan holds 104 registers
+  # (ci/cut_sass.py --flags 0,0,1), where two programs fit an SM: are two of its 125 placed on one SM?
+  ( timeout 40 python3 ci/filter_stages.py --B 1 --stamps --settings "min_p=0.1" 2>&1 | grep "^|" ) \
+    | tee $OUT/stamps_min_p_alone.txt
 else
   ( timeout 240 python3 ci/filter_stages.py --B 1 --all-tensors --latency default "$2" --rounds 3 2>&1 | tail -10 ) \
     | tee $OUT/latency.txt
