@@ -88,7 +88,9 @@ def row_buckets(row_ptr, NT: tl.constexpr):
     """(count, mass) [NT] at or above each of ``tally_keys``: the row's bucket sums (``bucket_pack``) from the
     top (the record zeroes them after, ``triton_record``)."""
     jj = tl.arange(0, NT)
-    return tl.cumsum(tl.load(row_ptr + jj), 0, reverse=True), tl.cumsum(tl.load(row_ptr + NT + jj), 0, reverse=True)
+    cnt, mass = tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)
+    # from the top: the whole sum less what lies below (a forward scan: every Triton version has it)
+    return (tl.sum(cnt, axis=0) - tl.cumsum(cnt, 0) + cnt, tl.sum(mass, axis=0) - tl.cumsum(mass, 0) + mass)
 
 
 @triton.jit
