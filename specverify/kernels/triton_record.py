@@ -97,7 +97,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     how = how + 2
         floor_out = floor
         z_out = z_w.to(tl.float32) / MASS_ONE
-        if ROW_TALLY:       # zero for the next call, whichever way the cut was found (``row_buckets`` zeroes too)
+        if ROW_TALLY:       # zero for the next call, whichever way the cut was found (the search alone reads them)
             tl.debug_barrier()
             jj = tl.arange(0, 2 * TALLY_N)
             tl.store(buckets_ptr + jj, tl.zeros([2 * TALLY_N], tl.int64))
