@@ -51,7 +51,7 @@ import bench_gpu  # noqa: E402
 from filter_knobs import add_set_option, apply_sets  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_chain import with_cut  # noqa: E402
-from specverify.kernels.triton_cut import STAMPS_N  # noqa: E402
+from specverify.kernels.triton_cut import SM_SLOT, STAMPS_N  # noqa: E402
 from specverify.kernels.triton_kernels import launches  # noqa: E402
 from specverify.kernels.triton_launch import launch  # noqa: E402
 from specverify.kernels.triton_filter import cut_splits  # noqa: E402
@@ -247,6 +247,8 @@ RECORD_PHASES = ("sums", "tallies", "top-k crossing", "top-p crossing", "tie gro
 # and when the splits reach what they wait on: their own pass-1 partials, then each round of the sample bracket's
 # shared tally, their own share and every split's (``triton_handoff``, ``triton_bracket``)
 WAIT_PHASES = ("own pass-1 partials", "round 1 own share", "round 1 all", "round 2 own share", "round 2 all")
+# and, last, the most programs of the launch that ran on one SM (``triton_cut.place``): the launch plans one an SM
+PLACE_COLUMN = "most programs on one SM"
 
 
 def last_stamps() -> torch.Tensor:
@@ -273,7 +275,8 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     """The one launch's phases (``STAMP_PHASES``) on ``sets``: for each, the median over ``calls`` calls of when row
     0's latest split ended it, in us from the launch's first stamp, then the launch's last split's end, then the
     record's phases (``RECORD_PHASES``), then the waits' (``WAIT_PHASES``, row 0's latest split), each the median of
-    the calls that reached it (nan where none did). The one launch with ONE_LAUNCH_STAMPS (restored after); each
+    the calls that reached it (nan where none did), then the most programs on one SM (``PLACE_COLUMN``), the
+    largest of any call. The one launch with ONE_LAUNCH_STAMPS (restored after); each
     call's stamps are zeroed before it."""
     saved = triton_filter.ONE_LAUNCH_STAMPS
     call = _caller(sets, filters)
@@ -291,15 +294,15 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
                 ends.append(_phase_ends(last_stamps()))
     finally:
         triton_filter.ONE_LAUNCH_STAMPS = saved
-    columns = ([t for t in column if not math.isnan(t)] for column in zip(*ends))
-    return [statistics.median(column) if column else math.nan for column in columns]
+    columns = [[t for t in column if not math.isnan(t)] for column in zip(*ends)]
+    return [statistics.median(column) if column else math.nan for column in columns[:-1]] + [max(columns[-1])]
 
 
 def _phase_ends(stamps: torch.Tensor) -> list[float]:
     """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
     before it), the launch's last split's end, the record's phase ends (the stamps of the split that wrote row 0's
     record) and the waits' (row 0's latest split's), nan where none was reached, in us from the first start, of
-    one call's [R, SF, STAMPS_N] stamps."""
+    one call's [R, SF, STAMPS_N] stamps; then the most of the launch's splits that stamped one SM."""
     splits = stamps[:, :, :len(STAMP_PHASES) + 1]
     start = int(splits[:, :, 0][splits[:, :, 0] > 0].min())
     ends, last = [], start
@@ -313,7 +316,9 @@ def _phase_ends(stamps: torch.Tensor) -> list[float]:
     record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist()
     first += len(RECORD_PHASES)
     waits = stamps[0, :, first:first + len(WAIT_PHASES)].max(dim=0).values.tolist()
-    return ends + [(t - start) / 1000 if t > 0 else math.nan for t in record + waits]
+    sms = stamps[:, :, SM_SLOT.value].flatten()
+    most = int(torch.unique(sms[sms > 0], return_counts=True)[1].max())
+    return ends + [(t - start) / 1000 if t > 0 else math.nan for t in record + waits] + [most]
 
 
 def _filters(args, setting: tuple) -> tuple:
@@ -371,13 +376,13 @@ def main() -> None:
             if args.stamps is not None:
                 if not headed:
                     print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end | record: "
-                          + " | ".join(RECORD_PHASES) + " | waits: " + " | ".join(WAIT_PHASES) + " |")
-                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(WAIT_PHASES) + 1))
+                          + " | ".join(RECORD_PHASES) + " | waits: " + " | ".join(WAIT_PHASES) + f" | {PLACE_COLUMN} |")
+                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(WAIT_PHASES) + 2))
                     headed = True
                 for variant, ends in stamp_rows(sets, filters, args.stamps or ["default"]):
                     label = name if not args.stamps else f"{name} / {variant}"
-                    print(f"| {label} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends) + " |",
-                          flush=True)
+                    print(f"| {label} | " + " | ".join("-" if math.isnan(t) else f"{t:.1f}" for t in ends[:-1])
+                          + f" | {ends[-1]} |", flush=True)
                 continue
             if args.latency:
                 if not headed:

@@ -17,6 +17,7 @@ import torch
 
 from filter_settings import _CUDA
 from specverify.kernels import triton_filter
+from specverify.kernels.triton_cut import SM_SLOT, STAMPS_N
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ci"))
 import bench_gpu  # noqa: E402
@@ -55,7 +56,8 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     is its phase + 1, so row 0's phase ends come out as 1 to 7 thousandths of a us exactly when every split of
     the row reaches every phase and stores it where the reader looks, its record's as 8 to 14 when the one split
     that writes the record stamps each of its phases there, and the waits' as 15 to 19 when every split stamps
-    its own pass-1 partials and both rounds of the shared bracket; and stamping must leave the call's outputs
+    its own pass-1 partials and both rounds of the shared bracket; each split stores its place, which the
+    interpreter makes its own SM (so one program an SM); and stamping must leave the call's outputs
     and records as they were (the stamps lie past every other word of the work space). Top-k and top-p with a
     small capacity, so that the rows take the sample bracket, the read, the pack and the tallied search that the
     phases time; then top-p alone, whose record has no top-k crossing for the reader to make up."""
@@ -75,18 +77,34 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     assert writers.tolist() == [1] * 5, record
     written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
     assert torch.equal(written[:, :7], torch.tensor([9, 10, 11, 12, 13, 14, 15]).expand_as(written[:, :7])), written
-    waits = stamps[:, :, 15:]
-    assert torch.equal(waits, torch.tensor([16, 17, 18, 19, 20, 0, 0, 0, 0]).expand_as(waits)), waits
+    waits = stamps[:, :, 15:20]
+    assert torch.equal(waits, torch.tensor([16, 17, 18, 19, 20]).expand_as(waits)), waits
+    # each split's place, here its number in the launch, and the spares left as they were
+    assert torch.equal(stamps[:, :, 20].flatten(), torch.arange(1, stamps.shape[0] * stamps.shape[1] + 1)), stamps
+    assert not stamps[:, :, 21:].any(), stamps
     stamped = (sets[0].token_ids, sets[0].num_accepted, bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 0)
     ends = filter_stages.phase_stamps(sets[:1], filters, calls=2, warm=0)
-    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]), ends
+    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]
+                                 + [1]), ends
     assert triton_filter.ONE_LAUNCH_STAMPS == 0
     top_p_alone = (torch.zeros_like(filters[0]),) + filters[1:]
     ends = filter_stages.phase_stamps(sets[:1], top_p_alone, calls=1, warm=0)
     assert math.isnan(ends[10]) and ends[8:10] + ends[11:15] == pytest.approx([0.008, 0.009, 0.011, 0.012, 0.013,
                                                                                0.014]), ends
+
+
+def test_phase_ends_count_the_most_programs_that_ran_on_one_sm():
+    """The last column says whether the launch's programs shared an SM, which its plan of one program an SM rules
+    out and a plan of few registers lets the GPU do: the largest number of splits, over every row, whose place
+    stamp is one SM, where splits that stored none (0) are not counted."""
+    stamps = torch.zeros(2, 3, STAMPS_N.value, dtype=torch.int64)
+    stamps[:, :, :8] = torch.arange(1, 9) * 1000
+    stamps[:, :, SM_SLOT.value] = torch.tensor([[5, 9, 0], [9, 0, 7]])
+    assert filter_stages._phase_ends(stamps)[-1] == 2
+    stamps[1, 2, SM_SLOT.value] = 9
+    assert filter_stages._phase_ends(stamps)[-1] == 3
 
 
 @CPU_ONLY
@@ -106,7 +124,7 @@ def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypa
     rows = filter_stages.stamp_rows(sets[:1], filters, ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"],
                                     calls=1, warm=0)
     assert [v for v, _ in rows] == ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"]
-    want = [p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]
+    want = [p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)] + [1]
     assert all(ends == pytest.approx(want) for _, ends in rows), rows
     assert in_force == [(0, 0), (1, 1)]
     assert triton_filter._settings() == before
@@ -143,6 +161,8 @@ def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     waits = torch.cat([stamps[:, :, 0:1], stamps[:, :, 15:16], stamps[:, :, 1:3], stamps[:, :, 16:20],
                        stamps[:, :, 3:4]], dim=2)
     assert bool((waits > 0).all()) and bool((waits[:, :, 1:] >= waits[:, :, :-1]).all()), stamps
+    sms = torch.cuda.get_device_properties(bench_gpu.DEVICE).multi_processor_count
+    assert bool(((stamps[:, :, SM_SLOT.value] >= 1) & (stamps[:, :, SM_SLOT.value] <= sms)).all()), stamps
     stamped = (sets[0].token_ids.cpu(), sets[0].num_accepted.cpu(), bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
 

@@ -59,6 +59,32 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(device, small_gather, monkeypatch):
+    """Min-p's tensor alone compiles a one launch of 104 registers a thread, where two of its programs fit an SM and
+    its pass 1 ran at half speed; so its one launch takes the plan of every filter, with top-k and top-p read as
+    off (ONE_LAUNCH_EVERY_FILTER). The records (cut value and index, Z', the way found) must be those of its own
+    plan, on rows of every style where min-p is off, mild or strong; the plan must be the one of every filter exactly where the call is a one launch of min-p alone."""
+    rows = _rows(5, 8, 160, device)
+    batch = dataclasses.replace(rows, top_k=None, top_p=None,
+                                min_p=torch.tensor([0.05, 0.5, 0.0, 0.2, 0.05, 0.5, 0.01, 0.3], device=device))
+
+    def cut(every: int, one_launch_rows: int) -> tuple:
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_EVERY_FILTER", every)
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", one_launch_rows)
+        records = _records(batch, block_v=32)
+        metas = [meta for plan in triton_filter._plans.values() for _, _, meta in plan[7]]
+        return records, {(meta["HAS_K"], meta["HAS_P"], meta["HAS_M"]) for meta in metas}
+    own, own_flags = cut(0, 10 ** 6)
+    every, every_flags = cut(1, 10 ** 6)
+    assert own_flags == {(False, False, True)} and every_flags == {(True, True, True)}
+    assert torch.equal(every, own), (every != own).nonzero().tolist()
+    # min-p alone needs no search: its floor is in the record, and its Z' (the mass it keeps, the max's 1) varies
+    assert (own[2] > 0).sum() == 7 and len(set(own[3].tolist())) >= 4, own
+    _, three_flags = cut(1, 0)
+    assert three_flags == {(False, False, True)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("finish_n, scan, row_tally", [(16, 0, 0), (0, 0, 0),
                                                         pytest.param(16, 1, 0, id="16-scan-gather"),
                                                         pytest.param(16, 0, 64, id="16-row-tally"),

@@ -183,8 +183,9 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
 # the one launch's stamps a split (``triton_cut_kernel``'s STAMPS): its eight phases (0-7), the record's seven (8-14),
 # which the split that writes the record stamps (``triton_record``), and what the splits wait on: its own pass-1
 # partials published (15, ``triton_handoff``), then each round of the sample bracket's shared tally, its own share
-# published and every split's in (16-19, ``triton_bracket``); four spare
+# published and every split's in (16-19, ``triton_bracket``); the SM it runs on (SM_SLOT, ``place``); three spare
 STAMPS_N = tl.constexpr(24)
+SM_SLOT = tl.constexpr(20)
 
 
 @triton.jit
@@ -208,6 +209,19 @@ def stamp(stamps_ptr, phase: tl.constexpr, after):
         tl.store(stamps_ptr + phase, clock)
     else:
         tl.store(stamps_ptr + phase, tl.zeros([], tl.int64) + phase + 1 + after * 0)
+
+
+@triton.jit
+def place(stamps_ptr, rid, SF):
+    """Stores where this split runs at slot SM_SLOT of its stamps (``stamps_at``): 1 + the GPU's %smid, which says
+    whether programs of the launch share an SM; in the interpreter, which runs them one by one, each alone, 1 +
+    its split's number in the launch."""
+    if INLINE_ASM:
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [tl.zeros([], tl.int32)], dtype=tl.int32,
+                                       is_pure=False, pack=1)
+    else:
+        sm = rid * SF + tl.program_id(2)
+    tl.store(stamps_ptr + SM_SLOT, sm.to(tl.int64) + 1)
 
 
 @triton.jit

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request, cut_row_norms,
-                                           packed_tokens, read_split, split_tallies, stamp, stamps_at,
+                                           packed_tokens, place, read_split, split_tallies, stamp, stamps_at,
                                            work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
@@ -105,6 +105,7 @@ def _cut_kernel(
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
                                NG + NG_COUNT)
             stamp(stamps, 0, 0)
+            place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
             # the settings first, so that their loads are in flight through pass 1 and the wait for the row's
             # splits: loaded after the norms, they cost B = 1's launch 6 us (docs/benchmarks.md, issue 29)

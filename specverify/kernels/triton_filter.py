@@ -136,9 +136,13 @@ ONE_LAUNCH_SCAN_GATHER = 0
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums
 # the splits' tallies (0); its searches then copy from the list in wide tiles. Not yet timed on a GPU, so off
 ONE_LAUNCH_ROW_TALLY = 0
+# a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): its own plan
+# holds 104 registers a thread, where two programs fit an SM, and its pass 1 ran at half speed (0)
+ONE_LAUNCH_EVERY_FILTER = 1
 
 
 _buffers: dict = {}
+_off: dict = {}
 _plans: dict = {}
 _splits: dict = {}
 
@@ -181,6 +185,9 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     its pass 1 also sums the masses before the drafts, and stage 0 leaves the rows pass 2 needs no cut of."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, temperature = args1[0], args1[2]
+    if ONE_LAUNCH_EVERY_FILTER and top_k is None and top_p is None and min_p is not None \
+            and grid1[0] * grid1[1] <= ONE_LAUNCH_ROWS:
+        top_k, top_p = _filters_off(min_p)
     meta2 = None if pass2 is None else pass2[3]
     # a filter not passed is None in the key, one passed its dtype; the settings are not in it: a change of any
     # empties the plans
@@ -211,6 +218,18 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     return ((pass1,) + steps if then_pass1 else steps), record
 
 
+def _filters_off(like: torch.Tensor) -> tuple:
+    """(top_k, top_p) [B] that turn both off (k = 0, p = 1), on like's device, held for the next call."""
+    key = (like.shape[0], like.get_device())
+    off = _off.get(key)
+    if off is None:
+        if len(_off) >= 64:
+            _off.clear()
+        off = _off[key] = (torch.zeros(like.shape, dtype=torch.int64, device=like.device),
+                           torch.ones(like.shape, dtype=torch.float32, device=like.device))
+    return off
+
+
 # the settings that a cut's plan depends on, in ``triton_filter_plan._recipe``'s order (a probe or a test may change
 # any of them at any time: an assignment empties the plans, ``_Settings``)
 _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FINISH_N", "ONE_LAUNCH_ROWS",
@@ -220,7 +239,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
-             "ONE_LAUNCH_ROW_TALLY")
+             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER")
 
 
 def _settings() -> tuple:

@@ -37,7 +37,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      record_maxnreg, sample_tile, mass_sample_tile, search_tile, nc_gpu, pass1_maxnreg, pre_bracket_warps,
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
-     one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally) = settings
+     one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
