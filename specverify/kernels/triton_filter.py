@@ -136,8 +136,8 @@ ONE_LAUNCH_SCAN_GATHER = 0
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums
 # the splits' tallies (0); its searches then copy from the list in wide tiles. Not yet timed on a GPU, so off
 ONE_LAUNCH_ROW_TALLY = 0
-# a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): its own plan
-# holds 104 registers a thread, where two programs fit an SM, and its pass 1 ran at half speed (0)
+# a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
+# plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
 
 
