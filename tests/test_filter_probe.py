@@ -121,12 +121,13 @@ def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypa
         in_force.append((triton_filter.ONE_LAUNCH_ROW_TALLY, triton_filter.ONE_LAUNCH_SCAN_GATHER))
         return real(*args, **kwargs)
     monkeypatch.setattr(filter_stages, "phase_stamps", spy)
-    rows = filter_stages.stamp_rows(sets[:1], filters, ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"],
-                                    calls=1, warm=0)
-    assert [v for v, _ in rows] == ["default", "ONE_LAUNCH_ROW_TALLY=1,ONE_LAUNCH_SCAN_GATHER=1"]
+    defaults = (triton_filter.ONE_LAUNCH_ROW_TALLY, triton_filter.ONE_LAUNCH_SCAN_GATHER)
+    flipped = f"ONE_LAUNCH_ROW_TALLY={1 - defaults[0]},ONE_LAUNCH_SCAN_GATHER={1 - defaults[1]}"
+    rows = filter_stages.stamp_rows(sets[:1], filters, ["default", flipped], calls=1, warm=0)
+    assert [v for v, _ in rows] == ["default", flipped]
     want = [p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)] + [1]
     assert all(ends == pytest.approx(want) for _, ends in rows), rows
-    assert in_force == [(0, 0), (1, 1)]
+    assert in_force == [defaults, (1 - defaults[0], 1 - defaults[1])]
     assert triton_filter._settings() == before
     with pytest.raises(ValueError, match="ONE_LAUNCH_ROW_TALY"):
         filter_stages.stamp_rows(sets[:1], filters, ["ONE_LAUNCH_ROW_TALY=1"], calls=1, warm=0)

@@ -103,8 +103,9 @@ ONE_LAUNCH_PROGRAMS, ONE_LAUNCH_SPLITS = 128, 32
 ONE_LAUNCH_FIT_SMS = 1
 # each of its splits tallies its gathered tokens at this many keys spread over the bracket (0: none), so that
 # the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
-# step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step)
-TALLY_N, TALLY_TILE = 64, 32
+# step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step); with ONE_LAUNCH_ROW_TALLY, the row's
+# TALLY_N buckets that they add their tokens to
+TALLY_N, TALLY_TILE = 256, 32
 # the one launch computes pass 1's partials itself where its splits are pass 1's (1: ``pass1_splits`` plans pass 1
 # so), so that a filtered call of a few rows is two launches as an unfiltered one is; a split polls its row's
 # word of published splits up to HANDOFF_SPIN times before it computes an unpublished one itself
@@ -134,8 +135,9 @@ ONE_LAUNCH_STAMPS = 0
 ONE_LAUNCH_SCAN_GATHER = 0
 # with TALLY_N (a power of 2), its splits add each token to its bucket of the row's TALLY_N sums, which the record
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums
-# the splits' tallies (0); its searches then copy from the list in wide tiles. Not yet timed on a GPU, so off
-ONE_LAUNCH_ROW_TALLY = 0
+# the splits' tallies (0); its searches then copy from the list in wide tiles. At 256 keys its record ends 1 to 3 us
+# sooner than the splits' tallies at 64 with top-k or top-p on (docs/benchmarks.md)
+ONE_LAUNCH_ROW_TALLY = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
