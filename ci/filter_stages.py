@@ -244,6 +244,8 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
 # record's ends, which the split that writes it stamps (``triton_record.write_record``, ``triton_search.resolve``)
 STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "ticket", "record")
 RECORD_PHASES = ("sums", "tallies", "top-k crossing", "top-p crossing", "tie group", "resolved", "stored")
+# and, within the record, the steps of its last key search (top-p's where it is on; ``triton_search._find``)
+SEARCH_PHASES = ("last search: entered", "copied", "ranked")
 # and when the splits reach what they wait on: their own pass-1 partials, then each round of the sample bracket's
 # shared tally, their own share and every split's (``triton_handoff``, ``triton_bracket``)
 WAIT_PHASES = ("own pass-1 partials", "round 1 own share", "round 1 all", "round 2 own share", "round 2 all")
@@ -274,8 +276,9 @@ def _stamps_region() -> tuple:
 def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     """The one launch's phases (``STAMP_PHASES``) on ``sets``: for each, the median over ``calls`` calls of when row
     0's latest split ended it, in us from the launch's first stamp, then the launch's last split's end, then the
-    record's phases (``RECORD_PHASES``), then the waits' (``WAIT_PHASES``, row 0's latest split), each the median of
-    the calls that reached it (nan where none did), then the most programs on one SM (``PLACE_COLUMN``), the
+    record's phases (``RECORD_PHASES``) and its last key search's (``SEARCH_PHASES``), then the waits'
+    (``WAIT_PHASES``, row 0's latest split), each the median of the calls that reached it (nan where none did),
+    then the most programs on one SM (``PLACE_COLUMN``), the
     largest of any call. The one launch with ONE_LAUNCH_STAMPS (restored after); each
     call's stamps are zeroed before it."""
     saved = triton_filter.ONE_LAUNCH_STAMPS
@@ -300,8 +303,8 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
 
 def _phase_ends(stamps: torch.Tensor) -> list[float]:
     """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
-    before it), the launch's last split's end, the record's phase ends (the stamps of the split that wrote row 0's
-    record) and the waits' (row 0's latest split's), nan where none was reached, in us from the first start, of
+    before it), the launch's last split's end, the record's phase ends and its last search's (the stamps of the
+    split that wrote row 0's record) and the waits' (row 0's latest split's), nan where none was reached, in us from the first start, of
     one call's [R, SF, STAMPS_N] stamps; then the most of the launch's splits that stamped one SM."""
     splits = stamps[:, :, :len(STAMP_PHASES) + 1]
     start = int(splits[:, :, 0][splits[:, :, 0] > 0].min())
@@ -313,7 +316,8 @@ def _phase_ends(stamps: torch.Tensor) -> list[float]:
     ends.append((int(splits.max()) - start) / 1000)
     first = len(STAMP_PHASES) + 1
     writer = stamps[0, :, first].argmax()
-    record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist()
+    record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist() \
+        + stamps[0, writer, SM_SLOT.value + 1:SM_SLOT.value + 1 + len(SEARCH_PHASES)].tolist()
     first += len(RECORD_PHASES)
     waits = stamps[0, :, first:first + len(WAIT_PHASES)].max(dim=0).values.tolist()
     sms = stamps[:, :, SM_SLOT.value].flatten()
@@ -376,8 +380,10 @@ def main() -> None:
             if args.stamps is not None:
                 if not headed:
                     print("| filter | " + " | ".join(STAMP_PHASES) + " | launch end | record: "
-                          + " | ".join(RECORD_PHASES) + " | waits: " + " | ".join(WAIT_PHASES) + f" | {PLACE_COLUMN} |")
-                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(WAIT_PHASES) + 2))
+                          + " | ".join(RECORD_PHASES + SEARCH_PHASES) + " | waits: " + " | ".join(WAIT_PHASES)
+                          + f" | {PLACE_COLUMN} |")
+                    print("| --- |" + " ---: |" * (len(STAMP_PHASES) + len(RECORD_PHASES) + len(SEARCH_PHASES)
+                                                   + len(WAIT_PHASES) + 2))
                     headed = True
                 for variant, ends in stamp_rows(sets, filters, args.stamps or ["default"]):
                     label = name if not args.stamps else f"{name} / {variant}"

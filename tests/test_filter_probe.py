@@ -50,13 +50,20 @@ def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
         filter_stages.latency_rows([], (None, None, None), ["default", "ONE_LAUNCH_SHAERD=0"], rounds=1)
 
 
+# the interpreter's phase ends (a stamp is its phase + 1, us from the first): the phases, the launch's end, the
+# record's, its last search's, the waits', then one program an SM
+_ENDS = ([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 15)] + [0.021, 0.022, 0.023]
+         + [p / 1000 for p in range(15, 20)] + [1])
+
+
 @CPU_ONLY
 def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monkeypatch):
     """``--stamps`` reads the one launch's phase stamps from the end of its work space. In the interpreter a stamp
     is its phase + 1, so row 0's phase ends come out as 1 to 7 thousandths of a us exactly when every split of
     the row reaches every phase and stores it where the reader looks, its record's as 8 to 14 when the one split
     that writes the record stamps each of its phases there, and the waits' as 15 to 19 when every split stamps
-    its own pass-1 partials and both rounds of the shared bracket; each split stores its place, which the
+    its own pass-1 partials and both rounds of the shared bracket, its last key search's steps as 22 to 24; each
+    split stores its place, which the
     interpreter makes its own SM (so one program an SM); and stamping must leave the call's outputs
     and records as they were (the stamps lie past every other word of the work space). Top-k and top-p with a
     small capacity, so that the rows take the sample bracket, the read, the pack and the tallied search that the
@@ -77,17 +84,18 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     assert writers.tolist() == [1] * 5, record
     written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
     assert torch.equal(written[:, :7], torch.tensor([9, 10, 11, 12, 13, 14, 15]).expand_as(written[:, :7])), written
+    # and its last key search's steps (top-p's), which the others leave empty
+    assert torch.equal(written[:, 13:], torch.tensor([22, 23, 24]).expand_as(written[:, 13:])), written
+    assert int((record[:, :, 13:] > 0).sum()) == 5 * 3, record
     waits = stamps[:, :, 15:20]
     assert torch.equal(waits, torch.tensor([16, 17, 18, 19, 20]).expand_as(waits)), waits
-    # each split's place, here its number in the launch, and the spares left as they were
+    # each split's place, here its number in the launch
     assert torch.equal(stamps[:, :, 20].flatten(), torch.arange(1, stamps.shape[0] * stamps.shape[1] + 1)), stamps
-    assert not stamps[:, :, 21:].any(), stamps
     stamped = (sets[0].token_ids, sets[0].num_accepted, bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 0)
     ends = filter_stages.phase_stamps(sets[:1], filters, calls=2, warm=0)
-    assert ends == pytest.approx([p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)]
-                                 + [1]), ends
+    assert ends == pytest.approx(_ENDS), ends
     assert triton_filter.ONE_LAUNCH_STAMPS == 0
     top_p_alone = (torch.zeros_like(filters[0]),) + filters[1:]
     ends = filter_stages.phase_stamps(sets[:1], top_p_alone, calls=1, warm=0)
@@ -125,8 +133,7 @@ def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypa
     flipped = f"ONE_LAUNCH_ROW_TALLY={1 - defaults[0]},ONE_LAUNCH_SCAN_GATHER={1 - defaults[1]}"
     rows = filter_stages.stamp_rows(sets[:1], filters, ["default", flipped], calls=1, warm=0)
     assert [v for v, _ in rows] == ["default", flipped]
-    want = [p / 1000 for p in range(1, 8)] + [7 / 1000] + [p / 1000 for p in range(8, 20)] + [1]
-    assert all(ends == pytest.approx(want) for _, ends in rows), rows
+    assert all(ends == pytest.approx(_ENDS) for _, ends in rows), rows
     assert in_force == [defaults, (1 - defaults[0], 1 - defaults[1])]
     assert triton_filter._settings() == before
     with pytest.raises(ValueError, match="ONE_LAUNCH_ROW_TALY"):
@@ -137,9 +144,9 @@ def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypa
 def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     """On the GPU a stamp is %globaltimer once its phase is done (``triton_cut.stamp``'s inline asm, which the
     interpreter does not run): every split stamps all eight phases, and its stamps never go back in time; one
-    split a row writes the record, and stamps its phases between its ticket and its end, in order; every split
-    stamps its own pass-1 partials before it has the row's, and the bracket's rounds in order between the norms
-    and the bracket. Stamping must
+    split a row writes the record, and stamps its phases between its ticket and its end, in order, and top-p's
+    key search's steps between top-k's crossing and top-p's; every split stamps its own pass-1 partials before it
+    has the row's, and the bracket's rounds in order between the norms and the bracket. Stamping must
     leave the outputs and the records as they were. The same small capacity as on the CPU, so that the rows take
     the bracket and the tallied search."""
     sets, filters = _b1_through_the_bracket(monkeypatch, bench_gpu.DEVICE)
@@ -159,6 +166,10 @@ def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
     writer = stamps[torch.arange(5), stamps[:, :, 8].argmax(dim=1)]
     timeline = torch.cat([writer[:, 6:7], writer[:, 8:15], writer[:, 7:8]], dim=1)
     assert bool((timeline > 0).all()) and bool((timeline[:, 1:] >= timeline[:, :-1]).all()), writer
+    # top-p's key search within its crossing: entered, copied (not where it ends on one key), ranked
+    search = torch.cat([writer[:, 10:11], writer[:, 21:24], writer[:, 11:12]], dim=1)
+    search = torch.where(search > 0, search, writer[:, 21:22])
+    assert bool((writer[:, 21] > 0).all()) and bool((search[:, 1:] >= search[:, :-1]).all()), writer
     waits = torch.cat([stamps[:, :, 0:1], stamps[:, :, 15:16], stamps[:, :, 1:3], stamps[:, :, 16:20],
                        stamps[:, :, 3:4]], dim=2)
     assert bool((waits > 0).all()) and bool((waits[:, :, 1:] >= waits[:, :, :-1]).all()), stamps

@@ -160,14 +160,17 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 @triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
-          FINISH: tl.constexpr, WIDE: tl.constexpr = False):
+          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
-    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list."""
+    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list. STAMPS: stamps 21
+    on entry, 22 once the steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
+    if STAMPS:
+        stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
@@ -214,8 +217,12 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
                                       BLOCK_R)
                 c_off, w_off = cb, wb
+            if STAMPS:
+                stamp(stamps, 22, n_src.to(tl.int32))
             a, ca, wa, cb, wb = _rank_finish(buf_ptr + scr_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
                                              BY_INDEX, BY_MASS, FINISH)
+    if STAMPS:
+        stamp(stamps, 23, (a ^ ca).to(tl.int32))
     return a, ca, wa, cb, wb
 
 
@@ -233,7 +240,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
     tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles. STAMPS: its phases
     stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
-    group."""
+    group; 21 to 23 the last key search's steps (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
@@ -258,7 +265,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
-                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY)
+                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
+                                                      stamps, STAMPS)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -272,7 +280,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY)
+                                                      ROW_TALLY, stamps, STAMPS)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
