@@ -278,9 +278,8 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
     0's latest split ended it, in us from the launch's first stamp, then the launch's last split's end, then the
     record's phases (``RECORD_PHASES``) and its last key search's (``SEARCH_PHASES``), then the waits'
     (``WAIT_PHASES``, row 0's latest split), each the median of the calls that reached it (nan where none did),
-    then the most programs on one SM (``PLACE_COLUMN``), the
-    largest of any call. The one launch with ONE_LAUNCH_STAMPS (restored after); each
-    call's stamps are zeroed before it."""
+    then the most programs on one SM (``PLACE_COLUMN``), the largest of any call. The one launch with
+    ONE_LAUNCH_STAMPS (restored after); each call's stamps are zeroed before it."""
     saved = triton_filter.ONE_LAUNCH_STAMPS
     call = _caller(sets, filters)
     try:
@@ -304,8 +303,9 @@ def phase_stamps(sets, filters, calls: int = 50, warm: int = 5) -> list[float]:
 def _phase_ends(stamps: torch.Tensor) -> list[float]:
     """Row 0's phase ends (its latest split's stamp of each phase; a phase no split stamped ends with the one
     before it), the launch's last split's end, the record's phase ends and its last search's (the stamps of the
-    split that wrote row 0's record) and the waits' (row 0's latest split's), nan where none was reached, in us from the first start, of
-    one call's [R, SF, STAMPS_N] stamps; then the most of the launch's splits that stamped one SM."""
+    split that wrote row 0's record) and the waits' (row 0's latest split's), nan where none was reached, in us
+    from the first start, of one call's [R, SF, STAMPS_N] stamps; then the most of the launch's splits that
+    stamped one SM."""
     splits = stamps[:, :, :len(STAMP_PHASES) + 1]
     start = int(splits[:, :, 0][splits[:, :, 0] > 0].min())
     ends, last = [], start

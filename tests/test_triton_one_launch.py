@@ -61,8 +61,10 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
 @pytest.mark.parametrize("device", DEVICES)
 def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(device, small_gather, monkeypatch):
     """With min-p's tensor alone, the one launch of its own plan runs its pass 1 at half speed on the GPU; so it
-    takes the plan of every filter, with top-k and top-p read as off (ONE_LAUNCH_EVERY_FILTER). The records (cut value and index, Z', the way found) must be those of its own
-    plan, on rows of every style where min-p is off, mild or strong; the plan must be the one of every filter exactly where the call is a one launch of min-p alone."""
+    takes the plan of every filter, with top-k and top-p read as off (ONE_LAUNCH_EVERY_FILTER). The records (cut
+    value and index, Z', the way found) must be those of its own plan, on rows of every style where min-p is off,
+    mild or strong; the plan must be the one of every filter exactly where the call is a one launch of min-p
+    alone."""
     rows = _rows(5, 8, 160, device)
     batch = dataclasses.replace(rows, top_k=None, top_p=None,
                                 min_p=torch.tensor([0.05, 0.5, 0.0, 0.2, 0.05, 0.5, 0.01, 0.3], device=device))
