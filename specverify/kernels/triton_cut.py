@@ -190,10 +190,19 @@ SM_SLOT = tl.constexpr(20)
 
 
 @triton.jit
-def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
-    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the bracket's
-    shares (``stamp``)."""
-    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) \
+def bucket_slots(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr,
+                 NG: tl.constexpr, SLOTS: tl.constexpr):
+    """Row rid's [NT, SLOTS] int64 slots in the one-launch plan's work space, after the bracket's shares: the first
+    SLOTS tokens packed into each of its row-tally buckets (``triton_tally.bucket_pack``), in no order."""
+    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) + rid * (NT * SLOTS)
+
+
+@triton.jit
+def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
+              SLOTS: tl.constexpr = 0):
+    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the buckets' slots
+    (``stamp``)."""
+    return bucket_slots(work_ptr, NR, 0, SF, CAP, SCRATCH, NT, NG, SLOTS) + NR * (NT * SLOTS) \
         + (rid * SF + tl.program_id(2)) * STAMPS_N
 
 

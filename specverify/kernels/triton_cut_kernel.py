@@ -47,9 +47,9 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request, cut_row_norms,
-                                           packed_tokens, place, read_split, split_tallies, stamp, stamps_at,
-                                           work_gathered, work_parts, work_tokens)
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
+                                           cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
+                                           stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
@@ -74,7 +74,7 @@ def _cut_kernel(
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
-    BUCKET_BITS: tl.constexpr,
+    BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -103,7 +103,7 @@ def _cut_kernel(
         stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
-                               NG + NG_COUNT)
+                               NG + NG_COUNT, SLOTS)
             stamp(stamps, 0, 0)
             place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
@@ -183,7 +183,9 @@ def _cut_kernel(
                         if ROW_TALLY:       # tallied in the row's buckets as they are packed
                             bucket_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                         tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
-                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK)
+                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK,
+                                        bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT,
+                                                     SLOTS), SLOTS)
                         elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,
@@ -209,7 +211,7 @@ def _cut_kernel(
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
-                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY)
+                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOTS, NG + NG_COUNT)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:

@@ -138,6 +138,11 @@ ONE_LAUNCH_SCAN_GATHER = 0
 # the splits' tallies (0); its searches then copy from the list in wide tiles. At 256 keys its record ends 1 to 3 us
 # sooner than the splits' tallies at 64 with top-k or top-p on (docs/benchmarks.md)
 ONE_LAUNCH_ROW_TALLY = 1
+# with the row tally, each bucket also keeps its first ONE_LAUNCH_BUCKET_SLOTS tokens in slots of its own (0: none),
+# so that a key search whose interval is one bucket of at most that many tokens ranks them where they lie, where
+# it copies them out of the whole list (2.7 us of top-k's 4.4 us search, 4.9 of top-p's 7.0: docs/benchmarks.md);
+# not yet timed on a GPU, so off
+ONE_LAUNCH_BUCKET_SLOTS = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -241,7 +246,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
-             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER")
+             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS")
 
 
 def _settings() -> tuple:

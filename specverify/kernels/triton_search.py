@@ -1,12 +1,11 @@
-"""The search half of the target-filter cut (SPEC 3.4): from the tokens ``triton_cut.sweep`` gathered, or from
-the whole row when the bracket missed, each row's cut. ``@triton.jit`` functions on one row (``row_ptr``, V
-entries; ``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
+"""The search half of the target-filter cut (SPEC 3.4): from the tokens ``triton_cut.sweep`` gathered, each
+row's cut (``triton_slow`` finds it from the whole row when the bracket missed). ``@triton.jit`` functions on
+one row (``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
 index) at ``buf_ptr``:
 
     resolve(...)      the cut from the n gathered tokens, or ok = False; given the splits' tallies
                       (``triton_tally``), each key search starts from the tallied interval that holds its crossing
     gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
-    slow_cut(...)     the cut from the whole row, by NC-way narrowing; kept_mass(...) its Z'
 
 Searches are NC-way: NC candidates split the interval (the values of tokens spread over the interval, its
 middle, and one above its low end), one tally counts (and weighs) what lies at or above each, and the
@@ -21,9 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMAX, KMIN, NONE, decode, key_value, kept, order_key, pick, stamp, unpack,
-                                           weight)
-from specverify.kernels.triton_tally import hinted, row_buckets, row_tallies, tally_keys
+from specverify.kernels.triton_cut import KMIN, NONE, decode, key_value, kept, pick, stamp, unpack, weight
+from specverify.kernels.triton_tally import hinted, one_bucket, row_buckets, row_tallies, tally_keys
 
 
 @triton.jit
@@ -160,21 +158,27 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 @triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
-          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False):
+          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False,
+          from_slots=False, slot_at=0, SLOTS: tl.constexpr = 0):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
-    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list. STAMPS: stamps 21
-    on entry, 22 once the steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
+    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list. SLOTS, from_slots:
+    [a, b) is one row-tally bucket whose ca - cb tokens all lie at buf_ptr + slot_at (``triton_tally.one_bucket``),
+    which the search tallies or ranks instead. STAMPS: stamps 21 on entry, 22 once the steps are done and the
+    last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
     c_off, w_off = shift, shift         # F(b) when they moved
+    if SLOTS > 0:
+        if from_slots:      # the bucket's own tokens, as if they had moved there
+            shift, n_src, c_off, w_off = slot_at + shift, ca - cb, cb, wb
     # an interval that starts narrow (the splits' tallies) moves before its first step
     if (b - a > 1) & (ca - cb < SCRATCH) & (2 * (ca - cb) <= n_src) & ((FINISH == 0) | (ca - cb > FINISH)):
         if BY_INDEX:
@@ -203,9 +207,21 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 shift = scr_at + tl.zeros([], tl.int64)
                 c_off, w_off = cb, wb
     if FINISH > 0:
+        rank_at = scr_at + tl.zeros([], tl.int64)
         if (b - a > 1) & (ca - cb <= FINISH):
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
-            if WIDE and not BY_INDEX:
+            if SLOTS > 0:
+                on_slots = from_slots & (shift != scr_at)
+            else:
+                on_slots = False
+            if on_slots:    # still the bucket's: ranked where they lie, or the interval's copied out of them
+                if n_src == ca - cb:
+                    rank_at = shift
+                else:
+                    n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
+                                          BLOCK_R)
+                    c_off, w_off = cb, wb
+            elif WIDE and not BY_INDEX:
                 if shift != scr_at:
                     n_src = _keep_narrow(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R)
                     c_off, w_off = cb, wb
@@ -219,7 +235,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 c_off, w_off = cb, wb
             if STAMPS:
                 stamp(stamps, 22, n_src.to(tl.int32))
-            a, ca, wa, cb, wb = _rank_finish(buf_ptr + scr_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
+            a, ca, wa, cb, wb = _rank_finish(buf_ptr + rank_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
                                              BY_INDEX, BY_MASS, FINISH)
     if STAMPS:
         stamp(stamps, 23, (a ^ ca).to(tl.int32))
@@ -230,7 +246,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, slots_at=0, SLOTS: tl.constexpr = 0):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -238,7 +254,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
-    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles. STAMPS: its phases
+    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, or with SLOTS works on
+    the bucket slots at buf_ptr + slots_at where its interval is one bucket they hold. STAMPS: its phases
     stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
     group; 21 to 23 the last key search's steps (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
@@ -262,11 +279,14 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
+        from_slots, slot_at = False, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
+            if SLOTS > 0:
+                from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS)
+                                                      stamps, STAMPS, from_slots, slot_at, SLOTS)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -276,11 +296,14 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
         a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
+        from_slots, slot_at = False, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
+            if SLOTS > 0:
+                from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS)
+                                                      ROW_TALLY, stamps, STAMPS, from_slots, slot_at, SLOTS)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
@@ -318,133 +341,3 @@ def gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, B
         keep, e = kept(tl.where(valid, key_value(key), float("-inf")), idx, cut_val, cut_idx, floor, inv_t, m)
         z += tl.sum(tl.where(valid & keep, weight(e), 0), axis=0)
     return z
-
-
-@triton.jit
-def _at_keys(row_ptr, V, inv_t, m, cand, NC: tl.constexpr, BLOCK: tl.constexpr):
-    """Count and mass of the row at or above each of the NC candidate keys (one read)."""
-    cnt = tl.zeros([NC], tl.int64)
-    mass = tl.zeros([NC], tl.int64)
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < V
-        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
-        ge = mask[:, None] & (order_key(logit)[:, None] >= cand[None, :])
-        cnt += tl.sum(ge.to(tl.int64), axis=0)
-        mass += tl.sum(tl.where(ge, weight(tl.exp(logit * inv_t - m))[:, None], 0), axis=0)
-    return cnt, mass
-
-
-@triton.jit
-def _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, CAP: tl.constexpr,
-            NC: tl.constexpr, BLOCK: tl.constexpr):
-    """Shrink [a, b), F(a) >= target > F(b) with F the count (or mass) at or above a key, until it holds at
-    most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways."""
-    jv = tl.arange(0, NC) + 1
-    for _ in range(16):
-        if (b - a > 1) & (ca - cb > CAP):
-            cand = a + ((b - a) * jv) // (NC + 1)
-            cc, cw = _at_keys(row_ptr, V, inv_t, m, cand, NC, BLOCK)
-            if BY_MASS:
-                n_ge = tl.sum((cw >= target).to(tl.int32), axis=0)
-            else:
-                n_ge = tl.sum((cc >= target).to(tl.int32), axis=0)
-            # the last candidate still at or above target, and the first below it
-            a, ca, wa = (tl.where(n_ge > 0, pick(cand, n_ge, jv), a), tl.where(n_ge > 0, pick(cc, n_ge, jv), ca),
-                         tl.where(n_ge > 0, pick(cw, n_ge, jv), wa))
-            b, cb, wb = (tl.where(n_ge < NC, pick(cand, n_ge + 1, jv), b),
-                         tl.where(n_ge < NC, pick(cc, n_ge + 1, jv), cb),
-                         tl.where(n_ge < NC, pick(cw, n_ge + 1, jv), wb))
-    return a, b, ca, wa, cb, wb
-
-
-@triton.jit
-def _gather(row_ptr, V, a, b, buf_ptr, CAP: tl.constexpr, BLOCK: tl.constexpr):
-    """Gather the tokens with keys in [a, b) in index order (at most CAP); returns how many there are."""
-    n_buf = tl.zeros([], tl.int64)
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        key = order_key(tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32))
-        inside = (offs < V) & (key >= a) & (key < b)
-        at = n_buf + tl.cumsum(inside.to(tl.int64), 0) - 1
-        tl.store(buf_ptr + at, (key.to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64)),
-                 mask=inside & (at < CAP))
-        n_buf += tl.sum(inside.to(tl.int64), axis=0)
-    return n_buf
-
-
-@triton.jit
-def _nth_index(row_ptr, V, key_c, n, BLOCK: tl.constexpr):
-    """The index of the n-th token (n >= 1, in index order) whose order key is key_c."""
-    seen = tl.zeros([], tl.int64)
-    found = tl.zeros([], tl.int32)
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        eq = (offs < V) & (order_key(tl.load(row_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)) == key_c)
-        hit = eq & (seen + tl.cumsum(eq.to(tl.int64), 0) == n)
-        found += tl.sum(tl.where(hit, offs, 0), axis=0)
-        seen += tl.sum(eq.to(tl.int64), axis=0)
-    return found
-
-
-@triton.jit
-def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr):
-    """Z' by the per-token test itself (one read): the slow path's kept mass."""
-    acc = tl.zeros([BLOCK], tl.int64)
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        logit = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-        keep, e = kept(logit, offs, cut_val, cut_idx, floor, inv_t, m)
-        acc += tl.where(keep, weight(e), 0)
-    return tl.sum(acc, axis=0)
-
-
-@triton.jit
-def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi,
-             CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr):
-    """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
-    target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
-    a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
-    index of its last kept token)."""
-    cut_key = tl.full([], KMIN, tl.int64)
-    cut_idx = tl.zeros([], tl.int32) + V
-    c_k = tl.zeros([], tl.int64) + V
-    # the count and mass at or above lo, and the row's whole mass: the sweep sums only those above hi, and
-    # weighs nothing for a top-k row with nothing above (one more read, on this path alone)
-    jc = tl.arange(0, NC)
-    c_lo, w_lo = _at_keys(row_ptr, V, inv_t, m, tl.where(jc == 1, KMIN, lo), NC, BLOCK)
-    c_lo, w_lo, w_all = pick(c_lo, 0, jc), pick(w_lo, 0, jc), pick(w_lo, 1, jc)
-    w_k = w_all
-    if k_on:
-        up, mid = c_hi >= k, c_lo >= k
-        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
-            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
-        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
-            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
-        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK)
-        if ca - cb > CAP:       # one key: its whole tie group is kept
-            cut_key, w_k, c_k = a, wa, ca
-        else:
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
-                                                         a, b, cb, wb, wb, w_all, k, True, top_p, False, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
-    if p_on:
-        target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
-        up, mid = w_hi >= target, w_lo >= target
-        a, ca, wa = tl.where(up, hi, tl.where(mid, lo, KMIN)), tl.where(up, c_hi, tl.where(mid, c_lo, V)), \
-            tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
-        b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
-            tl.where(up, 0, tl.where(mid, w_hi, w_lo))
-        if k_on:                # top-p keeps a prefix of what top-k kept
-            a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
-        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK)
-        if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
-            w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
-            n_tie = tl.minimum(tl.maximum((target - wb + w_c - 1) // tl.maximum(w_c, 1), 1), ca - cb)
-            cut_key = a
-            cut_idx = tl.where(n_tie < ca - cb, _nth_index(row_ptr, V, a.to(tl.int32), n_tie, BLOCK), V)
-        else:
-            ok, cut_key, cut_idx, z, w_k, c_k = resolve(buf_ptr, _gather(row_ptr, V, a, b, buf_ptr, CAP, BLOCK), scr_at,
-                                                         a, b, cb, wb, wb, w_k, k, False, top_p, True, floor, V,
-                                                         inv_t, m, NC, BLOCK, SCRATCH, FINISH)
-    return cut_key, cut_idx
