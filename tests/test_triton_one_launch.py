@@ -202,7 +202,9 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
     own_launches, own, own_partials = _cut_and_partials(batch, poison, **plan)
     assert own_launches == [("_row_stats_kernel", None, None, None), ("_cut_kernel", 3, False, True)]
     assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
-    assert torch.equal(fused, own), (fused != own).nonzero().tolist()
+    # a row past its request's drafts has no record: its words hold what the buffer held, NaN bits at times
+    live = torch.tensor([True] * 4 + [j == 0 for b in range(1, 4) for j in range(4)])
+    assert torch.equal(fused[:, live], own[:, live]), (fused != own).nonzero().tolist()
     # rows found from the gathered bracket (from every split's sums), the slow path and min-p alone
     assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()
 
