@@ -162,7 +162,13 @@ def work_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr):
 def packed_tokens(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr):
     """Row rid's CAP-token list in the cut's work space, after every row's search scratch: the one-launch plan's
     splits put their gathered tokens there one after another."""
-    return work_ptr + NR * (3 + SF * NPART + CAP + SCRATCH) + rid * CAP
+    return work_ptr + _packed_rows(NR, SF, CAP, SCRATCH) + rid * CAP
+
+
+@triton.jit
+def _packed_rows(NR, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr):
+    """The words before the rows' packed lists (``packed_tokens``) in the work space."""
+    return NR * (3 + SF * NPART + CAP + SCRATCH)
 
 
 @triton.jit
@@ -194,7 +200,22 @@ def bucket_slots(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr
                  NG: tl.constexpr, SLOTS: tl.constexpr):
     """Row rid's [NT, SLOTS] int64 slots in the one-launch plan's work space, after the bracket's shares: the first
     SLOTS tokens packed into each of its row-tally buckets (``triton_tally.bucket_pack``), in no order."""
-    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) + rid * (NT * SLOTS)
+    return work_ptr + _slots_rows(NR, SF, CAP, SCRATCH, NT, NG) + rid * (NT * SLOTS)
+
+
+@triton.jit
+def _slots_rows(NR, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
+    """The words before the rows' bucket slots (``bucket_slots``) in the work space."""
+    return NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG)
+
+
+@triton.jit
+def slots_from_list(NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
+                    SLOTS: tl.constexpr):
+    """Row rid's ``bucket_slots`` as an int64 offset in words from its ``packed_tokens``, where a search that
+    indexes from the list finds them."""
+    return (_slots_rows(NR, SF, CAP, SCRATCH, NT, NG) - _packed_rows(NR, SF, CAP, SCRATCH)).to(tl.int64) \
+        + rid.to(tl.int64) * (NT * SLOTS - CAP)
 
 
 @triton.jit

@@ -9,8 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, split_tallies, stamp, weight,
-                                           work_parts, work_tokens)
+from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, slots_from_list, split_tallies,
+                                           stamp, weight, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import resolve
@@ -55,9 +55,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         if PACKED:
             buf = packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH)
             scr_at = rid.to(tl.int64) * (SCRATCH - CAP) - NR.to(tl.int64) * SCRATCH
-            if SLOTS > 0:   # ``triton_cut.bucket_slots`` from buf
-                slots_at = NR.to(tl.int64) * (CAP + SF * 2 * TALLY_N + SF * 6 * NG) + rid.to(tl.int64) * (
-                    TALLY_N * SLOTS - CAP)
+            if SLOTS > 0:
+                slots_at = slots_from_list(NR, rid, SF, CAP, SCRATCH, TALLY_N, NG, SLOTS)
         else:
             buf = work_tokens(work_ptr, NR, rid, SF, CAP)
             scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)

@@ -73,12 +73,10 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
         for bit in tl.static_range(BITS):
             up = bucket + (NT >> (bit + 1))
             bucket = tl.where(_key_at(up, lo, hi, va, vb, usable, NT) <= key, up, bucket)
+        slot = tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
         if SLOTS > 0:
             # the count before this token's add is its place in the bucket: the add waits for its answer here
-            slot = tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
             tl.store(slots_ptr + bucket * SLOTS + slot, packed, mask=valid & (slot < SLOTS))
-        else:
-            tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
         tl.atomic_add(row_ptr + NT + bucket, weight(e), mask=valid, sem="relaxed")
 
 
