@@ -125,11 +125,13 @@ def _floats(w):
 
 
 @triton.jit
-def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS: tl.constexpr):
+def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS: tl.constexpr,
+           SIGMAS: tl.constexpr):
     """Per candidate drop: (lo test, hi test) of the bracket; the lo test holds at deep drops, the hi test
-    at shallow ones. s1_all, s2_all: the sample's whole sums of e and e^2."""
+    at shallow ones. s1_all, s2_all: the sample's whole sums of e and e^2; SIGMAS: the standard deviations of
+    the sample's mass that each side of the bracket keeps."""
     below = s1_all - s1
-    spread = 4.0 * rho * tl.sqrt(tl.maximum((s2_all - s2) - below * below / NS, 0.0)) + 2.0 * rho * tl.exp(-drop)
+    spread = SIGMAS * rho * tl.sqrt(tl.maximum((s2_all - s2) - below * below / NS, 0.0)) + 2.0 * rho * tl.exp(-drop)
     ok_lo = tl.where(by_mass, rho * below + spread <= tail, cnt >= r_lo)
     ok_hi = tl.where(by_mass, rho * below - spread > tail, cnt <= r_hi)
     return ok_lo, ok_hi
@@ -139,10 +141,10 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
-            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False):
+            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
-    above). Top-k: sample counts 4 standard deviations (and 4 more) either side of k; top-p: the sample's
-    mass below a drop from the max, +- 4 standard deviations, against (1 - top_p) z. Two grids of drops
+    above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
+    sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
     from the max, NG points each for top-p's masses and NG_COUNT for top-k's counts (a count needs no
     finer grid, and the tally's cost is its points): the second splits the cells the first found, half
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
@@ -157,17 +159,18 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
-                                 share, SHARED, BLOCK_F, stamps, STAMPS)
+                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
-                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS)
+                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
     return lo, hi
 
 
 @triton.jit
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
-                SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False):
+                SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
+                SIGMAS: tl.constexpr = 4.0):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
@@ -175,15 +178,15 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     half: tl.constexpr = NG // 2
     rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
     lam = k.to(tl.float32) / rho
-    r_lo = lam + 4.0 * tl.sqrt(lam) + 4.0
-    r_hi = lam - 4.0 * tl.sqrt(lam) - 4.0
+    r_lo = lam + SIGMAS * tl.sqrt(lam) + SIGMAS
+    r_hi = lam - SIGMAS * tl.sqrt(lam) - SIGMAS
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
     by_mass = p_on & ~k_on
     cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
                          SHARED, BLOCK_F, stamps, STAMPS, 16)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
-    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
     j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
     few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
@@ -193,7 +196,7 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
     cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
                          word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F, stamps, STAMPS, 18)
-    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
     d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
     d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
     temperature = 1.0 / inv_t
@@ -209,7 +212,7 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
 @triton.jit
 def pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr,
-                BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr):
+                BLOCK_SAMPLE: tl.constexpr, BLOCK_MASS: tl.constexpr, SIGMAS: tl.constexpr = 4.0):
     """Stage 4, before pass 1: a top-k row's bracket by its sample's counts, with the sample's largest l / T as
     the origin of the drops (pass 1's max is not known yet, and a count bracket needs only an origin above
     its crossing). An unweighed row's partial sums are written here and its gather counters zeroed, so that
@@ -220,7 +223,7 @@ def pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, 
     hi = tl.full([], DEFER, tl.int64)
     if (top > float("-inf")) & (top < float("inf")):
         lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, 1.0, top, inv_t, CAP, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE,
-                         BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2)
+                         BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2, None, False, SIGMAS)
     tl.store(work_ptr + 2 * rid, lo)
     tl.store(work_ptr + 2 * rid + 1, hi)
     gathers = unweighed(k_on, hi, floor)

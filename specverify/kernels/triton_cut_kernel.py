@@ -74,7 +74,7 @@ def _cut_kernel(
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
-    BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr,
+    BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr, SIGMAS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -97,7 +97,7 @@ def _cut_kernel(
         gathers = tl.zeros([], tl.int64)
         if live & on & k_on:
             gathers = pre_bracket(row_ptr, rid, NR, work_ptr, V, SF, chunk, k, k_on, top_p, p_on, floor, inv_t, CAP,
-                                   NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
+                                   NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS, SIGMAS)
         tl.store(work_gathered(work_ptr, NR, rid), gathers)
     else:
         stamps = work_ptr
@@ -138,7 +138,8 @@ def _cut_kernel(
                                           ints_at, stats_at, top_p, inv_t, HAS_Q, SEEDED, BLOCK_K, BLOCK_S, BLOCK_B)
                 if mine:
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
-                                     BLOCK_SAMPLE, BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2)
+                                     BLOCK_SAMPLE, BLOCK_MASS, work_ptr, work_ptr, 0, SF, 0, False, 2, None, False,
+                                     SIGMAS)
                     tl.store(work_ptr + 2 * rid, lo)
                     tl.store(work_ptr + 2 * rid + 1, hi)
         elif STAGE == 1:
@@ -166,7 +167,7 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS,
                                      bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F, stamps,
-                                     STAMPS)
+                                     STAMPS, SIGMAS)
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)
