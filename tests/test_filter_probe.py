@@ -21,6 +21,7 @@ from specverify.kernels.triton_cut import SM_SLOT, STAMPS_N
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ci"))
 import bench_gpu  # noqa: E402
+import filter_misses  # noqa: E402
 import filter_stages  # noqa: E402
 
 CPU_ONLY = pytest.mark.skipif(_CUDA, reason="the dry run of the plumbing is the CPU's; the GPU runs the probe itself")
@@ -48,6 +49,21 @@ def test_latency_rows_refuse_a_setting_the_module_lacks(monkeypatch):
     monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
     with pytest.raises(ValueError, match="ONE_LAUNCH_SHAERD"):
         filter_stages.latency_rows([], (None, None, None), ["default", "ONE_LAUNCH_SHAERD=0"], rounds=1)
+
+
+@CPU_ONLY
+def test_miss_rows_count_the_rows_a_bracket_sends_to_the_slow_path(monkeypatch):
+    """ci/filter_misses.py's count, which decides how narrow the bracket may be (a median latency hides the slow
+    path): a bracket of -3 standard deviations holds no crossing, so every row cut takes the slow path, where the
+    defaults' take it for few; every call's rows are counted, fresh logits are drawn for each call and the set's
+    own are back after, and so are the settings."""
+    sets, filters = _b1_through_the_bracket(monkeypatch)
+    before, logits = triton_filter._settings(), sets[0].logits.clone()
+    rows = filter_misses.miss_rows(sets[:1], filters, ["default", "BRACKET_SIGMAS=-3"], calls=4, rounds=1)
+    assert [(r["variant"], r["calls"], r["rows"]) for r in rows] == [("default", 4, 20), ("BRACKET_SIGMAS=-3", 4, 20)]
+    assert rows[1]["slow"] == 20 and rows[0]["slow"] < 10, rows
+    assert all(0 < r["median_us"] <= r["p99_us"] for r in rows), rows
+    assert triton_filter._settings() == before and torch.equal(sets[0].logits, logits)
 
 
 # the interpreter's phase ends (a stamp is its phase + 1, us from the first): the phases, the launch's end, the

@@ -50,7 +50,7 @@ NG = 32          # candidates per grid of the sample bracket by mass (top-p alon
 NG_COUNT = 16    # and by count (top-k)
 # the standard deviations of the sample's count or mass that each side of the bracket keeps: a crossing outside it
 # costs the slow path, and each token inside costs the read, the pack and the record
-BRACKET_SIGMAS = 4.0
+BRACKET_SIGMAS = 3.0
 MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
