@@ -57,6 +57,37 @@ def test_slow_path_sets_top_p_alone_against_the_whole_rows_mass(device, small_ga
     assert torch.equal(got, want), (got != want).nonzero().tolist()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("one_launch_rows", [0, 10 ** 6])
+@pytest.mark.parametrize("tile", [32, 512])
+def test_slow_path_in_wide_tiles_writes_the_records_of_reduced_tiles(device, one_launch_rows, tile, small_gather,
+                                                                     monkeypatch):
+    """The slow path reads its row whole for every step, in one program: with SLOW_TILE it reads in wide tiles,
+    the next in flight, each thread summing its own lanes until the read's end. Its sums are integers, so the
+    records (cut value and index, Z', the way found) must be those of the tiles it reduces one by one, bit for bit,
+    in the three launches and the one launch. A bracket of -3 standard deviations misses every crossing, so that
+    rows of every style and filter mix narrow, gather and sum their Z' on the slow path; flat rows cut inside one
+    tie group wider than the gather. A tile of 32 leaves a part tile at the end of each row (V = 300 and 97), one
+    of 512 holds a row with the next tile's load wholly masked: a tile read twice or the last one left out changes
+    the counts, the gathered tokens or Z'."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", one_launch_rows)
+    monkeypatch.setattr(triton_filter, "BRACKET_SIGMAS", -3.0)
+    for seed, V in ((1, 300), (2, 97)):
+        mixed = _rows(seed, 8, V, device)
+        # a tie group of 0 over 20 tokens and one of -inf over the rest: top-k's crossing among the -inf
+        tied = torch.where(torch.arange(V, device=device) < 20, 0.0, float("-inf")).expand(8, V).contiguous()
+        flat = dataclasses.replace(mixed, target_logits=tied,
+                                   top_k=torch.tensor([0, 0, 70, V - 1] * 2, device=device),
+                                   top_p=torch.tensor([0.5, 0.9, 0.9, 1.0] * 2, device=device))
+        for batch in (mixed, flat):
+            monkeypatch.setattr(triton_filter, "SLOW_TILE", 0)
+            reduced = _records(batch)
+            monkeypatch.setattr(triton_filter, "SLOW_TILE", tile)
+            wide = _records(batch)
+            assert reduced[5].tolist().count(2.0) >= 2, reduced[5]
+            assert torch.equal(wide, reduced), (seed, (wide != reduced).nonzero().tolist())
+
+
 def _normal_rows(B: int, V: int, top_k: list, top_p: list, device: str) -> SpecBatch:
     """B requests of one row each, normal logits at temperature 1, the given top-k and top-p, min-p off."""
     g = torch.Generator().manual_seed(3)

@@ -50,7 +50,12 @@ NG = 32          # candidates per grid of the sample bracket by mass (top-p alon
 NG_COUNT = 16    # and by count (top-k)
 # the standard deviations of the sample's count or mass that each side of the bracket keeps: a crossing outside it
 # costs the slow path, and each token inside costs the read, the pack and the record
-BRACKET_SIGMAS = 3.0
+BRACKET_SIGMAS = 4.0
+# the slow path reads a row whole in one program for each of its steps: in tiles of SLOW_TILE (a power of 2) with
+# the next in flight and each thread's sums its own until the read's end (``triton_slow``), or (0) in tiles of
+# 128 whose sums the program reduces a tile. A miss at B = 1 cost a call about 4 ms at 0 on an H200
+# (docs/benchmarks.md); not yet timed at any other, so 0
+SLOW_TILE = 0
 MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
 # hundred rows leaves the read latency-bound
@@ -250,7 +255,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
-             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS")
+             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
+             "SLOW_TILE")
 
 
 def _settings() -> tuple:

@@ -30,7 +30,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
-                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOTS: tl.constexpr = 0, NG: tl.constexpr = 0):
+                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOTS: tl.constexpr = 0, NG: tl.constexpr = 0,
+                 SLOW_TILE: tl.constexpr = 0):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -39,7 +40,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     buckets_ptr instead (``triton_tally.bucket_pack``), which it zeroes, and with SLOTS from their slots where a
     search's interval is one bucket (``triton_cut.bucket_slots``, NG the brackets' grid points). STAMPS: the one
     launch's record phases stamped at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9
-    to 12, resolved, stored)."""
+    to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -98,9 +99,9 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
                     cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH)
+                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH, SLOW_TILE)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
-                    z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB)
+                    z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB, SLOW_TILE)
                     how = how + 2
         floor_out = floor
         z_out = z_w.to(tl.float32) / MASS_ONE
