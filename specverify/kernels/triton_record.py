@@ -99,7 +99,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:
                     cut_key, cut_idx = slow_cut(row_ptr, V, buf, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi,
-                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH, SLOW_TILE)
+                                                c_hi, w_hi, CAP, NC, BLOCK_FB, SCRATCH, FINISH, SLOW_TILE, above)
                     cut_val = tl.where(cut_key == KMIN, float("-inf"), key_value(cut_key.to(tl.int32)))
                     z_w = kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK_FB, SLOW_TILE)
                     how = how + 2

@@ -159,11 +159,13 @@ def kept_mass(row_ptr, V, cut_val, cut_idx, floor, inv_t, m, BLOCK: tl.constexpr
 @triton.jit
 def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t, lo, hi, c_hi, w_hi,
              CAP: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr,
-             TILE: tl.constexpr = 0):
+             TILE: tl.constexpr = 0, above=KMAX):
     """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
     target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
     a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
-    index of its last kept token). TILE: the tile of its reads of the row (0: BLOCK's, reduced a tile)."""
+    index of its last kept token). TILE: the tile of its reads of the row (0: BLOCK's, reduced a tile); with it,
+    an interval open to KMAX starts at ``above``, the order key just above the row's max (nothing lies at or
+    above either), where NC-way steps over the empty keys up to KMAX would each cost a read."""
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
     c_k = tl.zeros([], tl.int64) + V
@@ -179,6 +181,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
         b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
             tl.where(up, 0, tl.where(mid, w_hi, w_lo))
+        if TILE > 0:
+            b = tl.minimum(b, tl.maximum(above, a + 1))
         a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK, TILE)
         if ca - cb > CAP:       # one key: its whole tie group is kept
             cut_key, w_k, c_k = a, wa, ca
@@ -196,6 +200,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             tl.where(up, 0, tl.where(mid, w_hi, w_lo))
         if k_on:                # top-p keeps a prefix of what top-k kept
             a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
+        if TILE > 0:
+            b = tl.minimum(b, tl.maximum(above, a + 1))
         a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK, TILE)
         if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
             w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
