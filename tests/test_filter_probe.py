@@ -3,7 +3,8 @@ each session's B = 1 measurements rest on, run on the CPU through the Triton int
 runs: the ratios are the interpreter's and mean nothing; what must hold is that every variant's outputs and
 records are compared with the first's, that the settings are back as they were after, and that a setting the
 module does not have is refused by name. And its ``--stamps`` (``phase_stamps``): on the interpreter, that every
-phase is stamped where the reader looks; on the GPU, that the clock's stamps follow the phases.
+phase is stamped where the reader looks; on the GPU, that the clock's stamps follow the phases. And
+ci/filter_misses.py's count of the rows a bracket sends to the slow path (``miss_rows``).
 """
 
 from __future__ import annotations
