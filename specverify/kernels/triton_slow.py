@@ -66,25 +66,51 @@ def _keys_of_row(row_ptr, V, inv_t, m, cand, NC: tl.constexpr, BLOCK: tl.constex
 
 @triton.jit
 def _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, CAP: tl.constexpr,
-            NC: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr = 0):
+            NC: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr = 0, width=1.0):
     """Shrink [a, b), F(a) >= target > F(b) with F the count (or mass) at or above a key, until it holds at
-    most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways."""
+    most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways. With TILE, an
+    interval open to KMIN (a crossing below the bracket, which its sample's noise puts just below) first splits
+    at NC values below b's, width, 4 width, 16 width, ... under it (``_below``)."""
     jv = tl.arange(0, NC) + 1
+    if TILE > 0:
+        if (a == KMIN) & (b - a > NC + 1) & (ca - cb > CAP):
+            cand = _below(a, b, width, NC)
+            cc, cw = _keys_of_row(row_ptr, V, inv_t, m, cand, NC, BLOCK, TILE)
+            a, b, ca, wa, cb, wb = _step(cand, cc, cw, a, b, ca, wa, cb, wb, target, BY_MASS, NC)
     for _ in range(16):
         if (b - a > 1) & (ca - cb > CAP):
             cand = a + ((b - a) * jv) // (NC + 1)
             cc, cw = _keys_of_row(row_ptr, V, inv_t, m, cand, NC, BLOCK, TILE)
-            if BY_MASS:
-                n_ge = tl.sum((cw >= target).to(tl.int32), axis=0)
-            else:
-                n_ge = tl.sum((cc >= target).to(tl.int32), axis=0)
-            # the last candidate still at or above target, and the first below it
-            a, ca, wa = (tl.where(n_ge > 0, pick(cand, n_ge, jv), a), tl.where(n_ge > 0, pick(cc, n_ge, jv), ca),
-                         tl.where(n_ge > 0, pick(cw, n_ge, jv), wa))
-            b, cb, wb = (tl.where(n_ge < NC, pick(cand, n_ge + 1, jv), b),
-                         tl.where(n_ge < NC, pick(cc, n_ge + 1, jv), cb),
-                         tl.where(n_ge < NC, pick(cw, n_ge + 1, jv), wb))
+            a, b, ca, wa, cb, wb = _step(cand, cc, cw, a, b, ca, wa, cb, wb, target, BY_MASS, NC)
     return a, b, ca, wa, cb, wb
+
+
+@triton.jit
+def _step(cand, cc, cw, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, NC: tl.constexpr):
+    """[a, b) and F at its ends after a read of F at the NC ascending candidate keys in it (counts cc, masses
+    cw): from the last candidate still at or above target to the first below it."""
+    jv = tl.arange(0, NC) + 1
+    if BY_MASS:
+        n_ge = tl.sum((cw >= target).to(tl.int32), axis=0)
+    else:
+        n_ge = tl.sum((cc >= target).to(tl.int32), axis=0)
+    a, ca, wa = (tl.where(n_ge > 0, pick(cand, n_ge, jv), a), tl.where(n_ge > 0, pick(cc, n_ge, jv), ca),
+                 tl.where(n_ge > 0, pick(cw, n_ge, jv), wa))
+    b, cb, wb = (tl.where(n_ge < NC, pick(cand, n_ge + 1, jv), b),
+                 tl.where(n_ge < NC, pick(cc, n_ge + 1, jv), cb),
+                 tl.where(n_ge < NC, pick(cw, n_ge + 1, jv), wb))
+    return a, b, ca, wa, cb, wb
+
+
+@triton.jit
+def _below(a, b, width, NC: tl.constexpr):
+    """[NC] ascending keys in (a, b) (b - a > NC + 1): those of b's value less width * 4^(NC - 1), ..., 4 width,
+    width, clamped into (a, b) in order. Any ascending keys in (a, b) keep the narrowing exact; these only choose
+    where it looks first."""
+    jv = tl.arange(0, NC)
+    v = key_value(b.to(tl.int32)) - width * tl.exp2(2.0 * (NC - 1 - jv).to(tl.float32))
+    key = tl.minimum(tl.maximum(order_key(v).to(tl.int64), a + 1 + jv), b - NC + jv)
+    return key
 
 
 @triton.jit
@@ -169,6 +195,11 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
     c_k = tl.zeros([], tl.int64) + V
+    width = tl.full([], 1.0, tl.float32)    # the bracket's in l: where a crossing below it is looked for first
+    if TILE > 0:
+        if (lo > KMIN) & (hi < KMAX) & (lo < hi):
+            width = key_value(hi.to(tl.int32)) - key_value(lo.to(tl.int32))
+        width = tl.where((width > 0.0) & (width < float("inf")), width, 1.0)
     # the count and mass at or above lo, and the row's whole mass: the sweep sums only those above hi, and
     # weighs nothing for a top-k row with nothing above (one more read, on this path alone)
     jc = tl.arange(0, NC)
@@ -183,7 +214,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             tl.where(up, 0, tl.where(mid, w_hi, w_lo))
         if TILE > 0:
             b = tl.minimum(b, tl.maximum(above, a + 1))
-        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK, TILE)
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK, TILE,
+                                       width)
         if ca - cb > CAP:       # one key: its whole tie group is kept
             cut_key, w_k, c_k = a, wa, ca
         else:
@@ -202,7 +234,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
         if TILE > 0:
             b = tl.minimum(b, tl.maximum(above, a + 1))
-        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK, TILE)
+        a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK,
+                                       TILE, width)
         if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
             w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
             n_tie = tl.minimum(tl.maximum((target - wb + w_c - 1) // tl.maximum(w_c, 1), 1), ca - cb)
