@@ -1,7 +1,7 @@
 """How often the cut's sample bracket misses its crossing, and what the misses cost a call (issue 29's probe).
 
     python ci/filter_misses.py [--B 1] [--V 151936] [--calls 2000] [--rounds 2] [--all-tensors]
-                               [--settings 'top_p=0.9'] VARIANT [VARIANT ...]
+                               [--settings 'top_p=0.9'] [--set NAME=VALUE ...] [--dry-run] VARIANT [VARIANT ...]
 
 A narrower bracket (``triton_filter.BRACKET_SIGMAS``, a smaller sample) gathers fewer tokens, but a row whose
 crossing falls outside it takes the slow path (``triton_slow``), which a median latency hides. For each filter
@@ -9,13 +9,16 @@ setting of ``bench_gpu.FILTER_SETTINGS`` and each variant of the settings ('NAME
 variants in turn ``--rounds`` times: ``--calls`` filtered calls, each on fresh N(0, 9) logits (drawn before the
 call, outside its time), each timed alone from an idle GPU to its results (wall clock, synchronised), and the
 rows that took the slow path counted from the call's records. Prints a table: slow rows of the rows cut, and the
-mean, median and 99th percentile of a call. Asserts nothing.
+mean, median and 99th percentile of a call. Asserts nothing. It needs a CUDA GPU; ``--dry-run`` runs the same
+plumbing on the CPU under TRITON_INTERPRET=1 (its times are the interpreter's).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -30,7 +33,7 @@ def miss_rows(sets, filters, variants: list[str], calls: int, rounds: int, seed:
     """A row a variant {variant, calls, rows: rows cut, slow: of them on the slow path, mean_us, median_us,
     p99_us} of ``calls`` filtered calls a round on sets[0], its logits drawn afresh (N(0, 9), seeded) before each;
     the variants in turn ``rounds`` times, the same draws for each. The settings are restored after."""
-    apply = _variant_setter(variants, "--misses")
+    apply = _variant_setter(variants, "filter_misses.py")
     call, s = _caller(sets, filters), sets[0]
     rows_of = s.token_ids.numel()
     cpu = bench_gpu.DEVICE == "cpu"
@@ -79,9 +82,23 @@ def main() -> None:
                     help="pass all three filter tensors (off: 0 or 1), as the benchmark does")
     ap.add_argument("--settings", default=None,
                     help="which of bench_gpu.FILTER_SETTINGS to run, ';'-separated (default: every filtered one)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="the plumbing on the CPU under TRITON_INTERPRET=1 (with --V, --set CAP=... to shrink it)")
     add_set_option(ap)
     args = ap.parse_args()
+    if args.dry_run:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            sys.exit("--dry-run runs the kernels on the CPU: set TRITON_INTERPRET=1")
+        bench_gpu.DEVICE = "cpu"
+    elif not torch.cuda.is_available():
+        sys.exit("filter_misses.py times the filtered call on a CUDA GPU, and none is available (--dry-run: the CPU)")
+    if args.calls < 1 or args.rounds < 1:
+        sys.exit(f"--calls and --rounds take at least 1, not {args.calls} and {args.rounds}")
     apply_sets(triton_filter, args.set)
+    try:        # a misspelt setting would time the defaults twice
+        _variant_setter(args.variants, "filter_misses.py")
+    except ValueError as e:
+        sys.exit(str(e))
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 1 << 10)[:1]
     print("| filter | variant | calls | slow rows / rows cut | mean (us) | median (us) | p99 (us) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")

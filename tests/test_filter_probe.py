@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import sys
 
 import pytest
@@ -65,6 +66,22 @@ def test_miss_rows_count_the_rows_a_bracket_sends_to_the_slow_path(monkeypatch):
     assert rows[1]["slow"] == 20 and rows[0]["slow"] < 10, rows
     assert all(0 < r["median_us"] <= r["p99_us"] for r in rows), rows
     assert triton_filter._settings() == before and torch.equal(sets[0].logits, logits)
+
+
+@CPU_ONLY
+def test_filter_misses_refuses_by_name_what_it_cannot_run():
+    """ci/filter_misses.py on a machine without a GPU, and with a misspelt setting: a message that names the
+    problem and a non-zero exit, before any kernel runs, where a traceback or a run of the defaults twice would
+    have come."""
+    script = os.path.join(os.path.dirname(__file__), "..", "ci", "filter_misses.py")
+    runs = {"no GPU": ([], dict(CUDA_VISIBLE_DEVICES=""), "CUDA GPU"),
+            "misspelt": (["--dry-run", "BRACKET_SIGMA=3"], {}, "triton_filter has no BRACKET_SIGMA"),
+            "no calls": (["--dry-run", "--calls", "0"], {}, "--calls and --rounds take at least 1")}
+    for name, (argv, env, message) in runs.items():
+        run = subprocess.run([sys.executable, script, *argv, "default"], capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, TRITON_INTERPRET="1", **env))
+        assert run.returncode != 0 and message in run.stderr, (name, run.returncode, run.stderr[-2000:])
+        assert "Traceback" not in run.stderr, (name, run.stderr[-2000:])
 
 
 # the interpreter's phase ends (a stamp is its phase + 1, us from the first): the phases, the launch's end, the
