@@ -8,9 +8,9 @@ crossing falls outside it takes the slow path (``triton_slow``), which a median 
 setting of ``bench_gpu.FILTER_SETTINGS`` and each variant of the settings ('NAME=V,NAME=V', or 'default'), the
 variants in turn ``--rounds`` times: ``--calls`` filtered calls, each on fresh N(0, 9) logits (drawn before the
 call, outside its time), each timed alone from an idle GPU to its results (wall clock, synchronised), and the
-rows that took the slow path counted from the call's records. Prints a table: slow rows of the rows cut, and the
-mean, median and 99th percentile of a call. Asserts nothing. It needs a CUDA GPU; ``--dry-run`` runs the same
-plumbing on the CPU under TRITON_INTERPRET=1 (its times are the interpreter's).
+rows that took the slow path counted from the call's records. Prints a table: slow rows of the rows cut, the
+calls with a slow row, and the mean, median and 99th percentile of a call. Asserts nothing. It needs a CUDA GPU;
+``--dry-run`` runs the same plumbing on the CPU under TRITON_INTERPRET=1 (its times are the interpreter's).
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ from specverify.kernels import triton_filter
 
 
 def miss_rows(sets, filters, variants: list[str], calls: int, rounds: int, seed: int = 0) -> list[dict]:
-    """A row a variant {variant, calls, rows: rows cut, slow: of them on the slow path, mean_us, median_us,
-    p99_us} of ``calls`` filtered calls a round on sets[0], its logits drawn afresh (N(0, 9), seeded) before each;
-    the variants in turn ``rounds`` times, the same draws for each. The settings are restored after."""
+    """A row a variant {variant, calls, rows: rows cut, slow: of them on the slow path, slow_calls: calls with
+    one or more (a launch waits for its slowest row), mean_us, median_us, p99_us} of ``calls`` filtered calls a
+    round on sets[0], its logits drawn afresh (N(0, 9), seeded) before each; the variants in turn ``rounds``
+    times, the same draws for each. The settings are restored after."""
     apply = _variant_setter(variants, "filter_misses.py")
     call, s = _caller(sets, filters), sets[0]
     rows_of = s.token_ids.numel()
     cpu = bench_gpu.DEVICE == "cpu"
     sync = (lambda: None) if cpu else torch.cuda.synchronize
     kept = s.logits.clone()
-    tally = {v: dict(variant=v, calls=0, rows=0, slow=0, walls=[]) for v in variants}
+    tally = {v: dict(variant=v, calls=0, rows=0, slow=0, slow_calls=0, walls=[]) for v in variants}
     g = torch.Generator(device=s.logits.device)
     try:
         for r in range(rounds):
@@ -58,7 +59,9 @@ def miss_rows(sets, filters, variants: list[str], calls: int, rounds: int, seed:
                     state = bench_gpu.last_records(rows_of)[5]
                     t["calls"] += 1
                     t["rows"] += int((state <= 2).sum())
-                    t["slow"] += int((state == 2).sum())
+                    slow = int((state == 2).sum())
+                    t["slow"] += slow
+                    t["slow_calls"] += int(slow > 0)
     finally:
         apply("default")
         s.logits.copy_(kept)
@@ -100,14 +103,16 @@ def main() -> None:
     except ValueError as e:
         sys.exit(str(e))
     sets = bench_gpu.make_sets(args.B, args.V, torch.float32, 1 << 10)[:1]
-    print("| filter | variant | calls | slow rows / rows cut | mean (us) | median (us) | p99 (us) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| filter | variant | calls | slow rows / rows cut | calls with a slow row | mean (us) | median (us) "
+          "| p99 (us) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, setting in bench_gpu.FILTER_SETTINGS.items():
         if setting is None or (args.settings is not None and name not in args.settings.split(";")):
             continue
         for row in miss_rows(sets, _filters(args, setting), args.variants, args.calls, args.rounds):
             print(f"| {name} | {row['variant']} | {row['calls']} | {row['slow']} / {row['rows']} | "
-                  f"{row['mean_us']:.1f} | {row['median_us']:.1f} | {row['p99_us']:.1f} |", flush=True)
+                  f"{row['slow_calls']} | {row['mean_us']:.1f} | {row['median_us']:.1f} | {row['p99_us']:.1f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ def test_miss_rows_count_the_rows_a_bracket_sends_to_the_slow_path(monkeypatch):
     rows = filter_misses.miss_rows(sets[:1], filters, ["default", "BRACKET_SIGMAS=-3"], calls=4, rounds=1)
     assert [(r["variant"], r["calls"], r["rows"]) for r in rows] == [("default", 4, 20), ("BRACKET_SIGMAS=-3", 4, 20)]
     assert rows[1]["slow"] == 20 and rows[0]["slow"] < 10, rows
+    assert rows[1]["slow_calls"] == 4 and rows[0]["slow_calls"] <= rows[0]["slow"], rows
     assert all(0 < r["median_us"] <= r["p99_us"] for r in rows), rows
     assert triton_filter._settings() == before and torch.equal(sets[0].logits, logits)
 
