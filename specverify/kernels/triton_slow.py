@@ -66,13 +66,16 @@ def _keys_of_row(row_ptr, V, inv_t, m, cand, NC: tl.constexpr, BLOCK: tl.constex
 
 @triton.jit
 def _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, BY_MASS: tl.constexpr, CAP: tl.constexpr,
-            NC: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr = 0, width=1.0):
+            NC: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr = 0, width=1.0, above=KMAX):
     """Shrink [a, b), F(a) >= target > F(b) with F the count (or mass) at or above a key, until it holds at
     most CAP tokens or one key. Every step reads the row once and splits the interval NC + 1 ways. With TILE, an
-    interval open to KMIN (a crossing below the bracket, which its sample's noise puts just below) first splits
-    at NC values below b's, width, 4 width, 16 width, ... under it (``_below``)."""
+    interval open to KMAX ends at ``above``, the order key just above the row's max (F is 0 at both, and NC-way
+    steps over the empty keys up to KMAX would each cost a read), and one open to KMIN (a crossing below the
+    bracket, which its sample's noise puts just below) first splits at NC values below b's, width, 4 width, 16
+    width, ... under it (``_below``)."""
     jv = tl.arange(0, NC) + 1
     if TILE > 0:
+        b = tl.minimum(b, tl.maximum(above, a + 1))
         if (a == KMIN) & (b - a > NC + 1) & (ca - cb > CAP):
             cand = _below(a, b, width, NC)
             cc, cw = _keys_of_row(row_ptr, V, inv_t, m, cand, NC, BLOCK, TILE)
@@ -189,9 +192,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
     """(cut key, cut index) when the bracket missed: top-k's crossing first (its kept mass sets top-p's
     target), then top-p's, each narrowed from the counts at lo and hi (the sweep's at hi), then gathered;
     a crossing inside one tie group wider than CAP is read off the group's counts (and, for top-p, the
-    index of its last kept token). TILE: the tile of its reads of the row (0: BLOCK's, reduced a tile); with it,
-    an interval open to KMAX starts at ``above``, the order key just above the row's max (nothing lies at or
-    above either), where NC-way steps over the empty keys up to KMAX would each cost a read."""
+    index of its last kept token). TILE: the tile of its reads of the row (0: BLOCK's, reduced a tile), and with
+    it where ``_narrow`` looks first: ``above`` is the order key just above the row's max."""
     cut_key = tl.full([], KMIN, tl.int64)
     cut_idx = tl.zeros([], tl.int32) + V
     c_k = tl.zeros([], tl.int64) + V
@@ -212,10 +214,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             tl.where(up, w_hi, tl.where(mid, w_lo, w_all))
         b, cb, wb = tl.where(up, KMAX, tl.where(mid, hi, lo)), tl.where(up, 0, tl.where(mid, c_hi, c_lo)), \
             tl.where(up, 0, tl.where(mid, w_hi, w_lo))
-        if TILE > 0:
-            b = tl.minimum(b, tl.maximum(above, a + 1))
         a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, k, False, CAP, NC, BLOCK, TILE,
-                                       width)
+                                       width, above)
         if ca - cb > CAP:       # one key: its whole tie group is kept
             cut_key, w_k, c_k = a, wa, ca
         else:
@@ -232,10 +232,8 @@ def slow_cut(row_ptr, V, buf_ptr, scr_at, k, k_on, top_p, p_on, floor, m, inv_t,
             tl.where(up, 0, tl.where(mid, w_hi, w_lo))
         if k_on:                # top-p keeps a prefix of what top-k kept
             a, ca, wa, b, cb, wb = cut_key, c_k, w_k, tl.full([], KMAX, tl.int64), c_k * 0, w_k * 0
-        if TILE > 0:
-            b = tl.minimum(b, tl.maximum(above, a + 1))
         a, b, ca, wa, cb, wb = _narrow(row_ptr, V, inv_t, m, a, b, ca, wa, cb, wb, target, True, CAP, NC, BLOCK,
-                                       TILE, width)
+                                       TILE, width, above)
         if ca - cb > CAP:       # one key: its first ceil((target - mass above) / mass each) tokens are kept
             w_c = weight(tl.exp(key_value(a.to(tl.int32)) * inv_t - m))
             n_tie = tl.minimum(tl.maximum((target - wb + w_c - 1) // tl.maximum(w_c, 1), 1), ca - cb)
