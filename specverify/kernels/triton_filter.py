@@ -149,8 +149,8 @@ ONE_LAUNCH_SCAN_GATHER = 0
 ONE_LAUNCH_ROW_TALLY = 1
 # with the row tally, each bucket also keeps its first ONE_LAUNCH_BUCKET_SLOTS tokens in slots of its own (0: none),
 # so that a key search whose interval is one bucket of at most that many tokens ranks them where they lie, where
-# it copies them out of the whole list (2.7 us of top-k's 4.4 us search, 4.9 of top-p's 7.0: docs/benchmarks.md);
-# not yet timed on a GPU, so off
+# it copies them out of the whole list (2.7 us of top-k's 4.4 us search, 4.9 of top-p's 7.0); off, since on an H200
+# the pack's wait for its count costs what the search saves (docs/benchmarks.md, the twenty-fifth session)
 ONE_LAUNCH_BUCKET_SLOTS = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
