@@ -52,9 +52,9 @@ NG_COUNT = 16    # and by count (top-k)
 # costs the slow path, and each token inside costs the read, the pack and the record
 BRACKET_SIGMAS = 4.0
 # the slow path reads a row whole in one program for each of its steps: in tiles of SLOW_TILE (a power of 2) with
-# the next in flight and each thread's sums its own until the read's end, from the row's max down and, below a
-# bracket, just below it first (``triton_slow``), or (0) in tiles of 128 whose sums the program reduces a tile,
-# over keys split evenly (docs/benchmarks.md, the twenty-sixth session: 1,024 cuts a missed row's cost 3-6x)
+# the next in flight and each thread summing its own lanes until the read's end, from the row's max down and,
+# below a bracket, just below it first (``triton_slow``), or (0) in tiles of 128 whose sums the program reduces a
+# tile, over keys split evenly (docs/benchmarks.md, the twenty-sixth session: 1,024 cuts a missed row's cost 3-6x)
 SLOW_TILE = 1024
 MAX_SPLITS = 16
 # stage 1 splits its rows until about this many programs read: with one program a row, a batch of a few
