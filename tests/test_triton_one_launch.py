@@ -22,15 +22,20 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
-                                             pytest.param(1, 0, id="scan-gather"), pytest.param(0, 1, id="row-tally")])
+                                             pytest.param(1, 0, id="scan-gather"),
+                                             pytest.param(2, 0, id="lane-gather"),
+                                             pytest.param(2, 1, id="lane-gather-row-tally"),
+                                             pytest.param(0, 1, id="row-tally")])
 def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
     index, Z', the way found) must be those of
     the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
     gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
-    three). The one launch's read hands out its gather's slots by an atomic add or by a scan of each tile
-    (ONE_LAUNCH_SCAN_GATHER): a slot handed twice, or a count that leaves tokens out, changes the records, and
+    three). The one launch's read hands out its gather's slots by an atomic add, by a scan of each tile, or
+    counts each lane's tokens and stores them in a second pass from the lane's place (ONE_LAUNCH_SCAN_GATHER): a
+    slot handed twice, a count that leaves tokens out, or a second pass that finds other tokens changes the
+    records, and
     one that overflows the split's region must still send the row down the slow path. With the row's bucket
     sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow."""
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
@@ -88,6 +93,8 @@ def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("finish_n, scan, row_tally, slots", [(16, 0, 0, 0), (0, 0, 0, 0),
                                                                pytest.param(16, 1, 0, 0, id="16-scan-gather"),
+                                                               pytest.param(16, 2, 0, 0, id="16-lane-gather"),
+                                                               pytest.param(16, 2, 256, 0, id="16-lane-row-tally"),
                                                                pytest.param(16, 0, 64, 0, id="16-row-tally"),
                                                                pytest.param(0, 0, 64, 0, id="0-row-tally"),
                                                                pytest.param(16, 0, 512, 0, id="16-row-tally-512"),
@@ -104,10 +111,10 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     gathered more tokens is searched; the records
     (cut value and index, Z', the way found) must be those of the search over the whole bracket, with the
     search's ranked end on and off, on rows of every style, including ties at the crossing; and with the read's
-    gather slots handed out by a scan of each tile (ONE_LAUNCH_SCAN_GATHER), where a token lost or placed twice
-    changes the tallies that the search starts from (narrow tiles there: several a split, so that the slots
-    carry over from one tile to the next); and with the splits adding their tokens to the row's buckets of the
-    keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys), where a token in the wrong bucket, or a bucket sum read
+    gather slots handed out by a scan of each tile, or by each lane's count and a second pass
+    (ONE_LAUNCH_SCAN_GATHER 1 and 2), where a token lost or placed twice changes the tallies that the search starts
+    from (narrow tiles there: several a split, so that the slots carry over from one tile to the next); and with
+    the splits adding their tokens to the row's buckets of the keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys), where a token in the wrong bucket, or a bucket sum read
     the wrong way up, moves the interval the search starts from; and with each bucket's first tokens in slots
     of its own (ONE_LAUNCH_BUCKET_SLOTS), which a search whose interval is one bucket they hold ranks, or
     searches with the ranked end off: a slot lost or doubled, or an interval taken for one bucket that is not,

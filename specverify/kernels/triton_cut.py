@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_gather import (INLINE_ASM, NPART, count_word, gather, gather_end, gather_start,
-                                              lane_groups)
+from specverify.kernels.triton_gather import (INLINE_ASM, LANES, NPART, count_word, gather, gather_end, gather_lanes,
+                                              gather_start, lane_groups, logit_tile, order_key)
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 
 MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
@@ -33,13 +33,6 @@ KMAX = tl.constexpr(2147483648)             # above every order key
 NONE = tl.constexpr(-9223372036854775808)   # an empty slot of the gathered tokens
 DROP = tl.constexpr(104.0)                  # exp(-104) is below float32's smallest number: no mass deeper
 DEFER = tl.constexpr(2147483649)            # stage 4's hi of a row it leaves to stage 0: no bracket's key
-
-
-@triton.jit
-def order_key(v):
-    """float32 -> int32 with the order of the floats (-0.0 and +0.0 share a key, as they tie)."""
-    bits = tl.where(v == 0.0, 0.0, v).to(tl.int32, bitcast=True)
-    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
 @triton.jit
@@ -256,13 +249,6 @@ def place(stamps_ptr, rid, SF):
 
 
 @triton.jit
-def _tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
-    """[BLOCK_V] float32 logits from start (-inf at and past hi_v)."""
-    offs = start + tl.arange(0, BLOCK_V)
-    return tl.load(row_ptr + offs, mask=offs < hi_v, other=float("-inf")).to(tl.float32)
-
-
-@triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, parts_ptr,
           HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW_V: tl.constexpr,
           NW_COUNT: tl.constexpr):
@@ -308,13 +294,13 @@ def _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V: tl.constexpr):
     alone needs, in a loop of a few instructions a token, so that it runs at the memory's speed."""
     c_mp = tl.zeros([BLOCK_V], tl.int32)
     w_mp = tl.zeros([BLOCK_V], tl.int64)
-    ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
-    ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
-    ahead3 = _tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
+    ahead1 = logit_tile(row_ptr, lo_v, hi_v, BLOCK_V)
+    ahead2 = logit_tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
+    ahead3 = logit_tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
     for start in range(lo_v, hi_v, BLOCK_V):
         logit = ahead1
         ahead1, ahead2 = ahead2, ahead3
-        ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
+        ahead3 = logit_tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
         e = tl.exp(logit * inv_t - m)
         # a masked lane's -inf gives e = 0, below any floor > 0
         mp = e >= floor
@@ -346,15 +332,15 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
     count_ptr = count_word(parts_ptr)
     gather_start(parts_ptr, NW)
     # the loads run three tiles ahead of the sums: one load in flight a thread leaves the read latency-bound
-    ahead1 = _tile(row_ptr, lo_v, hi_v, BLOCK_V)
-    ahead2 = _tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
-    ahead3 = _tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
+    ahead1 = logit_tile(row_ptr, lo_v, hi_v, BLOCK_V)
+    ahead2 = logit_tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
+    ahead3 = logit_tile(row_ptr, lo_v + 2 * BLOCK_V, hi_v, BLOCK_V)
     for start in range(lo_v, hi_v, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < hi_v
         logit = ahead1
         ahead1, ahead2 = ahead2, ahead3
-        ahead3 = _tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
+        ahead3 = logit_tile(row_ptr, start + 3 * BLOCK_V, hi_v, BLOCK_V)
         key = order_key(logit)
         ge = mask & (key >= hi32)
         inside = mask & (key >= lo32) & ~ge
@@ -375,6 +361,10 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
         if GATHER:
             if gather_on:
                 count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NW)
+    if NW == LANES:
+        if GATHER:
+            if gather_on:
+                gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
     gather_end(parts_ptr, group, count, NW)
     w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
     if MINP:

@@ -138,9 +138,10 @@ ONE_LAUNCH_MAXNREG = 255
 # the one launch stamps each split's phases with the GPU's clock in its work space (1; ``triton_cut.stamp``), for
 # ci/filter_stages.py --stamps; off (0) the kernel holds none of it
 ONE_LAUNCH_STAMPS = 0
-# its read hands out a split's gather slots by a scan of each tile (1; ``triton_gather.SCAN``), where an atomic add
-# a tile and warp (0) returns them after a round trip to memory that the warp waits on; the scan's read took 1 to 2
-# us longer on an H100 (docs/benchmarks.md)
+# its read hands out a split's gather slots by a scan of each tile (1; ``triton_gather.SCAN``), or counts each lane's
+# tokens and stores them in a second pass over its part of the row (2; ``triton_gather.gather_lanes``), where an
+# atomic add a tile and warp (0) returns them after a round trip to memory that the warp waits on; the scan's read
+# took 1 to 2 us longer on an H100 (docs/benchmarks.md)
 ONE_LAUNCH_SCAN_GATHER = 0
 # with TALLY_N (a power of 2), its splits add each token to its bucket of the row's TALLY_N sums, which the record
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums

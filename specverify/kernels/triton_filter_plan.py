@@ -13,7 +13,7 @@ import functools
 import triton
 
 from specverify.kernels.triton_cut import STAMPS_N
-from specverify.kernels.triton_gather import INLINE_ASM, NPART, SCAN, ballot_meta
+from specverify.kernels.triton_gather import INLINE_ASM, LANES, NPART, SCAN, ballot_meta
 
 # the interpreter takes wide tiles and neither warps nor register caps (``_options``)
 _INTERPRETED = not INLINE_ASM.value
@@ -91,8 +91,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
-        # its read gathers one group a split: by an atomic count, or a scan of each tile (ONE_LAUNCH_SCAN_GATHER)
-        nw = SCAN.value if one_launch_scan_gather else 0
+        # its read gathers one group a split: by an atomic count, a scan of each tile or a second pass from each
+        # lane's place (ONE_LAUNCH_SCAN_GATHER 0, 1, 2)
+        nw = (0, SCAN.value, LANES.value)[one_launch_scan_gather]
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
         # their sample brackets (``triton_cut.bracket_shares``) and their buckets' slots (``triton_cut.bucket_slots``)

@@ -5,7 +5,8 @@ moves every split's down to follow each other (``compact``). ``@triton.jit`` fun
     lane_groups(region, BLOCK_V, NW)  -> each entry's group (its warp) and the slots a group holds
     gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), by
                                       an atomic count (NW = 0, one group a split), or by a scan of the tile
-                                      (NW = SCAN, one group a split)
+                                      (NW = SCAN, one group a split); with NW = LANES, only counted a lane
+    gather_lanes(...)                 the lane gather's second pass: each lane's tokens from its place on
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
     claim(...) / pack(...)            in the one-launch plan, a split's place in its row's list, and its tokens
                                       copied there
@@ -23,6 +24,9 @@ import triton.language as tl
 NPART = tl.constexpr(15)    # work-space words per (row, split), as above
 GROUPS = tl.constexpr(8)    # the most lane groups a split's gather has
 SCAN = tl.constexpr(-1)     # the NW of a gather of one group whose slots a scan of each tile hands out (``gather``)
+# and of one whose read counts each lane's tokens, and whose second pass stores them from the lane's place, the count
+# of the lanes before it (``gather_lanes``)
+LANES = tl.constexpr(-2)
 # ``compact`` moves a ballot split's groups in one tile where each holds at most this, not one dependent load
 # and store a group
 COMPACT_COLS = tl.constexpr(128)
@@ -123,9 +127,11 @@ def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.cons
     whose round trip to memory each tile would wait on. With one group (NW = 0, ``ballot_warps``), an atomic
     add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot; with one group and
     NW = SCAN, the count of the tile's tokens before it (a scan of the tile, in index order: no atomic, and no
-    round trip to memory, at the cost of the scan's exchange between warps)."""
-    # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
-    packed = (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
+    round trip to memory, at the cost of the scan's exchange between warps); with NW = LANES, nothing stored, each
+    lane's count kept for ``gather_lanes``."""
+    if NW == LANES:
+        return count + inside.to(tl.int32)
+    packed = _packed(key, offs)
     if NW > 0:
         before, total = _ballot(inside, BLOCK_V, NW)
         at = count + before
@@ -138,6 +144,48 @@ def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.cons
         at = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
     tl.store(group_ptr + at, packed, mask=inside & (at < sub))
     return count
+
+
+@triton.jit
+def _packed(key, offs):
+    """A gathered token's int64 word (key << 32 | 2**32 - 1 - index)."""
+    # 2**32 - 1 - index as ~index in the low half: one instruction, where int64 subtraction takes three
+    return (key.to(tl.int64) << 32) | (~offs).to(tl.uint32).to(tl.int64)
+
+
+@triton.jit
+def order_key(v):
+    """float32 -> int32 with the order of the floats (-0.0 and +0.0 share a key, as they tie)."""
+    bits = tl.where(v == 0.0, 0.0, v).to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+@triton.jit
+def gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, buf_ptr, sub, BLOCK_V: tl.constexpr):
+    """The lane gather's second pass (NW = LANES) over the logits [lo_v, hi_v) that the read counted in ``count``
+    [BLOCK_V] a lane: each lane stores its tokens with keys in [lo32, hi32) from its place on, the count of the
+    lanes before it (one scan a read), at most ``sub`` slots in all. Nothing waits on an atomic's answer, nor on
+    the other warps, a tile: the atomic count's wait is most of a read that gathers a token in most tiles."""
+    at = tl.cumsum(count, 0) - count
+    # the loads run two tiles ahead of the stores, which depend on nothing else
+    ahead1 = logit_tile(row_ptr, lo_v, hi_v, BLOCK_V)
+    ahead2 = logit_tile(row_ptr, lo_v + BLOCK_V, hi_v, BLOCK_V)
+    for start in range(lo_v, hi_v, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        logit = ahead1
+        ahead1 = ahead2
+        ahead2 = logit_tile(row_ptr, start + 2 * BLOCK_V, hi_v, BLOCK_V)
+        key = order_key(logit)
+        inside = (offs < hi_v) & (key >= lo32) & (key < hi32)
+        tl.store(buf_ptr + at, _packed(key, offs), mask=inside & (at < sub))
+        at += inside.to(tl.int32)
+
+
+@triton.jit
+def logit_tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
+    """[BLOCK_V] float32 logits from start (-inf at and past hi_v), as the read loads them."""
+    offs = start + tl.arange(0, BLOCK_V)
+    return tl.load(row_ptr + offs, mask=offs < hi_v, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -166,6 +214,8 @@ def gather_end(parts_ptr, group, count, NW: tl.constexpr):
     else:
         if NW == SCAN:      # every lane holds the count
             tl.store(parts_ptr + 7, tl.max(count, 0).to(tl.int64))
+        if NW == LANES:     # each lane holds its own
+            tl.store(parts_ptr + 7, tl.sum(count, 0).to(tl.int64))
         tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
 
 
