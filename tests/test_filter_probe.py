@@ -165,11 +165,12 @@ def test_stamp_rows_stamp_each_variant_in_turn_and_restore_the_settings(monkeypa
         return real(*args, **kwargs)
     monkeypatch.setattr(filter_stages, "phase_stamps", spy)
     defaults = (triton_filter.ONE_LAUNCH_ROW_TALLY, triton_filter.ONE_LAUNCH_SCAN_GATHER)
-    flipped = f"ONE_LAUNCH_ROW_TALLY={1 - defaults[0]},ONE_LAUNCH_SCAN_GATHER={1 - defaults[1]}"
+    other = (1 - defaults[0], 0 if defaults[1] else 2)     # the atomic gather against the lanes', or the lanes'
+    flipped = f"ONE_LAUNCH_ROW_TALLY={other[0]},ONE_LAUNCH_SCAN_GATHER={other[1]}"
     rows = filter_stages.stamp_rows(sets[:1], filters, ["default", flipped], calls=1, warm=0)
     assert [v for v, _ in rows] == ["default", flipped]
     assert all(ends == pytest.approx(_ENDS) for _, ends in rows), rows
-    assert in_force == [defaults, (1 - defaults[0], 1 - defaults[1])]
+    assert in_force == [defaults, other]
     assert triton_filter._settings() == before
     with pytest.raises(ValueError, match="ONE_LAUNCH_ROW_TALY"):
         filter_stages.stamp_rows(sets[:1], filters, ["ONE_LAUNCH_ROW_TALY=1"], calls=1, warm=0)

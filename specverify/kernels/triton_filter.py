@@ -112,8 +112,9 @@ ONE_LAUNCH_FIT_SMS = 1
 # each of its splits tallies its gathered tokens at this many keys spread over the bracket (0: none), so that
 # the record's search starts from the sums' narrow interval rather than the whole bracket; TALLY_TILE tokens a
 # step of that tally on the GPU (a [TALLY_TILE, TALLY_N] tally a step); with ONE_LAUNCH_ROW_TALLY, the row's
-# TALLY_N buckets that they add their tokens to
-TALLY_N, TALLY_TILE = 256, 32
+# TALLY_N buckets that they add their tokens to, PACK_TILE tokens a step: one step for a split's usual share
+# (top-p's about 130 at B = 1, where 32 a step took 2.2 us more: docs/benchmarks.md, the twenty-seventh session)
+TALLY_N, TALLY_TILE, PACK_TILE = 256, 32, 256
 # the one launch computes pass 1's partials itself where its splits are pass 1's (1: ``pass1_splits`` plans pass 1
 # so), so that a filtered call of a few rows is two launches as an unfiltered one is; a split polls its row's
 # word of published splits up to HANDOFF_SPIN times before it computes an unpublished one itself
@@ -138,11 +139,12 @@ ONE_LAUNCH_MAXNREG = 255
 # the one launch stamps each split's phases with the GPU's clock in its work space (1; ``triton_cut.stamp``), for
 # ci/filter_stages.py --stamps; off (0) the kernel holds none of it
 ONE_LAUNCH_STAMPS = 0
-# its read hands out a split's gather slots by a scan of each tile (1; ``triton_gather.SCAN``), or counts each lane's
-# tokens and stores them in a second pass over its part of the row (2; ``triton_gather.gather_lanes``), where an
-# atomic add a tile and warp (0) returns them after a round trip to memory that the warp waits on; the scan's read
-# took 1 to 2 us longer on an H100 (docs/benchmarks.md)
-ONE_LAUNCH_SCAN_GATHER = 0
+# its read counts each lane's tokens and stores them in a second pass over its part of the row (2;
+# ``triton_gather.gather_lanes``), where an atomic add a tile and warp (0) returns their slots after a round trip to
+# memory that the warp waits on, and a scan of each tile (1; ``triton_gather.SCAN``) exchanges between warps: top-p's
+# read at B = 1 takes 5.8 us with the lanes against 8.9 with the atomic, and the scan was slower still
+# (docs/benchmarks.md, the twenty-third and twenty-seventh sessions)
+ONE_LAUNCH_SCAN_GATHER = 2
 # with TALLY_N (a power of 2), its splits add each token to its bucket of the row's TALLY_N sums, which the record
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums
 # the splits' tallies (0); its searches then copy from the list in wide tiles. At 256 keys its record ends 1 to 3 us
@@ -257,7 +259,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
-             "SLOW_TILE")
+             "SLOW_TILE", "PACK_TILE")
 
 
 def _settings() -> tuple:

@@ -38,7 +38,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
-     one_launch_bucket_slots, bracket_sigmas, slow_tile) = settings
+     one_launch_bucket_slots, bracket_sigmas, slow_tile, pack_tile) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -87,7 +87,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                    STAMPS=bool(one_launch_stamps))
         if one_launch_row_tally and one["TALLY_N"] > 0:     # the row's buckets, a binary search of the keys deep
             assert tally_n & (tally_n - 1) == 0, f"ONE_LAUNCH_ROW_TALLY takes a power of 2 TALLY_N, not {tally_n}"
-            one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, SLOTS=one_launch_bucket_slots)
+            one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, SLOTS=one_launch_bucket_slots,
+                       TALLY_BLOCK=1024 if wide else pack_tile)
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
