@@ -95,6 +95,8 @@ def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(
                                                                pytest.param(16, 1, 0, 0, id="16-scan-gather"),
                                                                pytest.param(16, 2, 0, 0, id="16-lane-gather"),
                                                                pytest.param(16, 2, 256, 0, id="16-lane-row-tally"),
+                                                               pytest.param(16, 2, -256, 0, id="16-lane-copy"),
+                                                               pytest.param(0, 2, -64, 0, id="0-lane-copy"),
                                                                pytest.param(16, 0, 64, 0, id="16-row-tally"),
                                                                pytest.param(0, 0, 64, 0, id="0-row-tally"),
                                                                pytest.param(16, 0, 512, 0, id="16-row-tally-512"),
@@ -118,7 +120,9 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     the wrong way up, moves the interval the search starts from; and with each bucket's first tokens in slots
     of its own (ONE_LAUNCH_BUCKET_SLOTS), which a search whose interval is one bucket they hold ranks, or
     searches with the ranked end off: a slot lost or doubled, or an interval taken for one bucket that is not,
-    changes the cut, and 4 slots leave most buckets to the copy from the list."""
+    changes the cut, and 4 slots leave most buckets to the copy from the list; and with that copy in two passes,
+    each lane counting its tokens and then storing them from its place (ONE_LAUNCH_COPY_LANES: row_tally < 0),
+    where a token the second pass misses or places twice changes the cut."""
     monkeypatch.setattr(triton_filter, "CAP", 2048)
     monkeypatch.setattr(triton_filter, "NS", 256)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -134,8 +138,9 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     plan = dict(block_v=32) if scan else {}
     monkeypatch.setattr(triton_filter, "TALLY_N", 0)
     whole = _records(batch, **plan)
-    monkeypatch.setattr(triton_filter, "TALLY_N", row_tally or 64)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", int(row_tally > 0))
+    monkeypatch.setattr(triton_filter, "TALLY_N", abs(row_tally) or 64)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", int(row_tally != 0))
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_COPY_LANES", int(row_tally < 0))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)     # against the atomic gather's whole search
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_BUCKET_SLOTS", slots)
     tallied = _records(batch, **plan)

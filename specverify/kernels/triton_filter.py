@@ -155,6 +155,11 @@ ONE_LAUNCH_ROW_TALLY = 1
 # it copies them out of the whole list (2.7 us of top-k's 4.4 us search, 4.9 of top-p's 7.0); off, since on an H200
 # the pack's wait for its count costs what the search saves (docs/benchmarks.md, the twenty-fifth session)
 ONE_LAUNCH_BUCKET_SLOTS = 0
+# with the row tally, its record's key searches copy their interval's few tokens out of the row's whole list in two
+# passes, each lane counting its own and then storing them from its place (1; ``triton_search._keep_lanes``), where
+# one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
+# (docs/benchmarks.md, the twenty-seventh session); not yet timed
+ONE_LAUNCH_COPY_LANES = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -259,7 +264,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
-             "SLOW_TILE", "PACK_TILE")
+             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES")
 
 
 def _settings() -> tuple:

@@ -98,13 +98,54 @@ def _keep_narrow(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.con
         packed = ahead
         i = start + BLOCK + tl.arange(0, BLOCK)
         ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
-        key = (packed >> 32).to(tl.int64)
-        inside = (packed != NONE) & (key >= a) & (key < b)
+        inside = _between(packed, a, b)
         at = copied + tl.cumsum(inside.to(tl.int32), 0) - 1
         tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
         copied += tl.sum(inside.to(tl.int32), axis=0)
     tl.debug_barrier()          # what any thread copied is in place before any thread tallies it
     return tl.minimum(copied, SCRATCH).to(tl.int64)
+
+
+@triton.jit
+def _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.constexpr):
+    """``_keep_narrow`` in two passes over src, with no exchange between warps a tile: each lane counts its
+    tokens with keys in [a, b), then stores them from its place, the count of the lanes before it (one scan)."""
+    count = tl.zeros([BLOCK], tl.int32)
+    ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+    for start in range(0, n, BLOCK):
+        packed = ahead
+        i = start + BLOCK + tl.arange(0, BLOCK)
+        ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+        count += _between(packed, a, b).to(tl.int32)
+    at = tl.cumsum(count, 0) - count
+    copied = tl.sum(count, axis=0)
+    if copied > 0:
+        ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+        for start in range(0, n, BLOCK):
+            packed = ahead
+            i = start + BLOCK + tl.arange(0, BLOCK)
+            ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+            inside = _between(packed, a, b)
+            tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
+            at += inside.to(tl.int32)
+    tl.debug_barrier()          # what any thread copied is in place before any thread tallies it
+    return tl.minimum(copied, SCRATCH).to(tl.int64)
+
+
+@triton.jit
+def _keep_wide(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.constexpr, LANES: tl.constexpr):
+    """``_keep_narrow``, or with LANES ``_keep_lanes``: the copy of a narrow interval out of a long list."""
+    if LANES:
+        return _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH, BLOCK)
+    else:
+        return _keep_narrow(src_ptr, n, dst_ptr, a, b, SCRATCH, BLOCK)
+
+
+@triton.jit
+def _between(packed, a, b):
+    """Which loaded tokens have keys in [a, b) (NONE, an empty slot, has none)."""
+    key = (packed >> 32).to(tl.int64)
+    return (packed != NONE) & (key >= a) & (key < b)
 
 
 @triton.jit
@@ -159,14 +200,15 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
           FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False,
-          from_slots=False, slot_at=0, SLOTS: tl.constexpr = 0):
+          from_slots=False, slot_at=0, SLOTS: tl.constexpr = 0, LANES: tl.constexpr = False):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
-    buf_ptr's tokens in wide tiles (``_keep_narrow``), one pass of few steps over a long list. SLOTS, from_slots:
+    buf_ptr's tokens in wide tiles (``_keep_narrow``; LANES: ``_keep_lanes``), one pass of few steps over a long
+    list, or two. SLOTS, from_slots:
     [a, b) is one row-tally bucket whose ca - cb tokens all lie at buf_ptr + slot_at (``triton_tally.one_bucket``),
     which the search tallies or ranks instead. STAMPS: stamps 21 on entry, 22 once the steps are done and the
     last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
@@ -184,7 +226,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
         if BY_INDEX:
             n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
         else:
-            n_src = _keep_narrow(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R)
+            n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
         shift = scr_at + tl.zeros([], tl.int64)
         c_off, w_off = cb, wb
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
@@ -223,7 +265,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                     c_off, w_off = cb, wb
             elif WIDE and not BY_INDEX:
                 if shift != scr_at:
-                    n_src = _keep_narrow(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R)
+                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
                     c_off, w_off = cb, wb
                 elif n_src != ca - cb:
                     n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
@@ -246,7 +288,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, slots_at=0, SLOTS: tl.constexpr = 0):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, slots_at=0, SLOTS: tl.constexpr = 0,
+            COPY_LANES: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -254,7 +297,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
-    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, or with SLOTS works on
+    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles (COPY_LANES: in two
+    passes, ``_keep_lanes``), or with SLOTS works on
     the bucket slots at buf_ptr + slots_at where its interval is one bucket they hold. STAMPS: its phases
     stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
     group; 21 to 23 the last key search's steps (``_find``)."""
@@ -286,7 +330,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
                 from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS, from_slots, slot_at, SLOTS)
+                                                      stamps, STAMPS, from_slots, slot_at, SLOTS, COPY_LANES)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -303,7 +347,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
                 from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS, from_slots, slot_at, SLOTS)
+                                                      ROW_TALLY, stamps, STAMPS, from_slots, slot_at, SLOTS,
+                                                      COPY_LANES)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
