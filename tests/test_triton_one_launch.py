@@ -115,8 +115,9 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     gather slots handed out by a scan of each tile, or by each lane's count and a second pass
     (ONE_LAUNCH_SCAN_GATHER 1 and 2), where a token lost or placed twice changes the tallies that the search starts
     from (narrow tiles there: several a split, so that the slots carry over from one tile to the next); and with
-    the splits adding their tokens to the row's buckets of the keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys), where a token in the wrong bucket, or a bucket sum read
-    the wrong way up, moves the interval the search starts from; and with each bucket's first tokens in slots
+    the splits adding their tokens to the row's buckets of the keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys),
+    where a token in the wrong bucket, or a bucket sum read the wrong way up, moves the interval the search
+    starts from; and with each bucket's first tokens in slots
     of its own (ONE_LAUNCH_BUCKET_SLOTS), which a search whose interval is one bucket they hold ranks, or
     searches with the ranked end off: a slot lost or doubled, or an interval taken for one bucket that is not,
     changes the cut, and 4 slots leave most buckets to the copy from the list; and with that copy in two passes,
@@ -264,3 +265,52 @@ def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device
     assert torch.equal(shared, alone), (shared != alone).nonzero().tolist()
     # rows found from the gathered bracket (top-k's by count, top-p's alone by mass) and by the slow path
     assert set(alone[5].tolist()) == {1.0, 2.0}, alone[5].tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spin", [
+    pytest.param(None, id="spin"), pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+        DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_first_round_with_pass_one_leaves_the_records_of_the_round_after_it(device, spin, monkeypatch):
+    """With ONE_LAUNCH_EARLY_ROUND each split tallies its share of the sample bracket's first round with its pass-1
+    partials, with drops from the sample's max (pass 1 has not found the row's yet), and the handoff publishes both
+    (``triton_sample.early_share``). The brackets then differ from those of the round after the norms, whose drops
+    are from the row's max: on most rows here (a row whose bracket ends on a tie group's value may keep it), so the
+    early shares are what the bracket used. The records (cut value and index, Z', how the cut was found) must be
+    the same either way, on rows bracketed by count and by mass, rows that the small capacity sends down the slow
+    path, and a row whose one large logit lies outside the sample, so far above the sample's max that the early
+    sums would vanish: the bracket tallies its first round after the norms there. On CUDA, spin 0 makes every
+    split take over whatever split is unpublished at its first look, early share and all."""
+    if spin is not None:
+        monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    monkeypatch.setattr(triton_filter, "CAP", 256)
+    monkeypatch.setattr(triton_filter, "NS", 512)
+    monkeypatch.setattr(triton_filter, "CH", 8)
+    batch = _rows(5, 8, 3000, device)
+    logits = batch.target_logits.clone()
+    logits[7, 1001] = 500.0     # not a sampled position: the sample's chunks of 8 start at multiples of 46
+    batch = dataclasses.replace(batch, target_logits=logits,
+                                top_k=torch.tensor([50, 0, 300, 0, 20, 0, 120, 0], device=device),
+                                top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.99, 1.0, 0.7], device=device),
+                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device),
+                                temperature=torch.ones(8, device=device))
+    plan = dict(block_v=256)
+    late_launches, late, _ = _cut_and_partials(batch, 0, **plan)
+    late_brackets = _brackets(8)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_EARLY_ROUND", 1)
+    # the late round's shares and sums left in the work space read as NaN: a share the early round did not
+    # publish must not be summed
+    for work, *_ in triton_filter._buffers.values():
+        work.fill_(0x7FC00000)
+    early_launches, early, _ = _cut_and_partials(batch, 0, **plan)
+    early_brackets = _brackets(8)
+    assert early_launches == late_launches == [("_cut_kernel", 3, True, True)]
+    metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
+    assert [meta["EARLY"] for meta in metas] == [True]
+    assert torch.equal(early, late), (early != late).nonzero().tolist()
+    # the spiked row keeps the late round's bracket; every other row's moved with the early round's drops
+    assert torch.equal(early_brackets[7], late_brackets[7])
+    moved = [r for r in range(7) if not torch.equal(early_brackets[r], late_brackets[r])]
+    assert len(moved) >= 4, (early_brackets, late_brackets)
+    # each row found the same way, from the gathered bracket (by count and by mass) or by the slow path
+    assert torch.equal(early[5], late[5]) and set(late[5].tolist()) == {1.0, 2.0}, (early[5], late[5])

@@ -20,57 +20,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
+from specverify.kernels.triton_cut import DEFER, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
+from specverify.kernels.triton_sample import drop_grid, floats, sample_max, sample_run, store_share
 
-
-@triton.jit
-def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
-    """The largest l / T of the row's strided sample (``_sample_tile``)."""
-    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    for start in range(0, NS, BLOCK_R):
-        best = tl.maximum(best, _sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R))
-    return tl.max(best, axis=0)
-
-
-@triton.jit
-def _sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
-    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
-    NS / CH chunks spread evenly from the row's start to its end."""
-    i = start + tl.arange(0, BLOCK_R)
-    pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
-    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
-
-
-@triton.jit
-def _sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
-                NG: tl.constexpr, BLOCK_R: tl.constexpr, first, every):
-    """(count, sum of e, sum of e^2) of the sample's tiles first, first + every, ... (BLOCK_R entries a tile) with
-    l / T >= cand; the sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R],
-    candidates across each thread's registers and samples across threads: a sample's e and e^2 are computed once
-    and stay in the thread that compares them (samples across registers would move each through shared memory
-    and square it once a candidate)."""
-    cnt = tl.zeros([NG, BLOCK_R], tl.float32)
-    s1 = tl.zeros([NG, BLOCK_R], tl.float32)
-    s2 = tl.zeros([NG, BLOCK_R], tl.float32)
-    step = every * BLOCK_R
-    # the loads run two tiles ahead of the tallies, as in ``sweep``
-    ahead1 = _sample_tile(row_ptr, V, first * BLOCK_R, inv_t, NS, CH, BLOCK_R)
-    ahead2 = _sample_tile(row_ptr, V, first * BLOCK_R + step, inv_t, NS, CH, BLOCK_R)
-    for start in range(first * BLOCK_R, NS, step):
-        x = ahead1
-        ahead1 = ahead2
-        ahead2 = _sample_tile(row_ptr, V, start + 2 * step, inv_t, NS, CH, BLOCK_R)
-        # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
-        # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
-        ge = (x[None, :] >= cand[:, None]).to(tl.float32)
-        cnt += ge
-        if MASS:
-            e = tl.where(x == x, tl.exp(x - m), 0.0)
-            s1 += ge * e[None, :]
-            s2 += ge * (e * e)[None, :]
-    return tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1)
+# the early round's origin (the sample's max) may lie this far below the row's max: its sums, scaled by
+# exp(origin - max), stay far above float32's smallest normal number
+EARLY_SPAN = tl.constexpr(40.0)
 
 
 @triton.jit
@@ -84,16 +41,11 @@ def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH:
     if SHARED:
         own = tl.program_id(2)
         full = (tl.full([], 1, tl.int64) << SF.to(tl.int64)) - 1
-        g = tl.arange(0, NG)
         split = own
         # its own share first, then those it takes over, one a turn
         for turn in range(0, SF):
             if split >= 0:
-                c, t1, t2 = _sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, split, SF)
-                mine = share_ptr + split * (3 * NG) + g
-                tl.store(mine, _bits(c))
-                tl.store(mine + NG, _bits(t1))
-                tl.store(mine + 2 * NG, _bits(t2))
+                store_share(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, share_ptr, split, SF)
                 if STAMPS:
                     if turn == 0:
                         stamp(stamps, PHASE, split)
@@ -102,26 +54,21 @@ def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH:
         tl.debug_barrier()
         if STAMPS:
             stamp(stamps, PHASE + 1, split)
-        ff = tl.arange(0, BLOCK_F)[:, None]
-        at = share_ptr + ff * (3 * NG) + g[None, :]
-        cnt = tl.sum(_floats(tl.load(at, mask=ff < SF, other=0)), axis=0)
-        s1 = tl.sum(_floats(tl.load(at + NG, mask=ff < SF, other=0)), axis=0)
-        s2 = tl.sum(_floats(tl.load(at + 2 * NG, mask=ff < SF, other=0)), axis=0)
+        cnt, s1, s2 = _sum_shares(share_ptr, SF, NG, BLOCK_F)
     else:
-        cnt, s1, s2 = _sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, 0, 1)
+        cnt, s1, s2 = sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, 0, 1)
     return cnt, s1, s2
 
 
 @triton.jit
-def _bits(x):
-    """float32 -> its bits in an int64 word of the work space."""
-    return x.to(tl.int32, bitcast=True).to(tl.int64)
-
-
-@triton.jit
-def _floats(w):
-    """``_bits``' int64 words -> float32."""
-    return w.to(tl.int32).to(tl.float32, bitcast=True)
+def _sum_shares(share_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr):
+    """(count, sum of e, sum of e^2) [NG]: the SF shares at share_ptr ([SF, 3, NG] words), summed in split order."""
+    ff = tl.arange(0, BLOCK_F)[:, None]
+    at = share_ptr + ff * (3 * NG) + tl.arange(0, NG)[None, :]
+    cnt = tl.sum(floats(tl.load(at, mask=ff < SF, other=0)), axis=0)
+    s1 = tl.sum(floats(tl.load(at + NG, mask=ff < SF, other=0)), axis=0)
+    s2 = tl.sum(floats(tl.load(at + 2 * NG, mask=ff < SF, other=0)), axis=0)
+    return cnt, s1, s2
 
 
 @triton.jit
@@ -141,7 +88,8 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
-            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0):
+            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0, o=0.0,
+            EARLY: tl.constexpr = False):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -149,7 +97,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     finer grid, and the tally's cost is its points): the second splits the cells the first found, half
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
     point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
-    program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``)."""
+    program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``).
+    EARLY (SHARED): the first round's shares were published with pass 1's partials, with drops from o, the
+    sample's max (``triton_sample.early_share``); they stand for the first round where the row's max lies
+    less than EARLY_SPAN above o, and the first round is tallied here otherwise."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -159,10 +110,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
-                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, o, EARLY)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
-                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, o, EARLY)
     return lo, hi
 
 
@@ -170,7 +121,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0):
+                SIGMAS: tl.constexpr = 4.0, o=0.0, EARLY: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
@@ -181,10 +132,20 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     r_lo = lam + SIGMAS * tl.sqrt(lam) + SIGMAS
     r_hi = lam - SIGMAS * tl.sqrt(lam) - SIGMAS
     tail = (1.0 - top_p.to(tl.float32)) * z
-    drop = DROP * (g / (NG - 1)) * (g / (NG - 1))
+    drop = drop_grid(NG)
     by_mass = p_on & ~k_on
-    cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
-                         SHARED, BLOCK_F, stamps, STAMPS, 16)
+    early = False
+    if EARLY:
+        early = m - o < EARLY_SPAN      # false where o or m is not finite
+    if early:
+        # the shares' drops are from o, at or below m, and their sums of e and e^2 are of exp(l / T - o)
+        cnt, s1, s2 = _sum_shares(share_ptr, SF, NG, BLOCK_F)
+        scale = tl.exp(o - m)
+        s1, s2 = s1 * scale, s2 * (scale * scale)
+        drop = drop + (m - o)
+    else:
+        cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
+                             SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)

@@ -54,6 +54,7 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
+from specverify.kernels.triton_sample import sample_tile
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
@@ -75,7 +76,7 @@ def _cut_kernel(
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
     BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
-    COPY_LANES: tl.constexpr,
+    COPY_LANES: tl.constexpr, EARLY: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -113,9 +114,14 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
+            early = None
+            if EARLY:       # the sample's loads issued first, so that pass 1 runs while they are in flight
+                sample = sample_tile(row_ptr, V, 0, inv_t, NS, CH, NS)
+                early = (on & (k_on | p_on) & (V > CAP), sample, row_ptr, V, inv_t, p_on & ~k_on,
+                         bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT), SF)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,
-                          stamps, STAMPS)
+                          stamps, STAMPS, early, EARLY, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
@@ -164,11 +170,14 @@ def _cut_kernel(
                     lo, hi = bounds(work_ptr, rid, V, CAP)
                 else:
                     # with SHARED, the row's splits tally the sample between them (``triton_bracket``)
+                    o = 0.0
+                    if EARLY:
+                        o = tl.max(sample, axis=0)
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS,
                                      bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F, stamps,
-                                     STAMPS, SIGMAS)
+                                     STAMPS, SIGMAS, o, EARLY)
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)

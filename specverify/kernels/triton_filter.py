@@ -123,6 +123,12 @@ ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # the one launch's splits tally the sample bracket's rounds between them, each its share of the sample's tiles, and
 # hand the shares over as pass 1's partials are (1), where every split tallied the whole sample alone (0)
 ONE_LAUNCH_SHARED = 1
+# with ONE_LAUNCH_PASS1 and ONE_LAUNCH_SHARED, each split tallies its share of the bracket's first round right after
+# its pass-1 partials, with drops from the sample's max (loaded before pass 1), and publishes both at once (1;
+# ``triton_sample.early_share``): one rendezvous and one round fewer after the norms, where the first round's own
+# share and wait take 3 us of top-k's launch at B = 1 and 4.5 of top-p's (docs/benchmarks.md, the
+# twenty-seventh session); not yet timed
+ONE_LAUNCH_EARLY_ROUND = 0
 # the widest sample tile of a split's share there (the narrower of it and the tile that gives every split one; a
 # test narrows it, so that each split tallies several)
 ONE_LAUNCH_SHARE_TILE = 128
@@ -264,7 +270,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
-             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES")
+             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES", "ONE_LAUNCH_EARLY_ROUND")
 
 
 def _settings() -> tuple:

@@ -38,7 +38,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
-     one_launch_bucket_slots, bracket_sigmas, slow_tile, pack_tile, one_launch_copy_lanes) = settings
+     one_launch_bucket_slots, bracket_sigmas, slow_tile, pack_tile, one_launch_copy_lanes,
+     one_launch_early_round) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -65,7 +66,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
-                SLOTS=0, SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, COPY_LANES=False, num_warps=warps)
+                SLOTS=0, SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, COPY_LANES=False, EARLY=False,
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -92,6 +94,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
+            # the first round's shares with pass 1's partials, whose handoff publishes them (``triton_handoff``)
+            one["EARLY"] = bool(one_launch_early_round) and one["PASS1"]
         # its read gathers one group a split: by an atomic count, a scan of each tile or a second pass from each
         # lane's place (ONE_LAUNCH_SCAN_GATHER 0, 1, 2)
         nw = (0, SCAN.value, LANES.value)[one_launch_scan_gather]

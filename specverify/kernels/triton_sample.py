@@ -1,0 +1,108 @@
+"""The sample of a row that the target-filter cut's bracket tallies (``triton_bracket``), and the bracket's first
+round computed with pass 1 in the one launch (``triton_handoff``'s EARLY). ``@triton.jit`` functions on one row
+(request b's row j at ``row_ptr``, V entries; ``inv_t`` = 1 / T):
+
+    sample_max(...)    the largest l / T of the row's strided sample
+    sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
+    store_share(...)   a split's share of a round of the one launch's shared tally, stored
+    early_share(...)   a split's share of the bracket's first round, with drops from the sample's max
+    bits / floats      float32 <-> its bits in an int64 word of the work space
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specverify.kernels.triton_cut import DROP
+
+
+@triton.jit
+def sample_max(row_ptr, V, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The largest l / T of the row's strided sample (``sample_tile``)."""
+    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    for start in range(0, NS, BLOCK_R):
+        best = tl.maximum(best, sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R))
+    return tl.max(best, axis=0)
+
+
+@triton.jit
+def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
+    NS / CH chunks spread evenly from the row's start to its end."""
+    i = start + tl.arange(0, BLOCK_R)
+    pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
+    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def sample_run(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr,
+                NG: tl.constexpr, BLOCK_R: tl.constexpr, first, every):
+    """(count, sum of e, sum of e^2) of the sample's tiles first, first + every, ... (BLOCK_R entries a tile) with
+    l / T >= cand; the sums are zero unless MASS (top-k's bracket counts alone). The tallies are [NG, BLOCK_R],
+    candidates across each thread's registers and samples across threads: a sample's e and e^2 are computed once
+    and stay in the thread that compares them (samples across registers would move each through shared memory
+    and square it once a candidate)."""
+    cnt = tl.zeros([NG, BLOCK_R], tl.float32)
+    s1 = tl.zeros([NG, BLOCK_R], tl.float32)
+    s2 = tl.zeros([NG, BLOCK_R], tl.float32)
+    step = every * BLOCK_R
+    # the loads run two tiles ahead of the tallies, as in ``sweep``
+    ahead1 = sample_tile(row_ptr, V, first * BLOCK_R, inv_t, NS, CH, BLOCK_R)
+    ahead2 = sample_tile(row_ptr, V, first * BLOCK_R + step, inv_t, NS, CH, BLOCK_R)
+    for start in range(first * BLOCK_R, NS, step):
+        x = ahead1
+        ahead1 = ahead2
+        ahead2 = sample_tile(row_ptr, V, start + 2 * step, inv_t, NS, CH, BLOCK_R)
+        # a compare to 1.0 or 0.0 and a multiply-add a sum: the same sums as a select and an add, in fewer
+        # instructions; a NaN logit compares false, and its e is 0 since 0 * NaN would be NaN
+        ge = (x[None, :] >= cand[:, None]).to(tl.float32)
+        cnt += ge
+        if MASS:
+            e = tl.where(x == x, tl.exp(x - m), 0.0)
+            s1 += ge * e[None, :]
+            s2 += ge * (e * e)[None, :]
+    return tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1)
+
+
+@triton.jit
+def bits(x):
+    """float32 -> its bits in an int64 word of the work space."""
+    return x.to(tl.int32, bitcast=True).to(tl.int64)
+
+
+@triton.jit
+def floats(w):
+    """``bits``' int64 words -> float32."""
+    return w.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def drop_grid(NG: tl.constexpr):
+    """[NG] drops from the row's max of the bracket's first round: DROP (g / (NG - 1))^2, denser near the max."""
+    g = tl.arange(0, NG)
+    return DROP * (g / (NG - 1)) * (g / (NG - 1))
+
+
+@triton.jit
+def early_share(row_ptr, V, inv_t, o, split, share_ptr, SF, by_mass, NS: tl.constexpr, CH: tl.constexpr,
+                NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_MASS: tl.constexpr):
+    """Split ``split``'s share of the bracket's first round (``triton_bracket``'s SHARED tally: [3, G] words at
+    share_ptr + split 3 G), with the drops of ``drop_grid`` taken from o, the sample's max, instead of the row's
+    max, which pass 1 has not found yet: by mass (by_mass, top-p alone; G = NG) or by count (G = NG_COUNT)."""
+    if by_mass:
+        store_share(row_ptr, V, o - drop_grid(NG), inv_t, o, True, NS, CH, NG, BLOCK_MASS, share_ptr, split, SF)
+    else:
+        store_share(row_ptr, V, o - drop_grid(NG_COUNT), inv_t, o, False, NS, CH, NG_COUNT, BLOCK_R, share_ptr, split,
+                    SF)
+
+
+@triton.jit
+def store_share(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
+           BLOCK_R: tl.constexpr, share_ptr, split, SF):
+    """``sample_run`` of split ``split``'s tiles of the sample, stored at share_ptr + split 3 NG as [3, NG] words."""
+    c, t1, t2 = sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, split, SF)
+    mine = share_ptr + split * (3 * NG) + tl.arange(0, NG)
+    tl.store(mine, bits(c))
+    tl.store(mine + NG, bits(t1))
+    tl.store(mine + 2 * NG, bits(t2))
