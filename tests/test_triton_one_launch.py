@@ -21,12 +21,13 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
-                                             pytest.param(1, 0, id="scan-gather"),
-                                             pytest.param(2, 0, id="lane-gather"),
-                                             pytest.param(2, 1, id="lane-gather-row-tally"),
-                                             pytest.param(0, 1, id="row-tally")])
-def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, small_gather, monkeypatch):
+@pytest.mark.parametrize("scan, row_tally, early", [pytest.param(0, 0, 0, id="atomic-gather"),
+                                                    pytest.param(1, 0, 0, id="scan-gather"),
+                                                    pytest.param(2, 0, 0, id="lane-gather"),
+                                                    pytest.param(2, 1, 0, id="lane-gather-row-tally"),
+                                                    pytest.param(2, 1, 1, id="early-round"),
+                                                    pytest.param(0, 1, 0, id="row-tally")])
+def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, early, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
     index, Z', the way found) must be those of
@@ -37,8 +38,11 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
     slot handed twice, a count that leaves tokens out, or a second pass that finds other tokens changes the
     records, and
     one that overflows the split's region must still send the row down the slow path. With the row's bucket
-    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow."""
+    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow.
+    With the bracket's first round tallied with pass 1 (ONE_LAUNCH_EARLY_ROUND), the rows past their request's
+    drafts, which have no logits, load no sample."""
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_EARLY_ROUND", early)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", row_tally)
     for seed, V in ((11, 160), (4, 40)):
         rows = _rows(seed, 4, V, device)

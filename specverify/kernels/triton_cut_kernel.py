@@ -54,7 +54,7 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
-from specverify.kernels.triton_sample import sample_tile
+from specverify.kernels.triton_sample import early_sample
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
@@ -116,8 +116,9 @@ def _cut_kernel(
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
             early = None
             if EARLY:       # the sample's loads issued first, so that pass 1 runs while they are in flight
-                sample = sample_tile(row_ptr, V, 0, inv_t, NS, CH, NS)
-                early = (on & (k_on | p_on) & (V > CAP), sample, row_ptr, V, inv_t, p_on & ~k_on,
+                bracketed = live & on & (k_on | p_on) & (V > CAP)
+                sample = early_sample(row_ptr, V, inv_t, bracketed, NS, CH)
+                early = (bracketed, sample, row_ptr, V, inv_t, p_on & ~k_on,
                          bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT), SF)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,

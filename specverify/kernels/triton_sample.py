@@ -3,6 +3,7 @@ round computed with pass 1 in the one launch (``triton_handoff``'s EARLY). ``@tr
 (request b's row j at ``row_ptr``, V entries; ``inv_t`` = 1 / T):
 
     sample_max(...)    the largest l / T of the row's strided sample
+    early_sample(...)  the whole sample at once, loaded before pass 1 for the early round
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
     early_share(...)   a split's share of the bracket's first round, with drops from the sample's max
@@ -31,8 +32,23 @@ def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BL
     """[BLOCK_R] l / T of sample entries start, start + 1, ... (-inf at and past NS): chunks of CH logits,
     NS / CH chunks spread evenly from the row's start to its end."""
     i = start + tl.arange(0, BLOCK_R)
-    pos = ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
-    return tl.load(row_ptr + pos, mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def early_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
+    """[NS] l / T of the whole sample (``sample_tile``), or -inf where not ``wanted`` (a row past its request's
+    drafts has no logits at row_ptr)."""
+    i = tl.arange(0, NS)
+    # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
+    live = tl.where(wanted, i < NS, False)
+    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def _sample_at(i, V, NS: tl.constexpr, CH: tl.constexpr):
+    """The row positions of sample entries i: NS / CH chunks of CH logits spread evenly from its start to its end."""
+    return ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
 
 
 @triton.jit

@@ -6,7 +6,7 @@
 #   B = 1 and 3 of top-k's: folder 2-slots, "last search: entered" to "copied");
 # - ONE_LAUNCH_EARLY_ROUND=1: each split tallies its share of the bracket's first round with its pass-1 partials,
 #   with drops from the sample's max, and publishes both at once (the first round's own share and wait take 3 us
-#   of top-k's launch and 4.5 of top-p's: "norms" to "round 1 all"); 228 registers a thread against 188.
+#   of top-k's launch and 4.5 of top-p's: "norms" to "round 1 all"); 229 registers a thread against 188.
 # `bash next_call.sh stamps` (about 300 s on a fresh machine): the phases under each, and both, in one process;
 # `bash next_call.sh latency V` (about 250 s): the latency in turn of variant V against the defaults;
 # `bash next_call.sh tests` (about 400 s cold): the six filter test files on CUDA, after a default changes.
