@@ -1,9 +1,8 @@
 """The sample bracket of the target-filter cut (SPEC 3.4), which ``triton_cut_kernel``'s launches call: from a strided
 sample of a row, the interval of order keys that should hold its crossing, so that one read gathers the
 tokens to search. ``@triton.jit`` functions on one row (request b's row j at ``row_ptr``, V entries; ``m`` the
-row's max of l / T, ``inv_t`` = 1 / T):
+row's max of l / T, ``inv_t`` = 1 / T; the sample and its tallies are ``triton_sample``'s):
 
-    sample_max(...)   the largest l / T of the row's sample
     bracket(...)      -> int64 keys [lo, hi): gather the tokens in it, sum those at or above hi
     pre_bracket(...)  stage 4's bracket of a top-k row before pass 1 (``triton_filter``'s PRE plan)
 
@@ -34,10 +33,10 @@ EARLY_SPAN = tl.constexpr(40.0)
 def _tally(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
            BLOCK_R: tl.constexpr, share_ptr, word_ptr, SF, SPIN, SHARED: tl.constexpr, BLOCK_F: tl.constexpr,
            stamps=None, STAMPS: tl.constexpr = False, PHASE: tl.constexpr = 0):
-    """``_sample_run`` of the whole sample: by this program alone, or with SHARED by the row's SF programs, each
-    tallying its share to share_ptr [SF, 3, NG] and publishing it at word_ptr (``triton_handoff.publish``),
-    then summing the shares in split order. STAMPS (SHARED): stamps PHASE once its own share is stored, and
-    PHASE + 1 once every share is in (``triton_cut.stamp``)."""
+    """``triton_sample.sample_run`` of the whole sample: by this program alone, or with SHARED by the row's SF
+    programs, each tallying its share to share_ptr [SF, 3, NG] and publishing it at word_ptr
+    (``triton_handoff.publish``), then summing the shares in split order. STAMPS (SHARED): stamps PHASE once its
+    own share is stored, and PHASE + 1 once every share is in (``triton_cut.stamp``)."""
     if SHARED:
         own = tl.program_id(2)
         full = (tl.full([], 1, tl.int64) << SF.to(tl.int64)) - 1

@@ -7,6 +7,7 @@ moves every split's down to follow each other (``compact``). ``@triton.jit`` fun
                                       an atomic count (NW = 0, one group a split), or by a scan of the tile
                                       (NW = SCAN, one group a split); with NW = LANES, only counted a lane
     gather_lanes(...)                 the lane gather's second pass: each lane's tokens from its place on
+    order_key(v) / logit_tile(...)    a float32's order key, which a gathered token carries; a tile of logits
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
     claim(...) / pack(...)            in the one-launch plan, a split's place in its row's list, and its tokens
                                       copied there
