@@ -232,6 +232,19 @@ def _brackets(rows: int) -> torch.Tensor:
     return works[0][:2 * rows].view(rows, 2).cpu().clone()
 
 
+def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
+    """8 rows of 3,000 logits, each filtered by top-k or top-p (one with min-p too), behind a sample of 64 chunks
+    of 8 and a capacity of 256 gathered tokens, which sends some rows down the slow path: the sample bracket's
+    cases."""
+    monkeypatch.setattr(triton_filter, "CAP", 256)
+    monkeypatch.setattr(triton_filter, "NS", 512)
+    monkeypatch.setattr(triton_filter, "CH", 8)
+    return dataclasses.replace(_rows(5, 8, 3000, device),
+                               top_k=torch.tensor([50, 0, 300, 0, 20, 0, 120, 0], device=device),
+                               top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.99, 1.0, 0.7], device=device),
+                               min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, share_tile", [
     pytest.param(None, None, id="spin"), pytest.param(None, 8, id="spin-narrow-tiles"),
@@ -251,13 +264,7 @@ def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     if share_tile is not None:
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SHARE_TILE", share_tile)
-    monkeypatch.setattr(triton_filter, "CAP", 256)
-    monkeypatch.setattr(triton_filter, "NS", 512)
-    monkeypatch.setattr(triton_filter, "CH", 8)
-    batch = _rows(5, 8, 3000, device)
-    batch = dataclasses.replace(batch, top_k=torch.tensor([50, 0, 300, 0, 20, 0, 120, 0], device=device),
-                                top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.99, 1.0, 0.7], device=device),
-                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device))
+    batch = _bracketed_rows(device, monkeypatch)
     plan = dict(block_v=256)
     shared_launches, shared, _ = _cut_and_partials(batch, 0, **plan)
     shared_brackets = _brackets(8)
@@ -287,17 +294,10 @@ def test_first_round_with_pass_one_leaves_the_records_of_the_round_after_it(devi
     split take over whatever split is unpublished at its first look, early share and all."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
-    monkeypatch.setattr(triton_filter, "CAP", 256)
-    monkeypatch.setattr(triton_filter, "NS", 512)
-    monkeypatch.setattr(triton_filter, "CH", 8)
-    batch = _rows(5, 8, 3000, device)
+    batch = _bracketed_rows(device, monkeypatch)
     logits = batch.target_logits.clone()
     logits[7, 1001] = 500.0     # not a sampled position: the sample's chunks of 8 start at multiples of 46
-    batch = dataclasses.replace(batch, target_logits=logits,
-                                top_k=torch.tensor([50, 0, 300, 0, 20, 0, 120, 0], device=device),
-                                top_p=torch.tensor([1.0, 0.9, 0.8, 0.5, 0.95, 0.99, 1.0, 0.7], device=device),
-                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device),
-                                temperature=torch.ones(8, device=device))
+    batch = dataclasses.replace(batch, target_logits=logits, temperature=torch.ones(8, device=device))
     plan = dict(block_v=256)
     late_launches, late, _ = _cut_and_partials(batch, 0, **plan)
     late_brackets = _brackets(8)

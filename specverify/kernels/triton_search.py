@@ -93,11 +93,10 @@ def _keep_narrow(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.con
     the one pass over every gathered token that a search from a narrow interval makes, where the narrow
     interval's few tokens make the copy's stores few."""
     copied = tl.zeros([], tl.int32)
-    ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+    ahead = _list_tile(src_ptr, 0, n, BLOCK)
     for start in range(0, n, BLOCK):
         packed = ahead
-        i = start + BLOCK + tl.arange(0, BLOCK)
-        ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+        ahead = _list_tile(src_ptr, start + BLOCK, n, BLOCK)
         inside = _between(packed, a, b)
         at = copied + tl.cumsum(inside.to(tl.int32), 0) - 1
         tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
@@ -111,20 +110,18 @@ def _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.cons
     """``_keep_narrow`` in two passes over src, with no exchange between warps a tile: each lane counts its
     tokens with keys in [a, b), then stores them from its place, the count of the lanes before it (one scan)."""
     count = tl.zeros([BLOCK], tl.int32)
-    ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+    ahead = _list_tile(src_ptr, 0, n, BLOCK)
     for start in range(0, n, BLOCK):
         packed = ahead
-        i = start + BLOCK + tl.arange(0, BLOCK)
-        ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+        ahead = _list_tile(src_ptr, start + BLOCK, n, BLOCK)
         count += _between(packed, a, b).to(tl.int32)
     at = tl.cumsum(count, 0) - count
     copied = tl.sum(count, axis=0)
     if copied > 0:
-        ahead = tl.load(src_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n, other=NONE)
+        ahead = _list_tile(src_ptr, 0, n, BLOCK)
         for start in range(0, n, BLOCK):
             packed = ahead
-            i = start + BLOCK + tl.arange(0, BLOCK)
-            ahead = tl.load(src_ptr + i, mask=i < n, other=NONE)
+            ahead = _list_tile(src_ptr, start + BLOCK, n, BLOCK)
             inside = _between(packed, a, b)
             tl.store(dst_ptr + at, packed, mask=inside & (at < SCRATCH))
             at += inside.to(tl.int32)
@@ -139,6 +136,13 @@ def _keep_wide(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.const
         return _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH, BLOCK)
     else:
         return _keep_narrow(src_ptr, n, dst_ptr, a, b, SCRATCH, BLOCK)
+
+
+@triton.jit
+def _list_tile(src_ptr, start, n, BLOCK: tl.constexpr):
+    """[BLOCK] gathered tokens of the n at src_ptr from start (NONE past n)."""
+    i = start + tl.arange(0, BLOCK)
+    return tl.load(src_ptr + i, mask=i < n, other=NONE)
 
 
 @triton.jit
