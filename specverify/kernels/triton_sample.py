@@ -115,7 +115,7 @@ def early_share(row_ptr, V, inv_t, o, split, share_ptr, SF, by_mass, NS: tl.cons
 
 @triton.jit
 def store_share(row_ptr, V, cand, inv_t, m, MASS: tl.constexpr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
-           BLOCK_R: tl.constexpr, share_ptr, split, SF):
+                BLOCK_R: tl.constexpr, share_ptr, split, SF):
     """``sample_run`` of split ``split``'s tiles of the sample, stored at share_ptr + split 3 NG as [3, NG] words."""
     c, t1, t2 = sample_run(row_ptr, V, cand, inv_t, m, MASS, NS, CH, NG, BLOCK_R, split, SF)
     mine = share_ptr + split * (3 * NG) + tl.arange(0, NG)
