@@ -21,13 +21,12 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("scan, row_tally, early", [pytest.param(0, 0, 0, id="atomic-gather"),
-                                                    pytest.param(1, 0, 0, id="scan-gather"),
-                                                    pytest.param(2, 0, 0, id="lane-gather"),
-                                                    pytest.param(2, 1, 0, id="lane-gather-row-tally"),
-                                                    pytest.param(2, 1, 1, id="early-round"),
-                                                    pytest.param(0, 1, 0, id="row-tally")])
-def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, early, small_gather, monkeypatch):
+@pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
+                                             pytest.param(1, 0, id="scan-gather"),
+                                             pytest.param(2, 0, id="lane-gather"),
+                                             pytest.param(2, 1, id="lane-gather-row-tally"),
+                                             pytest.param(0, 1, id="row-tally")])
+def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
     index, Z', the way found) must be those of
@@ -38,11 +37,8 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
     slot handed twice, a count that leaves tokens out, or a second pass that finds other tokens changes the
     records, and
     one that overflows the split's region must still send the row down the slow path. With the row's bucket
-    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow.
-    With the bracket's first round tallied with pass 1 (ONE_LAUNCH_EARLY_ROUND), the rows past their request's
-    drafts, which have no logits, load no sample."""
+    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow."""
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_EARLY_ROUND", early)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", row_tally)
     for seed, V in ((11, 160), (4, 40)):
         rows = _rows(seed, 4, V, device)
@@ -279,42 +275,37 @@ def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("spin", [
-    pytest.param(None, id="spin"), pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+@pytest.mark.parametrize("spin, round_ng", [
+    pytest.param(None, 128, id="spin-128"), pytest.param(None, 16, id="spin-16"),
+    pytest.param(0, 128, id="take-over", marks=pytest.mark.skipif(
         DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
-def test_first_round_with_pass_one_leaves_the_records_of_the_round_after_it(device, spin, monkeypatch):
-    """With ONE_LAUNCH_EARLY_ROUND each split tallies its share of the sample bracket's first round with its pass-1
-    partials, with drops from the sample's max (pass 1 has not found the row's yet), and the handoff publishes both
-    (``triton_sample.early_share``). The brackets then differ from those of the round after the norms, whose drops
-    are from the row's max: on most rows here (a row whose bracket ends on a tie group's value may keep it), so the
-    early shares are what the bracket used. The records (cut value and index, Z', how the cut was found) must be
-    the same either way, on rows bracketed by count and by mass, rows that the small capacity sends down the slow
-    path, and a row whose one large logit lies outside the sample, so far above the sample's max that the early
-    sums would vanish: the bracket tallies its first round after the norms there. On CUDA, spin 0 makes every
-    split take over whatever split is unpublished at its first look, early share and all."""
+def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_ng, monkeypatch):
+    """With ONE_LAUNCH_ROUND_NG the one launch's splits tally the sample bracket in one round of that many points,
+    whose end cells are the bracket, where two rounds refine the first's cells after a second rendezvous
+    (``triton_bracket``'s ROUND_NG). The brackets then differ from the two rounds' on most rows, so that the one
+    round is what found them; the records (cut value and index, Z') must be the same either way, on rows bracketed
+    by count and by mass and rows that the small capacity sends down the slow path, where a bracket wider than the
+    two rounds' may send one more. 128 points need more room for their shares than two rounds of 32 and 16. On
+    CUDA, spin 0 makes every split take over whatever share is unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
-    logits = batch.target_logits.clone()
-    logits[7, 1001] = 500.0     # not a sampled position: the sample's chunks of 8 start at multiples of 46
-    batch = dataclasses.replace(batch, target_logits=logits, temperature=torch.ones(8, device=device))
     plan = dict(block_v=256)
-    late_launches, late, _ = _cut_and_partials(batch, 0, **plan)
-    late_brackets = _brackets(8)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_EARLY_ROUND", 1)
-    # the late round's shares and sums left in the work space read as NaN: a share the early round did not
-    # publish must not be summed
+    two_launches, two, _ = _cut_and_partials(batch, 0, **plan)
+    two_brackets = _brackets(8)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", round_ng)
+    # the two rounds' shares and sums left in the work space read as NaN: a share the one round did not publish
+    # must not be summed
     for work, *_ in triton_filter._buffers.values():
         work.fill_(0x7FC00000)
-    early_launches, early, _ = _cut_and_partials(batch, 0, **plan)
-    early_brackets = _brackets(8)
-    assert early_launches == late_launches == [("_cut_kernel", 3, True, True)]
+    one_launches, one, _ = _cut_and_partials(batch, 0, **plan)
+    one_brackets = _brackets(8)
+    assert one_launches == two_launches == [("_cut_kernel", 3, True, True)]
     metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
-    assert [meta["EARLY"] for meta in metas] == [True]
-    assert torch.equal(early, late), (early != late).nonzero().tolist()
-    # the spiked row keeps the late round's bracket; every other row's moved with the early round's drops
-    assert torch.equal(early_brackets[7], late_brackets[7])
-    moved = [r for r in range(7) if not torch.equal(early_brackets[r], late_brackets[r])]
-    assert len(moved) >= 4, (early_brackets, late_brackets)
-    # each row found the same way, from the gathered bracket (by count and by mass) or by the slow path
-    assert torch.equal(early[5], late[5]) and set(late[5].tolist()) == {1.0, 2.0}, (early[5], late[5])
+    assert [meta["ROUND_NG"] for meta in metas] == [round_ng]
+    assert torch.equal(one[:5], two[:5]), (one[:5] != two[:5]).nonzero().tolist()
+    moved = [r for r in range(8) if not torch.equal(one_brackets[r], two_brackets[r])]
+    assert len(moved) >= 4, (one_brackets, two_brackets)
+    # rows found from the gathered bracket and by the slow path, which takes at most one more with one round
+    assert set(two[5].tolist()) == set(one[5].tolist()) == {1.0, 2.0}, (one[5], two[5])
+    assert int((one[5] != two[5]).sum()) <= 1 and bool((one[5] >= two[5]).all()), (one[5], two[5])

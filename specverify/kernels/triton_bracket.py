@@ -24,9 +24,6 @@ from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
 from specverify.kernels.triton_sample import drop_grid, floats, sample_max, sample_run, store_share
 
-# the early round's origin (the sample's max) may lie this far below the row's max: its sums, scaled by
-# exp(origin - max), stay far above float32's smallest normal number
-EARLY_SPAN = tl.constexpr(40.0)
 
 
 @triton.jit
@@ -87,8 +84,8 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
-            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0, o=0.0,
-            EARLY: tl.constexpr = False):
+            BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -97,9 +94,8 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
     point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
     program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``).
-    EARLY (SHARED): the first round's shares were published with pass 1's partials, with drops from o, the
-    sample's max (``triton_sample.early_share``); they stand for the first round where the row's max lies
-    less than EARLY_SPAN above o, and the first round is tallied here otherwise."""
+    ROUND_NG (SHARED): one round alone, of ROUND_NG points for counts and masses alike, BLOCK_ROUND samples a step,
+    whose cells at each end are the bracket: one rendezvous of the row's splits fewer."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -107,12 +103,19 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         lo = tl.full([], KMIN, tl.int64)
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
-        if p_on & ~k_on:
+        if ROUND_NG > 0:
+            if p_on & ~k_on:
+                lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, ROUND_NG,
+                                     BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
+            else:
+                lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
+                                     BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
+        elif p_on & ~k_on:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
-                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, o, EARLY)
+                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
-                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, o, EARLY)
+                                 BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
     return lo, hi
 
 
@@ -120,9 +123,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0, o=0.0, EARLY: tl.constexpr = False):
+                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
-    counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's."""
+    counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's;
+    ONE: the first round's cells are the bracket, and no second round runs."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
     g = tl.arange(0, NG)
     half: tl.constexpr = NG // 2
@@ -133,18 +137,8 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = drop_grid(NG)
     by_mass = p_on & ~k_on
-    early = False
-    if EARLY:
-        early = m - o < EARLY_SPAN      # false where o or m is not finite
-    if early:
-        # the shares' drops are from o, at or below m, and their sums of e and e^2 are of exp(l / T - o)
-        cnt, s1, s2 = _sum_shares(share_ptr, SF, NG, BLOCK_F)
-        scale = tl.exp(o - m)
-        s1, s2 = s1 * scale, s2 * (scale * scale)
-        drop = drop + (m - o)
-    else:
-        cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
-                             SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
+    cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
+                         SHARED, BLOCK_F, stamps, STAMPS, 16)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
@@ -152,13 +146,16 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
     lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
     hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
-    h = (g % half + 1).to(tl.float32) / half
-    drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
-    cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
-                         word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F, stamps, STAMPS, 18)
-    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
-    d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
-    d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
+    if ONE:
+        d_lo, d_hi = lo_b, hi_a
+    else:
+        h = (g % half + 1).to(tl.float32) / half
+        drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
+        cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
+                             word_ptr + word_step, SF, SPIN, SHARED, BLOCK_F, stamps, STAMPS, 18)
+        ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop2, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
+        d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
+        d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
     temperature = 1.0 / inv_t
     lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
     # top-p's crossing lies among what top-k keeps, often above top-k's own: where the whole top-k set is

@@ -54,7 +54,6 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
-from specverify.kernels.triton_sample import early_sample
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
@@ -76,7 +75,7 @@ def _cut_kernel(
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
     BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
-    COPY_LANES: tl.constexpr, EARLY: tl.constexpr,
+    COPY_LANES: tl.constexpr, ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -105,7 +104,7 @@ def _cut_kernel(
         stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
-                               NG + NG_COUNT, SLOTS)
+                               SHARE_G, SLOTS)
             stamp(stamps, 0, 0)
             place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
@@ -114,15 +113,9 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
-            early = None
-            if EARLY:       # the sample's loads issued first, so that pass 1 runs while they are in flight
-                bracketed = live & on & (k_on | p_on) & (V > CAP)
-                sample = early_sample(row_ptr, V, inv_t, bracketed, NS, CH)
-                early = (bracketed, sample, row_ptr, V, inv_t, p_on & ~k_on,
-                         bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT), SF)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,
-                          stamps, STAMPS, early, EARLY, NS, CH, NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
+                          stamps, STAMPS)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
@@ -171,14 +164,11 @@ def _cut_kernel(
                     lo, hi = bounds(work_ptr, rid, V, CAP)
                 else:
                     # with SHARED, the row's splits tally the sample between them (``triton_bracket``)
-                    o = 0.0
-                    if EARLY:
-                        o = tl.max(sample, axis=0)
                     lo, hi = bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP, NS, CH, NG, NG_COUNT,
                                      BLOCK_SAMPLE, BLOCK_MASS,
-                                     bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT),
+                                     bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F, stamps,
-                                     STAMPS, SIGMAS, o, EARLY)
+                                     STAMPS, SIGMAS, ROUND_NG, BLOCK_ROUND)
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)
@@ -196,7 +186,7 @@ def _cut_kernel(
                             bucket_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                         tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
                                         lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK,
-                                        bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, NG + NG_COUNT,
+                                        bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G,
                                                      SLOTS), SLOTS)
                         elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
@@ -223,7 +213,7 @@ def _cut_kernel(
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
-                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOTS, NG + NG_COUNT,
+                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOTS, SHARE_G,
                              SLOW_TILE, COPY_LANES)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))

@@ -123,12 +123,6 @@ ONE_LAUNCH_PASS1, HANDOFF_SPIN = 1, 4096
 # the one launch's splits tally the sample bracket's rounds between them, each its share of the sample's tiles, and
 # hand the shares over as pass 1's partials are (1), where every split tallied the whole sample alone (0)
 ONE_LAUNCH_SHARED = 1
-# with ONE_LAUNCH_PASS1 and ONE_LAUNCH_SHARED, each split tallies its share of the bracket's first round right after
-# its pass-1 partials, with drops from the sample's max (loaded before pass 1), and publishes both at once (1;
-# ``triton_sample.early_share``): one rendezvous and one round fewer after the norms, where the first round's own
-# share and wait take 3 us of top-k's launch at B = 1 and 4.5 of top-p's (docs/benchmarks.md, the
-# twenty-seventh session); not yet timed
-ONE_LAUNCH_EARLY_ROUND = 0
 # the widest sample tile of a split's share there (the narrower of it and the tile that gives every split one; a
 # test narrows it, so that each split tallies several)
 ONE_LAUNCH_SHARE_TILE = 128
@@ -166,6 +160,10 @@ ONE_LAUNCH_BUCKET_SLOTS = 0
 # one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
 # (docs/benchmarks.md, the twenty-seventh session); not yet timed
 ONE_LAUNCH_COPY_LANES = 0
+# the one launch's sample bracket in one round of this many points (a power of 2), its end cells the bracket, where
+# two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at B = 1 the second round
+# and its wait take 3.5 us of top-k's launch and 5.6 of top-p's (docs/benchmarks.md, the twenty-seventh session)
+ONE_LAUNCH_ROUND_NG = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -270,7 +268,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
-             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES", "ONE_LAUNCH_EARLY_ROUND")
+             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES",
+             "ONE_LAUNCH_ROUND_NG")
 
 
 def _settings() -> tuple:

@@ -39,7 +39,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      one_launch_bucket_slots, bracket_sigmas, slow_tile, pack_tile, one_launch_copy_lanes,
-     one_launch_early_round) = settings
+     one_launch_round_ng) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -66,8 +66,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 RANK_BLOCK=max(2, triton.next_power_of_2(min(rank_n, V))), ONLY_RANK=whole and V <= rank_n,
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
-                SLOTS=0, SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, COPY_LANES=False, EARLY=False,
-                num_warps=warps)
+                SLOTS=0, SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, COPY_LANES=False, ROUND_NG=0,
+                BLOCK_ROUND=2, SHARE_G=ng + ng_count, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -94,15 +94,20 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
-            # the first round's shares with pass 1's partials, whose handoff publishes them (``triton_handoff``)
-            one["EARLY"] = bool(one_launch_early_round) and one["PASS1"]
+        if one_launch_round_ng:     # the sample bracket in one round (``triton_bracket``'s ROUND_NG), its shares in
+            # the two rounds' room or more; on the GPU its [ROUND_NG, BLOCK_ROUND] sums take 32 registers a thread each
+            assert one_launch_round_ng >= 2 and one_launch_round_ng & (one_launch_round_ng - 1) == 0, \
+                f"ONE_LAUNCH_ROUND_NG takes a power of 2 of at least 2, not {one_launch_round_ng}"
+            block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
+            one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
+                       SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)))
         # its read gathers one group a split: by an atomic count, a scan of each tile or a second pass from each
         # lane's place (ONE_LAUNCH_SCAN_GATHER 0, 1, 2)
         nw = (0, SCAN.value, LANES.value)[one_launch_scan_gather]
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
         # their sample brackets (``triton_cut.bracket_shares``) and their buckets' slots (``triton_cut.bucket_slots``)
-        words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * (ng + ng_count) + one["TALLY_N"] * one["SLOTS"])
+        words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * one["SHARE_G"] + one["TALLY_N"] * one["SLOTS"])
         if one["STAMPS"]:   # the splits' phase stamps last (``triton_cut.stamp``): a reader finds them from the end
             words += B * K1 * sf * STAMPS_N.value
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)

@@ -37,7 +37,6 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
-from specverify.kernels.triton_sample import early_share
 
 
 @triton.jit
@@ -61,15 +60,10 @@ def publish(word_ptr, split, full, own, patience):
 @triton.jit
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-                  stamps=None, STAMPS: tl.constexpr = False, early=None, EARLY: tl.constexpr = False,
-                  NS: tl.constexpr = 2, CH: tl.constexpr = 1, NG: tl.constexpr = 2, NG_COUNT: tl.constexpr = 2,
-                  BLOCK_SAMPLE: tl.constexpr = 2, BLOCK_MASS: tl.constexpr = 2):
+                  stamps=None, STAMPS: tl.constexpr = False):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
-    unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``).
-    EARLY: each split's share of the sample bracket's first round is computed and published with its partials
-    (``triton_sample.early_share``), where early = (its row on, sample [NS] l / T, row_ptr, V, inv_t, by mass,
-    share_ptr, SF) says so; NS to BLOCK_MASS: the bracket's sample, grids and tiles."""
+    unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``)."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -80,12 +74,6 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
             # one call site: whichever program computes a split runs these very instructions
             plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                         ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B)
-            if EARLY:
-                on, sample, row_ptr, V_row, inv_t, by_mass, share_ptr, SF = early
-                if on & waits:
-                    # the sample's loads were issued before pass 1's: their wait is over by now
-                    early_share(row_ptr, V_row, inv_t, tl.max(sample, axis=0), split, share_ptr, SF, by_mass, NS, CH,
-                                NG, NG_COUNT, BLOCK_SAMPLE, BLOCK_MASS)
             if STAMPS:
                 if turn == 0:
                     stamp(stamps, 15, split)

@@ -1,12 +1,10 @@
-"""The sample of a row that the target-filter cut's bracket tallies (``triton_bracket``), and the bracket's first
-round computed with pass 1 in the one launch (``triton_handoff``'s EARLY). ``@triton.jit`` functions on one row
-(request b's row j at ``row_ptr``, V entries; ``inv_t`` = 1 / T):
+"""The sample of a row that the target-filter cut's bracket tallies (``triton_bracket``), and the one launch's
+shares of its tallies. ``@triton.jit`` functions on one row (request b's row j at ``row_ptr``, V entries; ``inv_t`` =
+1 / T):
 
     sample_max(...)    the largest l / T of the row's strided sample
-    early_sample(...)  the whole sample at once, loaded before pass 1 for the early round
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
-    early_share(...)   a split's share of the bracket's first round, with drops from the sample's max
     bits / floats      float32 <-> its bits in an int64 word of the work space
 """
 
@@ -33,16 +31,6 @@ def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BL
     NS / CH chunks spread evenly from the row's start to its end."""
     i = start + tl.arange(0, BLOCK_R)
     return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
-
-
-@triton.jit
-def early_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
-    """[NS] l / T of the whole sample (``sample_tile``), or -inf where not ``wanted`` (a row past its request's
-    drafts has no logits at row_ptr)."""
-    i = tl.arange(0, NS)
-    # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
-    live = tl.where(wanted, i < NS, False)
-    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
 
 
 @triton.jit
@@ -98,19 +86,6 @@ def drop_grid(NG: tl.constexpr):
     """[NG] drops from the row's max of the bracket's first round: DROP (g / (NG - 1))^2, denser near the max."""
     g = tl.arange(0, NG)
     return DROP * (g / (NG - 1)) * (g / (NG - 1))
-
-
-@triton.jit
-def early_share(row_ptr, V, inv_t, o, split, share_ptr, SF, by_mass, NS: tl.constexpr, CH: tl.constexpr,
-                NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_MASS: tl.constexpr):
-    """Split ``split``'s share of the bracket's first round (``triton_bracket``'s SHARED tally: [3, G] words at
-    share_ptr + split 3 G), with the drops of ``drop_grid`` taken from o, the sample's max, instead of the row's
-    max, which pass 1 has not found yet: by mass (by_mass, top-p alone; G = NG) or by count (G = NG_COUNT)."""
-    if by_mass:
-        store_share(row_ptr, V, o - drop_grid(NG), inv_t, o, True, NS, CH, NG, BLOCK_MASS, share_ptr, split, SF)
-    else:
-        store_share(row_ptr, V, o - drop_grid(NG_COUNT), inv_t, o, False, NS, CH, NG_COUNT, BLOCK_R, share_ptr, split,
-                    SF)
 
 
 @triton.jit
