@@ -280,13 +280,14 @@ def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device
     pytest.param(0, 128, id="take-over", marks=pytest.mark.skipif(
         DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
 def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_ng, monkeypatch):
-    """With ONE_LAUNCH_ROUND_NG the one launch's splits tally the sample bracket in one round of that many points,
-    whose end cells are the bracket, where two rounds refine the first's cells after a second rendezvous
-    (``triton_bracket``'s ROUND_NG). The brackets then differ from the two rounds' on most rows, so that the one
-    round is what found them; the records (cut value and index, Z') must be the same either way, on rows bracketed
-    by count and by mass and rows that the small capacity sends down the slow path, where a bracket wider than the
-    two rounds' may send one more. 128 points need more room for their shares than two rounds of 32 and 16. On
-    CUDA, spin 0 makes every split take over whatever share is unpublished at its first look."""
+    """With ONE_LAUNCH_ROUND_NG the one launch's splits tally a bracket by count (top-k's) in one round of that many
+    points, whose end cells are the bracket, where two rounds refine the first's cells after a second rendezvous
+    (``triton_bracket``'s ROUND_NG). The count brackets then differ from the two rounds', so that the one round is
+    what found them, and the mass brackets (top-p alone) stay the two rounds'. The records (cut value and index,
+    Z') must be the same either way, on rows bracketed by count and by mass and rows that the small capacity sends
+    down the slow path, where a bracket wider than the two rounds' may send one more. 128 points need more room for
+    their shares than two rounds of 32 and 16. On CUDA, spin 0 makes every split take over whatever share is
+    unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
@@ -305,7 +306,7 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
     assert [meta["ROUND_NG"] for meta in metas] == [round_ng]
     assert torch.equal(one[:5], two[:5]), (one[:5] != two[:5]).nonzero().tolist()
     moved = [r for r in range(8) if not torch.equal(one_brackets[r], two_brackets[r])]
-    assert len(moved) >= 4, (one_brackets, two_brackets)
+    assert set(moved) <= {0, 2, 4, 6} and len(moved) >= 3, (one_brackets, two_brackets)
     # rows found from the gathered bracket and by the slow path, which takes at most one more with one round
     assert set(two[5].tolist()) == set(one[5].tolist()) == {1.0, 2.0}, (one[5], two[5])
     assert int((one[5] != two[5]).sum()) <= 1 and bool((one[5] >= two[5]).all()), (one[5], two[5])

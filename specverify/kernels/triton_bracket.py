@@ -94,8 +94,9 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
     point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
     program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``).
-    ROUND_NG (SHARED): one round alone, of ROUND_NG points for counts and masses alike, BLOCK_ROUND samples a step,
-    whose cells at each end are the bracket: one rendezvous of the row's splits fewer."""
+    ROUND_NG (SHARED): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a step, whose
+    cells at each end are the bracket: one rendezvous of the row's splits fewer. (A mass bracket's cells of one
+    round are too wide for top-p's crossing, where the mass is thick: their tokens overflow the gather.)"""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -103,16 +104,12 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         lo = tl.full([], KMIN, tl.int64)
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
-        if ROUND_NG > 0:
-            if p_on & ~k_on:
-                lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, ROUND_NG,
-                                     BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
-            else:
-                lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
-                                     BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
-        elif p_on & ~k_on:
+        if p_on & ~k_on:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
                                  share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+        elif ROUND_NG > 0:
+            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
+                                 BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
                                  BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)

@@ -160,9 +160,11 @@ ONE_LAUNCH_BUCKET_SLOTS = 0
 # one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
 # (docs/benchmarks.md, the twenty-seventh session); not yet timed
 ONE_LAUNCH_COPY_LANES = 0
-# the one launch's sample bracket in one round of this many points (a power of 2), its end cells the bracket, where
-# two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at B = 1 the second round
-# and its wait take 3.5 us of top-k's launch and 5.6 of top-p's (docs/benchmarks.md, the twenty-seventh session)
+# the one launch's sample bracket by count (top-k's) in one round of this many points (a power of 2), its end cells
+# the bracket, where two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at
+# B = 1 the second round and its wait take 3.5 us of top-k's launch. Top-p alone keeps its two rounds: one round's
+# cells of its mass, at 64 or 128 points, overflowed the gather and cost the slow path (docs/benchmarks.md, the
+# twenty-eighth session)
 ONE_LAUNCH_ROUND_NG = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
