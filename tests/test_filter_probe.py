@@ -128,6 +128,14 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
     assert torch.equal(stamps[:, :, 20].flatten(), torch.arange(1, stamps.shape[0] * stamps.shape[1] + 1)), stamps
     stamped = (sets[0].token_ids, sets[0].num_accepted, bench_gpu.last_records(5))
     assert all(torch.equal(a, b) for a, b in zip(plain, stamped))
+    # the count bracket in one round (ONE_LAUNCH_ROUND_NG): the second round's own share and wait stay unstamped
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 64)
+    call(sets[0])
+    filter_stages._stamps_region()[0].zero_()
+    call(sets[0])
+    waits = filter_stages.last_stamps()[:, :, 15:20]
+    assert torch.equal(waits, torch.tensor([16, 17, 18, 0, 0]).expand_as(waits)), waits
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 0)
     ends = filter_stages.phase_stamps(sets[:1], filters, calls=2, warm=0)
     assert ends == pytest.approx(_ENDS), ends
@@ -218,8 +226,10 @@ def test_one_launch_stamps_follow_its_phases_on_the_gpu(monkeypatch):
 def _b1_through_the_bracket(monkeypatch, device: str = "cpu") -> tuple:
     """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on ``device``, with a capacity small
     enough that its rows take the sample bracket, where the plans and the one launch's phases differ. The work
-    spaces start empty, so that the probe's readers (``last_records``, ``last_stamps``) find this test's alone."""
+    spaces start empty, so that the probe's readers (``last_records``, ``last_stamps``) find this test's alone. The
+    bracket takes two rounds, so that every wait has its stamps."""
     monkeypatch.setattr(bench_gpu, "DEVICE", device)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
     monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "CAP", 512)
     monkeypatch.setattr(triton_filter, "NS", 256)

@@ -37,8 +37,11 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
     slot handed twice, a count that leaves tokens out, or a second pass that finds other tokens changes the
     records, and
     one that overflows the split's region must still send the row down the slow path. With the row's bucket
-    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow."""
+    sums (ONE_LAUNCH_ROW_TALLY), the buckets too must be zero again after the call, as the tickets they follow.
+    The one launch's bracket takes the three launches' two rounds here, so that each row's bracket, and so how its
+    cut is found, is theirs (one round is ``test_one_round_bracket_leaves_the_records_of_two_rounds``)."""
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", row_tally)
     for seed, V in ((11, 160), (4, 40)):
         rows = _rows(seed, 4, V, device)
@@ -292,6 +295,7 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
     plan = dict(block_v=256)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
     two_launches, two, _ = _cut_and_partials(batch, 0, **plan)
     two_brackets = _brackets(8)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", round_ng)

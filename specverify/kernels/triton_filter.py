@@ -159,13 +159,13 @@ ONE_LAUNCH_BUCKET_SLOTS = 0
 # passes, each lane counting its own and then storing them from its place (1; ``triton_search._keep_lanes``), where
 # one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
 # (docs/benchmarks.md, the twenty-seventh session); not yet timed
-ONE_LAUNCH_COPY_LANES = 0
+ONE_LAUNCH_COPY_LANES = 1
 # the one launch's sample bracket by count (top-k's) in one round of this many points (a power of 2), its end cells
 # the bracket, where two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at
 # B = 1 the second round and its wait take 3.5 us of top-k's launch. Top-p alone keeps its two rounds: one round's
 # cells of its mass, at 64 or 128 points, overflowed the gather and cost the slow path (docs/benchmarks.md, the
 # twenty-eighth session)
-ONE_LAUNCH_ROUND_NG = 0
+ONE_LAUNCH_ROUND_NG = 64
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
