@@ -22,7 +22,6 @@ from specverify.kernels.triton_filter_plan import one_launch_splits
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
-                                             pytest.param(1, 0, id="scan-gather"),
                                              pytest.param(2, 0, id="lane-gather"),
                                              pytest.param(2, 1, id="lane-gather-row-tally"),
                                              pytest.param(0, 1, id="row-tally")])
@@ -32,8 +31,8 @@ def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_t
     index, Z', the way found) must be those of
     the three launches, on rows that reach the sample bracket and the slow path (the small capacity), rows
     gathered whole and searched (V = 40), and rows that are not filtered or not live (zero drafts beside
-    three). The one launch's read hands out its gather's slots by an atomic add, by a scan of each tile, or
-    counts each lane's tokens and stores them in a second pass from the lane's place (ONE_LAUNCH_SCAN_GATHER): a
+    three). The one launch's read hands out its gather's slots by an atomic add, or counts each lane's tokens
+    and stores them in a second pass from the lane's place (ONE_LAUNCH_SCAN_GATHER 0 or 2): a
     slot handed twice, a count that leaves tokens out, or a second pass that finds other tokens changes the
     records, and
     one that overflows the split's region must still send the row down the slow path. With the row's bucket
@@ -95,7 +94,6 @@ def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("finish_n, scan, row_tally, slots", [(16, 0, 0, 0), (0, 0, 0, 0),
-                                                               pytest.param(16, 1, 0, 0, id="16-scan-gather"),
                                                                pytest.param(16, 2, 0, 0, id="16-lane-gather"),
                                                                pytest.param(16, 0, -256, 0, id="16-lane-copy"),
                                                                pytest.param(0, 0, -64, 0, id="0-lane-copy"),
@@ -115,8 +113,8 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     gathered more tokens is searched; the records
     (cut value and index, Z', the way found) must be those of the search over the whole bracket, with the
     search's ranked end on and off, on rows of every style, including ties at the crossing; and with the read's
-    gather slots handed out by a scan of each tile, or by each lane's count and a second pass
-    (ONE_LAUNCH_SCAN_GATHER 1 and 2), where a token lost or placed twice changes the tallies that the search starts
+    gather slots handed out by each lane's count and a second pass (ONE_LAUNCH_SCAN_GATHER=2), where a token lost or
+    placed twice changes the tallies that the search starts
     from (narrow tiles there: several a split, so that the slots carry over from one tile to the next); and with
     the splits adding their tokens to the row's buckets of the keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys),
     where a token in the wrong bucket, or a bucket sum read the wrong way up, moves the interval the search
@@ -314,3 +312,15 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
     # rows found from the gathered bracket and by the slow path, which takes at most one more with one round
     assert set(two[5].tolist()) == set(one[5].tolist()) == {1.0, 2.0}, (one[5], two[5])
     assert int((one[5] != two[5]).sum()) <= 1 and bool((one[5] >= two[5]).all()), (one[5], two[5])
+
+
+@pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
+                                         ("ONE_LAUNCH_SCAN_GATHER", 1)])
+def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
+    """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
+    a power of 2 has no grid, and the scan gather (1) is gone; the plan refuses either, naming the setting and the
+    value, rather than compiling a kernel that misreads it."""
+    monkeypatch.setattr(triton_filter, name, value)
+    with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):
+        _records(_rows(3, 2, 3000, "cpu"))
+

@@ -141,9 +141,8 @@ ONE_LAUNCH_MAXNREG = 255
 ONE_LAUNCH_STAMPS = 0
 # its read counts each lane's tokens and stores them in a second pass over its part of the row (2;
 # ``triton_gather.gather_lanes``), where an atomic add a tile and warp (0) returns their slots after a round trip to
-# memory that the warp waits on, and a scan of each tile (1; ``triton_gather.SCAN``) exchanges between warps: top-p's
-# read at B = 1 takes 5.7 us with the lanes against 8.9 with the atomic, and the scan was slower still
-# (docs/benchmarks.md, the twenty-third and twenty-seventh sessions)
+# memory that the warp waits on: top-p's read at B = 1 takes 5.7 us with the lanes against 8.9 with the atomic. (1, a
+# scan of each tile, was slower still and is gone; docs/benchmarks.md, the twenty-third and twenty-seventh sessions)
 ONE_LAUNCH_SCAN_GATHER = 2
 # with TALLY_N (a power of 2), its splits add each token to its bucket of the row's TALLY_N sums, which the record
 # loads once (1; ``triton_tally.bucket_pack``), where each split tallies its tokens at every key and the record sums

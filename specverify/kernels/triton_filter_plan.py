@@ -13,7 +13,7 @@ import functools
 import triton
 
 from specverify.kernels.triton_cut import STAMPS_N
-from specverify.kernels.triton_gather import INLINE_ASM, LANES, NPART, SCAN, ballot_meta
+from specverify.kernels.triton_gather import INLINE_ASM, LANES, NPART, ballot_meta
 
 # the interpreter takes wide tiles and neither warps nor register caps (``_options``)
 _INTERPRETED = not INLINE_ASM.value
@@ -96,14 +96,17 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
         if one_launch_round_ng:     # the sample bracket in one round (``triton_bracket``'s ROUND_NG), its shares in
             # the two rounds' room or more; on the GPU its [ROUND_NG, BLOCK_ROUND] sums take 32 registers a thread each
-            assert one_launch_round_ng >= 2 and one_launch_round_ng & (one_launch_round_ng - 1) == 0, \
-                f"ONE_LAUNCH_ROUND_NG takes a power of 2 of at least 2, not {one_launch_round_ng}"
+            if one_launch_round_ng < 2 or one_launch_round_ng & (one_launch_round_ng - 1):
+                raise ValueError(f"ONE_LAUNCH_ROUND_NG takes 0 or a power of 2 of at least 2, not {one_launch_round_ng}")
             block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)))
-        # its read gathers one group a split: by an atomic count, a scan of each tile or a second pass from each
-        # lane's place (ONE_LAUNCH_SCAN_GATHER 0, 1, 2)
-        nw = (0, SCAN.value, LANES.value)[one_launch_scan_gather]
+        # its read gathers one group a split: by an atomic count or a second pass from each lane's place
+        # (ONE_LAUNCH_SCAN_GATHER 0 or 2; the scan of each tile that 1 was timed slower than both and went)
+        if one_launch_scan_gather not in (0, 2):
+            raise ValueError(f"ONE_LAUNCH_SCAN_GATHER takes 0 (an atomic count) or 2 (the lanes), not "
+                             f"{one_launch_scan_gather}")
+        nw = LANES.value if one_launch_scan_gather else 0
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
         # their sample brackets (``triton_cut.bracket_shares``) and their buckets' slots (``triton_cut.bucket_slots``)

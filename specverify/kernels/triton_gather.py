@@ -3,9 +3,9 @@ bracket go to its ``region`` slots of the cut's work space (``triton_cut_kernel`
 moves every split's down to follow each other (``compact``). ``@triton.jit`` functions on one program's tiles:
 
     lane_groups(region, BLOCK_V, NW)  -> each entry's group (its warp) and the slots a group holds
-    gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0), by
-                                      an atomic count (NW = 0, one group a split), or by a scan of the tile
-                                      (NW = SCAN, one group a split); with NW = LANES, only counted a lane
+    gather(...)                       one tile's tokens to their group's slots: by warp ballot (NW > 0) or by
+                                      an atomic count (NW = 0, one group a split); with NW = LANES, only
+                                      counted a lane
     gather_lanes(...)                 the lane gather's second pass: each lane's tokens from its place on
     order_key(v) / logit_tile(...)    a float32's order key, which a gathered token carries; a tile of logits
     gather_start / gather_end         the atomic count zeroed before; the groups' counts written after
@@ -24,9 +24,8 @@ import triton.language as tl
 
 NPART = tl.constexpr(15)    # work-space words per (row, split), as above
 GROUPS = tl.constexpr(8)    # the most lane groups a split's gather has
-SCAN = tl.constexpr(-1)     # the NW of a gather of one group whose slots a scan of each tile hands out (``gather``)
-# and of one whose read counts each lane's tokens, and whose second pass stores them from the lane's place, the count
-# of the lanes before it (``gather_lanes``)
+# the NW of a gather of one group whose read counts each lane's tokens, and whose second pass stores them from the
+# lane's place, the count of the lanes before it (``gather_lanes``)
 LANES = tl.constexpr(-2)
 # ``compact`` moves a ballot split's groups in one tile where each holds at most this, not one dependent load
 # and store a group
@@ -126,10 +125,8 @@ def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.cons
     (``lane_groups``), count [BLOCK_V] int32 its tokens so far; returns count with this tile's. Those past a
     group's ``sub`` slots are counted, not stored. A token's slot is its warp's ballot (``_ballot``): no atomic,
     whose round trip to memory each tile would wait on. With one group (NW = 0, ``ballot_warps``), an atomic
-    add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot; with one group and
-    NW = SCAN, the count of the tile's tokens before it (a scan of the tile, in index order: no atomic, and no
-    round trip to memory, at the cost of the scan's exchange between warps); with NW = LANES, nothing stored, each
-    lane's count kept for ``gather_lanes``."""
+    add on count_ptr (int32, ``count_word``, zero before: ``gather_start``) hands the slot; with NW = LANES,
+    nothing stored, each lane's count kept for ``gather_lanes``."""
     if NW == LANES:
         return count + inside.to(tl.int32)
     packed = _packed(key, offs)
@@ -137,10 +134,6 @@ def gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V: tl.cons
         before, total = _ballot(inside, BLOCK_V, NW)
         at = count + before
         count += total
-    elif NW == SCAN:
-        inside32 = inside.to(tl.int32)
-        at = count + tl.cumsum(inside32, 0) - inside32
-        count += tl.sum(inside32, 0)
     else:
         at = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=inside, sem="relaxed")
     tl.store(group_ptr + at, packed, mask=inside & (at < sub))
@@ -206,15 +199,13 @@ def gather_start(parts_ptr, NW: tl.constexpr):
 
 @triton.jit
 def gather_end(parts_ptr, group, count, NW: tl.constexpr):
-    """Write the split's number of lane groups (word 3) and, for ballot groups and the scan's one, each one's
+    """Write the split's number of lane groups (word 3) and, for ballot groups and the lanes' one, each one's
     count (word 7 on), for ``compact`` and ``claim``."""
     if NW > 0:
         tl.static_assert(NW <= GROUPS, "at most GROUPS lane groups a split")
         tl.store(parts_ptr + 7 + group, count.to(tl.int64))     # a group's lanes store the same count
         tl.store(parts_ptr + 3, tl.full([], NW, tl.int64))
     else:
-        if NW == SCAN:      # every lane holds the count
-            tl.store(parts_ptr + 7, tl.max(count, 0).to(tl.int64))
         if NW == LANES:     # each lane holds its own
             tl.store(parts_ptr + 7, tl.sum(count, 0).to(tl.int64))
         tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
