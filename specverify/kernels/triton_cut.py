@@ -189,34 +189,10 @@ SM_SLOT = tl.constexpr(20)
 
 
 @triton.jit
-def bucket_slots(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr,
-                 NG: tl.constexpr, SLOTS: tl.constexpr):
-    """Row rid's [NT, SLOTS] int64 slots in the one-launch plan's work space, after the bracket's shares: the first
-    SLOTS tokens packed into each of its row-tally buckets (``triton_tally.bucket_pack``), in no order."""
-    return work_ptr + _slots_rows(NR, SF, CAP, SCRATCH, NT, NG) + rid * (NT * SLOTS)
-
-
-@triton.jit
-def _slots_rows(NR, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
-    """The words before the rows' bucket slots (``bucket_slots``) in the work space."""
-    return NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG)
-
-
-@triton.jit
-def slots_from_list(NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
-                    SLOTS: tl.constexpr):
-    """Row rid's ``bucket_slots`` as an int64 offset in words from its ``packed_tokens``, where a search that
-    indexes from the list finds them."""
-    return (_slots_rows(NR, SF, CAP, SCRATCH, NT, NG) - _packed_rows(NR, SF, CAP, SCRATCH)).to(tl.int64) \
-        + rid.to(tl.int64) * (NT * SLOTS - CAP)
-
-
-@triton.jit
-def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
-              SLOTS: tl.constexpr = 0):
-    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the buckets' slots
+def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
+    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the bracket's shares
     (``stamp``)."""
-    return bucket_slots(work_ptr, NR, 0, SF, CAP, SCRATCH, NT, NG, SLOTS) + NR * (NT * SLOTS) \
+    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) \
         + (rid * SF + tl.program_id(2)) * STAMPS_N
 
 

@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, pre_bracket
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request,
                                            cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
                                            stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
@@ -74,7 +74,7 @@ def _cut_kernel(
     FINISH: tl.constexpr, PRE: tl.constexpr, NW_READ: tl.constexpr, NW_COUNT: tl.constexpr, LAZY: tl.constexpr,
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
-    BUCKET_BITS: tl.constexpr, SLOTS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
+    BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     COPY_LANES: tl.constexpr, ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
@@ -104,7 +104,7 @@ def _cut_kernel(
         stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
-                               SHARE_G, SLOTS)
+                               SHARE_G)
             stamp(stamps, 0, 0)
             place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
@@ -185,9 +185,7 @@ def _cut_kernel(
                         if ROW_TALLY:       # tallied in the row's buckets as they are packed
                             bucket_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                         tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
-                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK,
-                                        bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G,
-                                                     SLOTS), SLOTS)
+                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK)
                         elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,
@@ -213,8 +211,8 @@ def _cut_kernel(
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
-                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOTS, SHARE_G,
-                             SLOW_TILE, COPY_LANES)
+                             STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOW_TILE,
+                             COPY_LANES)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:

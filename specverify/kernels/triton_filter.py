@@ -149,11 +149,6 @@ ONE_LAUNCH_SCAN_GATHER = 2
 # the splits' tallies (0); its searches then copy from the list in wide tiles. At 256 keys its record ends 1 to 3 us
 # sooner than the splits' tallies at 64 with top-k or top-p on (docs/benchmarks.md)
 ONE_LAUNCH_ROW_TALLY = 1
-# with the row tally, each bucket also keeps its first ONE_LAUNCH_BUCKET_SLOTS tokens in slots of its own (0: none),
-# so that a key search whose interval is one bucket of at most that many tokens ranks them where they lie, where
-# it copies them out of the whole list (2.7 us of top-k's 4.4 us search, 4.9 of top-p's 7.0); off, since on an H200
-# the pack's wait for its count costs what the search saves (docs/benchmarks.md, the twenty-fifth session)
-ONE_LAUNCH_BUCKET_SLOTS = 0
 # with the row tally, its record's key searches copy their interval's few tokens out of the row's whole list in two
 # passes, each lane counting its own and then storing them from its place (1; ``triton_search._keep_lanes``), where
 # one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
@@ -268,9 +263,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "LAZY_PASS1_MAXNREG", "ONE_LAUNCH_TILE", "ONE_LAUNCH_PROGRAMS", "ONE_LAUNCH_SPLITS", "TALLY_N",
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
-             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "ONE_LAUNCH_BUCKET_SLOTS", "BRACKET_SIGMAS",
-             "SLOW_TILE", "PACK_TILE", "ONE_LAUNCH_COPY_LANES",
-             "ONE_LAUNCH_ROUND_NG")
+             "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
+             "ONE_LAUNCH_COPY_LANES", "ONE_LAUNCH_ROUND_NG")
 
 
 def _settings() -> tuple:

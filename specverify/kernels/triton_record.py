@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, slots_from_list, split_tallies,
+from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, split_tallies,
                                            stamp, weight, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
@@ -30,15 +30,14 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
-                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOTS: tl.constexpr = 0, NG: tl.constexpr = 0,
-                 SLOW_TILE: tl.constexpr = 0, COPY_LANES: tl.constexpr = False):
+                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
+                 COPY_LANES: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
     compacted here; with TALLY_N, each also tallied its tokens at TALLY_N keys as it packed them
     (``triton_tally``), and the search starts from their sums; with ROW_TALLY, from the row's bucket sums at
-    buckets_ptr instead (``triton_tally.bucket_pack``), which it zeroes, and with SLOTS from their slots where a
-    search's interval is one bucket (``triton_cut.bucket_slots``, NG the brackets' grid points). STAMPS: the one
+    buckets_ptr instead (``triton_tally.bucket_pack``), which it zeroes. STAMPS: the one
     launch's record phases stamped at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9
     to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
@@ -52,12 +51,9 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         parts = work_parts(work_ptr, NR, rid, SF, 0)
         # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf: the gathered
         # tokens, or the packed list after every row's scratch
-        slots_at = tl.zeros([], tl.int64)
         if PACKED:
             buf = packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH)
             scr_at = rid.to(tl.int64) * (SCRATCH - CAP) - NR.to(tl.int64) * SCRATCH
-            if SLOTS > 0:
-                slots_at = slots_from_list(NR, rid, SF, CAP, SCRATCH, TALLY_N, NG, SLOTS)
         else:
             buf = work_tokens(work_ptr, NR, rid, SF, CAP)
             scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
@@ -93,8 +89,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
-                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, slots_at,
-                                                              SLOTS, COPY_LANES)
+                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_LANES)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:

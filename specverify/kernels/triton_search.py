@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMIN, NONE, decode, key_value, kept, pick, stamp, unpack, weight
-from specverify.kernels.triton_tally import hinted, one_bucket, row_buckets, row_tallies, tally_keys
+from specverify.kernels.triton_tally import hinted, row_buckets, row_tallies, tally_keys
 
 
 @triton.jit
@@ -204,7 +204,7 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
           FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False,
-          from_slots=False, slot_at=0, SLOTS: tl.constexpr = 0, LANES: tl.constexpr = False):
+          LANES: tl.constexpr = False):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
@@ -212,19 +212,14 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
     buf_ptr's tokens in wide tiles (``_keep_narrow``; LANES: ``_keep_lanes``), one pass of few steps over a long
-    list, or two. SLOTS, from_slots:
-    [a, b) is one row-tally bucket whose ca - cb tokens all lie at buf_ptr + slot_at (``triton_tally.one_bucket``),
-    which the search tallies or ranks instead. STAMPS: stamps 21 on entry, 22 once the steps are done and the
-    last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
+    list, or two. STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens copied, 23 once
+    ranked (``triton_cut.stamp``)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
     c_off, w_off = shift, shift         # F(b) when they moved
-    if SLOTS > 0:
-        if from_slots:      # the bucket's own tokens, as if they had moved there
-            shift, n_src, c_off, w_off = slot_at + shift, ca - cb, cb, wb
     # an interval that starts narrow (the splits' tallies) moves before its first step
     if (b - a > 1) & (ca - cb < SCRATCH) & (2 * (ca - cb) <= n_src) & ((FINISH == 0) | (ca - cb > FINISH)):
         if BY_INDEX:
@@ -256,18 +251,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
         rank_at = scr_at + tl.zeros([], tl.int64)
         if (b - a > 1) & (ca - cb <= FINISH):
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
-            if SLOTS > 0:
-                on_slots = from_slots & (shift != scr_at)
-            else:
-                on_slots = False
-            if on_slots:    # still the bucket's: ranked where they lie, or the interval's copied out of them
-                if n_src == ca - cb:
-                    rank_at = shift
-                else:
-                    n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
-                                          BLOCK_R)
-                    c_off, w_off = cb, wb
-            elif WIDE and not BY_INDEX:
+            if WIDE and not BY_INDEX:
                 if shift != scr_at:
                     n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
                     c_off, w_off = cb, wb
@@ -292,8 +276,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, slots_at=0, SLOTS: tl.constexpr = 0,
-            COPY_LANES: tl.constexpr = False):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, COPY_LANES: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -302,8 +285,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
     tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles (COPY_LANES: in two
-    passes, ``_keep_lanes``), or with SLOTS works on
-    the bucket slots at buf_ptr + slots_at where its interval is one bucket they hold. STAMPS: its phases
+    passes, ``_keep_lanes``). STAMPS: its phases
     stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
     group; 21 to 23 the last key search's steps (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
@@ -327,14 +309,11 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
-        from_slots, slot_at = False, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
-            if SLOTS > 0:
-                from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS, from_slots, slot_at, SLOTS, COPY_LANES)
+                                                      stamps, STAMPS, COPY_LANES)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -344,15 +323,11 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
         a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
-        from_slots, slot_at = False, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
-            if SLOTS > 0:
-                from_slots, slot_at = one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS, NT)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS, from_slots, slot_at, SLOTS,
-                                                      COPY_LANES)
+                                                      ROW_TALLY, stamps, STAMPS, COPY_LANES)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept

@@ -11,7 +11,6 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
     row_buckets(...)        -> the row's tallies [NT] from those buckets (ONE_LAUNCH_ROW_TALLY)
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
-    one_bucket(...)         whether an interval is one bucket whose tokens its slots hold (ONE_LAUNCH_BUCKET_SLOTS)
 
 Work space per (row, split): [NT] counts, then [NT] masses (``triton_cut.split_tallies``).
 """
@@ -53,14 +52,13 @@ def _key_at(t, lo, hi, va, vb, usable, NT: tl.constexpr):
 
 @triton.jit
 def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi, inv_t, m, CAP: tl.constexpr,
-                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, slots_ptr=None, SLOTS: tl.constexpr = 0):
+                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr):
     """``triton_gather.pack`` of one split that also adds each token's count and mass to its bucket of the row's
     [2, NT] int64 sums at row_ptr (counts, then masses; zero before the row's first split): bucket t holds the
     keys in [key t, key t + 1) of ``tally_keys(lo, hi, NT)``, found by a binary search of BITS = log2(NT) steps
     over the keys, each computed where it is compared (``_key_at``). The record's tallies are the buckets'
     sums from the top (``row_buckets``): one load of the row's, where ``tally_pack`` leaves SF splits' of them,
-    and a token's cost does not grow with NT. SLOTS: a token whose count add finds fewer than SLOTS before it in
-    its bucket is also stored at that place of the bucket's slots ([NT, SLOTS] at slots_ptr)."""
+    and a token's cost does not grow with NT."""
     n, at, copied = claim(parts_ptr, region, total_ptr, CAP)
     va, vb, usable = _key_span(lo, hi)
     for start in range(0, n, BLOCK):
@@ -73,24 +71,8 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
         for bit in tl.static_range(BITS):
             up = bucket + (NT >> (bit + 1))
             bucket = tl.where(_key_at(up, lo, hi, va, vb, usable, NT) <= key, up, bucket)
-        slot = tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
-        if SLOTS > 0:
-            # the count before this token's add is its place in the bucket: the add waits for its answer here
-            tl.store(slots_ptr + bucket * SLOTS + slot, packed, mask=valid & (slot < SLOTS))
+        tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
         tl.atomic_add(row_ptr + NT + bucket, weight(e), mask=valid, sem="relaxed")
-
-
-@triton.jit
-def one_bucket(keys, a, b, ca, cb, hi, slots_at, SLOTS: tl.constexpr, NT: tl.constexpr):
-    """(whether [a, b) is exactly one bucket of ``bucket_pack``'s, every one of whose ca - cb tokens its slots
-    hold, the offset of those slots: slots_at, the row's, plus the bucket's), keys the row's ``tally_keys`` and
-    hi the end of its last bucket."""
-    jt = tl.arange(0, NT)
-    # a token's bucket is the last key at or below its own, as the binary search finds it
-    t = tl.sum((keys <= a).to(tl.int32), axis=0) - 1
-    after = tl.where(t == NT - 1, hi, tl.sum(tl.where(jt == t + 1, keys, 0), axis=0))
-    whole = (a == tl.sum(tl.where(jt == t, keys, 0), axis=0)) & (b == after)
-    return whole & (ca - cb <= SLOTS), slots_at + t.to(tl.int64) * SLOTS
 
 
 @triton.jit
