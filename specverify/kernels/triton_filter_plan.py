@@ -90,7 +90,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one_launch_row_tally and one["TALLY_N"] > 0:     # the row's buckets, a binary search of the keys deep
             assert tally_n & (tally_n - 1) == 0, f"ONE_LAUNCH_ROW_TALLY takes a power of 2 TALLY_N, not {tally_n}"
             one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, TALLY_BLOCK=1024 if wide else pack_tile,
-                       COPY_LANES=int(one_launch_copy_lanes))
+                       COPY_LANES=bool(one_launch_copy_lanes))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))

@@ -139,27 +139,6 @@ def _keep_wide(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.const
 
 
 @triton.jit
-def _pick_between(src_ptr, n, a, b, FINISH: tl.constexpr, BLOCK: tl.constexpr):
-    """[FINISH] the tokens with keys in [a, b) of the n at src_ptr, in list order, NONE past them, where at most
-    FINISH lie there: each tile's are placed by a scan of the tile and picked into registers by a one-hot sum, so
-    that the rank reads no copy back from memory."""
-    j = tl.arange(0, FINISH)
-    picked = tl.zeros([FINISH], tl.int64)
-    filled = tl.zeros([FINISH], tl.int32)
-    before = tl.zeros([], tl.int32)
-    ahead = _list_tile(src_ptr, 0, n, BLOCK)
-    for start in range(0, n, BLOCK):
-        packed = ahead
-        ahead = _list_tile(src_ptr, start + BLOCK, n, BLOCK)
-        inside = _between(packed, a, b).to(tl.int32)
-        hit = (inside[:, None] > 0) & ((before + tl.cumsum(inside, 0) - inside)[:, None] == j[None, :])
-        picked += tl.sum(tl.where(hit, packed[:, None], 0), axis=0)
-        filled += tl.sum(hit.to(tl.int32), axis=0)
-        before += tl.sum(inside, axis=0)
-    return tl.where(filled > 0, picked, NONE)
-
-
-@triton.jit
 def _list_tile(src_ptr, start, n, BLOCK: tl.constexpr):
     """[BLOCK] gathered tokens of the n at src_ptr from start (NONE past n)."""
     i = start + tl.arange(0, BLOCK)
@@ -201,17 +180,10 @@ def _ascending(x, NC: tl.constexpr):
 def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
                  BY_MASS: tl.constexpr, FINISH: tl.constexpr):
     """``_find``'s result over the n <= FINISH tokens at src_ptr, which are all those of the interval, with
-    F(b) = (c_off, w_off) (``_rank_tokens``)."""
-    i = tl.arange(0, FINISH)
-    return _rank_tokens(tl.load(src_ptr + i, mask=i < n, other=NONE), c_off, w_off, target, base, key_eq, inv_t, m,
-                        BY_INDEX, BY_MASS)
-
-
-@triton.jit
-def _rank_tokens(packed, c_off, w_off, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr, BY_MASS: tl.constexpr):
-    """``_find``'s result over the tokens ``packed`` (NONE: none), which are all those of the interval, with
     F(b) = (c_off, w_off): F at each token's value by comparing every token with every other at once; the
     largest value reaching target is the answer (the interval's smallest does)."""
+    i = tl.arange(0, FINISH)
+    packed = tl.load(src_ptr + i, mask=i < n, other=NONE)
     valid, value = _values(packed, key_eq, BY_INDEX)
     _, _, _, e = decode(packed, inv_t, m)
     w = tl.where(valid, weight(e), 0)
@@ -240,9 +212,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
     buf_ptr's tokens in wide tiles (``_keep_narrow``; LANES: ``_keep_lanes``), one pass of few steps over a long
-    list, or two, and with LANES == 2 ranks the few it would copy for the finish where it picks them into
-    registers (``_pick_between``). STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens
-    copied, 23 once ranked (``triton_cut.stamp``)."""
+    list, or two. STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens copied, 23 once
+    ranked (``triton_cut.stamp``)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
@@ -280,15 +251,9 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
         rank_at = scr_at + tl.zeros([], tl.int64)
         if (b - a > 1) & (ca - cb <= FINISH):
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
-            tokens = tl.full([FINISH], NONE, tl.int64)
-            in_hand = tl.zeros([], tl.int32)
             if WIDE and not BY_INDEX:
                 if shift != scr_at:
-                    if LANES == 2:
-                        tokens = _pick_between(buf_ptr, n_src, a, b, FINISH, BLOCK_R)
-                        in_hand += 1
-                    else:
-                        n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
+                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
                     c_off, w_off = cb, wb
                 elif n_src != ca - cb:
                     n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
@@ -300,15 +265,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 c_off, w_off = cb, wb
             if STAMPS:
                 stamp(stamps, 22, n_src.to(tl.int32))
-            if LANES == 2:
-                if in_hand == 0:
-                    i = tl.arange(0, FINISH)
-                    tokens = tl.load(buf_ptr + rank_at + i, mask=i < n_src, other=NONE)
-                a, ca, wa, cb, wb = _rank_tokens(tokens, c_off, w_off, target, base, key_eq, inv_t, m, BY_INDEX,
-                                                 BY_MASS)
-            else:
-                a, ca, wa, cb, wb = _rank_finish(buf_ptr + rank_at, n_src, c_off, w_off, target, base, key_eq, inv_t,
-                                                 m, BY_INDEX, BY_MASS, FINISH)
+            a, ca, wa, cb, wb = _rank_finish(buf_ptr + rank_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
+                                             BY_INDEX, BY_MASS, FINISH)
     if STAMPS:
         stamp(stamps, 23, (a ^ ca).to(tl.int32))
     return a, ca, wa, cb, wb
