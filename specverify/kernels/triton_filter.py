@@ -151,8 +151,8 @@ ONE_LAUNCH_SCAN_GATHER = 2
 ONE_LAUNCH_ROW_TALLY = 1
 # with the row tally, its record's key searches copy their interval's few tokens out of the row's whole list in two
 # passes, each lane counting its own and then storing them from its place (1; ``triton_search._keep_lanes``), where
-# one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's
-# (docs/benchmarks.md, the twenty-seventh session); not yet timed
+# one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's,
+# and the two passes end top-p's launch 0.8 us sooner (docs/benchmarks.md, the twenty-eighth session)
 ONE_LAUNCH_COPY_LANES = 1
 # the one launch's sample bracket by count (top-k's) in one round of this many points (a power of 2), its end cells
 # the bracket, where two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at
