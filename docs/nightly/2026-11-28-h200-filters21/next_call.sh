@@ -4,7 +4,7 @@
 #   round (ONE_LAUNCH_ROUND_NG) of 64, 128 and 256 points, and 128 with the record's copy in two passes;
 # `bash next_call.sh latency V1 V2 ...`: the latency in turn of each variant against the defaults;
 # `bash next_call.sh pick`: the latency in turn and the phases with a search's last tokens picked into registers
-#   (ONE_LAUNCH_COPY_LANES=2) against the defaults;
+#   (ONE_LAUNCH_COPY_LANES=2) against the defaults, at b6fb923 (the setting's value 2 was removed after it);
 # `bash next_call.sh tests`: the six filter test files on CUDA, after a default changes.
 export PYTHONUNBUFFERED=1
 mkdir -p $OUT; T0=$SECONDS
