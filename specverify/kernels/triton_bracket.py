@@ -94,9 +94,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     its points for each end. Samples a step: BLOCK_R for counts, BLOCK_MASS for masses (three sums a
     point, so fewer samples a step keep them in registers). share_ptr ... BLOCK_F: the module's SHARED tally (every
     program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``).
-    ROUND_NG (SHARED): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a step, whose
-    cells at each end are the bracket: one rendezvous of the row's splits fewer. (A mass bracket's cells of one
-    round are too wide for top-p's crossing, where the mass is thick: their tokens overflow the gather.)"""
+    ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
+    step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
+    bracket's cells of one round are too wide for top-p's crossing, where the mass is thick: their tokens overflow
+    the gather.)"""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
