@@ -97,7 +97,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one_launch_round_ng:     # the sample bracket in one round (``triton_bracket``'s ROUND_NG), its shares in
             # the two rounds' room or more; on the GPU its [ROUND_NG, BLOCK_ROUND] sums take 32 registers a thread each
             if one_launch_round_ng < 2 or one_launch_round_ng & (one_launch_round_ng - 1):
-                raise ValueError(f"ONE_LAUNCH_ROUND_NG takes 0 or a power of 2 of at least 2, not {one_launch_round_ng}")
+                raise ValueError(f"ONE_LAUNCH_ROUND_NG takes 0 or a power of 2 of at least 2, not "
+                                 f"{one_launch_round_ng}")
             block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)))
