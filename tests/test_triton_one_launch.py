@@ -95,8 +95,6 @@ def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("finish_n, scan, row_tally", [(16, 0, 0), (0, 0, 0),
                                                         pytest.param(16, 2, 0, id="16-lane-gather"),
-                                                        pytest.param(16, 0, -256, id="16-lane-copy"),
-                                                        pytest.param(0, 0, -64, id="0-lane-copy"),
                                                         pytest.param(16, 0, 64, id="16-row-tally"),
                                                         pytest.param(0, 0, 64, id="0-row-tally"),
                                                         pytest.param(16, 0, 512, id="16-row-tally-512")])
@@ -113,9 +111,8 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     from (narrow tiles there: several a split, so that the slots carry over from one tile to the next); and with
     the splits adding their tokens to the row's buckets of the keys (ONE_LAUNCH_ROW_TALLY, at 64 and 512 keys),
     where a token in the wrong bucket, or a bucket sum read the wrong way up, moves the interval the search
-    starts from; with the search's copy out of the list in one pass (row_tally > 0) or in two, each lane counting
-    its tokens and then storing them from its place (ONE_LAUNCH_COPY_LANES: row_tally < 0), where a token the
-    second pass misses or places twice changes the cut."""
+    starts from, and the search copies its interval out of the list in two passes, each lane counting its tokens
+    and then storing them from its place, where a token the second pass misses or places twice changes the cut."""
     monkeypatch.setattr(triton_filter, "CAP", 2048)
     monkeypatch.setattr(triton_filter, "NS", 256)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -131,9 +128,8 @@ def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(devic
     plan = dict(block_v=32) if scan else {}
     monkeypatch.setattr(triton_filter, "TALLY_N", 0)
     whole = _records(batch, **plan)
-    monkeypatch.setattr(triton_filter, "TALLY_N", abs(row_tally) or 64)
+    monkeypatch.setattr(triton_filter, "TALLY_N", row_tally or 64)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROW_TALLY", int(row_tally != 0))
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_COPY_LANES", int(row_tally < 0))
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SCAN_GATHER", scan)     # against the atomic gather's whole search
     tallied = _records(batch, **plan)
     assert torch.equal(tallied, whole), (tallied != whole).nonzero().tolist()

@@ -149,11 +149,6 @@ ONE_LAUNCH_SCAN_GATHER = 2
 # the splits' tallies (0); its searches then copy from the list in wide tiles. At 256 keys its record ends 1 to 3 us
 # sooner than the splits' tallies at 64 with top-k or top-p on (docs/benchmarks.md)
 ONE_LAUNCH_ROW_TALLY = 1
-# with the row tally, its record's key searches copy their interval's few tokens out of the row's whole list in two
-# passes, each lane counting its own and then storing them from its place (1; ``triton_search._keep_lanes``), where
-# one pass (0) scans each tile across the program: the copy is 6 us of top-p's record at B = 1 and 3 of top-k's,
-# and the two passes end top-p's launch 0.8 us sooner (docs/benchmarks.md, the twenty-eighth session)
-ONE_LAUNCH_COPY_LANES = 1
 # the one launch's sample bracket by count (top-k's) in one round of this many points (a power of 2), its end cells
 # the bracket, where two rounds (0) refine the first's cells after a second rendezvous of the row's splits: at
 # B = 1 the second round and its wait take 3.5 us of top-k's launch. Top-p alone keeps its two rounds: one round's
@@ -264,7 +259,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
-             "ONE_LAUNCH_COPY_LANES", "ONE_LAUNCH_ROUND_NG")
+             "ONE_LAUNCH_ROUND_NG")
 
 
 def _settings() -> tuple:

@@ -30,8 +30,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
-                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
-                 COPY_LANES: tl.constexpr = False):
+                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -89,7 +88,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
-                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_LANES)
+                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:

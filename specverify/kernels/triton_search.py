@@ -131,7 +131,8 @@ def _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.cons
 
 @triton.jit
 def _keep_wide(src_ptr, n, dst_ptr, a, b, SCRATCH: tl.constexpr, BLOCK: tl.constexpr, LANES: tl.constexpr):
-    """``_keep_narrow``, or with LANES ``_keep_lanes``: the copy of a narrow interval out of a long list."""
+    """``_keep_narrow``, or with LANES ``_keep_lanes``: the copy of a narrow interval out of a long list (the one
+    launch's searches take the lanes, the three launches' and the slow path's one pass)."""
     if LANES:
         return _keep_lanes(src_ptr, n, dst_ptr, a, b, SCRATCH, BLOCK)
     else:
@@ -203,16 +204,15 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 @triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
-          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False,
-          LANES: tl.constexpr = False):
+          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
     tokens and at most half of those tallied, they move to the scratch at buf_ptr + scr_at (buf_ptr's
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
-    buf_ptr's tokens in wide tiles (``_keep_narrow``; LANES: ``_keep_lanes``), one pass of few steps over a long
-    list, or two. STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens copied, 23 once
+    buf_ptr's tokens in wide tiles, two passes of few steps over a long list (``_keep_lanes``), where a search
+    that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens copied, 23 once
     ranked (``triton_cut.stamp``)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
@@ -225,7 +225,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
         if BY_INDEX:
             n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
         else:
-            n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
+            n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, WIDE)
         shift = scr_at + tl.zeros([], tl.int64)
         c_off, w_off = cb, wb
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
@@ -253,7 +253,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
             if WIDE and not BY_INDEX:
                 if shift != scr_at:
-                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, LANES)
+                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, WIDE)
                     c_off, w_off = cb, wb
                 elif n_src != ca - cb:
                     n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
@@ -276,7 +276,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, COPY_LANES: tl.constexpr = False):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -284,9 +284,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     on, from one more pass over the tokens (``gathered_kept_mass``). With NT, the SF splits' tallies at
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
-    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles (COPY_LANES: in two
-    passes, ``_keep_lanes``). STAMPS: its phases
-    stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
+    tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, in two passes
+    (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
     group; 21 to 23 the last key search's steps (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
@@ -313,7 +312,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS, COPY_LANES)
+                                                      stamps, STAMPS)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -327,7 +326,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS, COPY_LANES)
+                                                      ROW_TALLY, stamps, STAMPS)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
