@@ -2,9 +2,9 @@
 (specverify/kernels/triton_search.py, ``_keep_wide``), called from a test kernel on a list the test writes. The
 one launch's record copies the interval its key search starts from out of the whole list in two passes, each lane
 counting its tokens and then storing them from its place; the three launches' record and the slow path in one pass
-that scans each tile across the program. The record tests' lists fit one of the interpreter's wide tiles, where a lane holds at most
-one token; here the tiles are narrow, so that each lane carries several from tile to tile, as on the GPU. The
-kernel runs on the device the other filter tests run on (the interpreter without CUDA).
+that scans each tile across the program. The record tests' lists fit one of the interpreter's wide tiles, where a
+lane holds at most one token; here the tiles are narrow, so that each lane carries several from tile to tile, as on
+the GPU. The kernel runs on the device the other filter tests run on (the interpreter without CUDA).
 """
 
 from __future__ import annotations

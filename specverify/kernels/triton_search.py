@@ -212,8 +212,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
     buf_ptr's tokens in wide tiles, two passes of few steps over a long list (``_keep_lanes``), where a search
-    that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 22 once the steps are done and the last tokens copied, 23 once
-    ranked (``triton_cut.stamp``)."""
+    that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 22 once the
+    steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
@@ -285,8 +285,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     tallies_ptr (``triton_tally``): the gathered totals come from them, and each key search starts from the
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
     tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, in two passes
-    (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10 top-k's crossing, 11 top-p's, 12 its tie
-    group; 21 to 23 the last key search's steps (``_find``)."""
+    (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10
+    top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
