@@ -248,7 +248,6 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 shift = scr_at + tl.zeros([], tl.int64)
                 c_off, w_off = cb, wb
     if FINISH > 0:
-        rank_at = scr_at + tl.zeros([], tl.int64)
         if (b - a > 1) & (ca - cb <= FINISH):
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
             if WIDE and not BY_INDEX:
@@ -265,7 +264,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                 c_off, w_off = cb, wb
             if STAMPS:
                 stamp(stamps, 22, n_src.to(tl.int32))
-            a, ca, wa, cb, wb = _rank_finish(buf_ptr + rank_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
+            a, ca, wa, cb, wb = _rank_finish(buf_ptr + scr_at, n_src, c_off, w_off, target, base, key_eq, inv_t, m,
                                              BY_INDEX, BY_MASS, FINISH)
     if STAMPS:
         stamp(stamps, 23, (a ^ ca).to(tl.int32))
