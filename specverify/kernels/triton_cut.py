@@ -175,7 +175,8 @@ def split_tallies(work_ptr, NR, rid, SF, split, CAP: tl.constexpr, SCRATCH: tl.c
 def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr,
                    NG: tl.constexpr):
     """Row rid's shares of its sample bracket's tallies in the one-launch plan's work space, after its splits'
-    tallies: room for [2 rounds, SF, 3, G] words at any grid G <= NG (``triton_bracket``'s SHARED tally)."""
+    tallies: room for [2 rounds, SF, 3, G] words at any grid G <= NG, or [SF, 3, G] of one round at G <= 2 NG
+    (``triton_bracket``'s SHARED tally)."""
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
 
 
