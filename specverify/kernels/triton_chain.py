@@ -41,7 +41,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_block import block_weights
 from specverify.kernels.triton_cut import KMAX, kept, order_key, row_settings, work_gathered, work_parts, work_tokens
-from specverify.kernels.triton_gather import count_word, gather
+from specverify.kernels.triton_gather import count_word, gather, logit_tile
 from specverify.kernels.triton_lazy import ACCEPTED, UNREACHED, top_p_alone
 from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
                                             request_offset, row_norms, scratch_views)
@@ -59,12 +59,12 @@ def _row_stats_kernel(
 
 @triton.jit
 def plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
-                stats_at, chunk, split, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr):
+                stats_at, chunk, split, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr, AHEAD: tl.constexpr = False):
     """``_pass1`` on split ``split`` of row (b, j) without the filter's gather or lazy sums: pass 1's own
-    program, and the one launch's (``triton_handoff``)."""
+    program, and the one launch's (``triton_handoff``; AHEAD as ``_split_stats`` takes it)."""
     _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, split, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr,
-           num_draft_ptr, num_draft_ptr, False, False, False, False)
+           num_draft_ptr, num_draft_ptr, False, False, False, False, AHEAD)
 
 
 @triton.jit
@@ -83,7 +83,7 @@ def _row_stats_cut_kernel(
 def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, split, work_ptr, region, GATHER: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr,
            BLOCK_B: tl.constexpr, draft_ids_ptr, top_k_ptr, top_p_ptr, min_p_ptr, LAZY: tl.constexpr,
-           HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr):
+           HAS_K: tl.constexpr, HAS_P: tl.constexpr, HAS_M: tl.constexpr, AHEAD: tl.constexpr = False):
     """Pass 1's work on split ``split`` of row (b, j) = (program_id(0), program_id(1)) (another program's split
     where the one-launch cut takes one over: ``triton_handoff``). With GATHER, the target filter's pass 1
     (``triton_filter``): a row that the cut's stage 4 found unweighed also has the tokens of its bracket
@@ -135,7 +135,7 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
                 row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, LAZY, BLOCK_V)
         else:
             split_max, split_sum, amax_val, amax_idx, split_a = _split_stats(
-                row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, False, BLOCK_V)
+                row_ptr, lo, hi, inv_t, 0, work_ptr, region, work_ptr, x_logit, x_idx, False, False, BLOCK_V, AHEAD)
         out = (b * K1 + j) * S1 + split
         tl.store(part_max_ptr + out, split_max)
         tl.store(part_sum_ptr + out, split_sum)
@@ -147,22 +147,33 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
 
 @triton.jit
 def _split_stats(row_ptr, lo, hi, inv_t, key_lo, buf_ptr, region, count_ptr, x_logit, x_idx, GATHER: tl.constexpr,
-                 LAZY: tl.constexpr, BLOCK_V: tl.constexpr):
+                 LAZY: tl.constexpr, BLOCK_V: tl.constexpr, AHEAD: tl.constexpr = False):
     """(max of l / T, sum of exp(l / T - max), largest logit, its lowest index, the sum's part before the
     draft) over [lo, hi); with GATHER, the entries whose order key is at least key_lo also go to buf_ptr
     (``triton_gather.gather``, by its atomic count: stage 4 zeroed it; the ballot's instructions made this
     loop no faster). With LAZY, the last is the sum over entries before (x_logit, x_idx) in the cut's order,
-    else 0."""
+    else 0. AHEAD: the loads run three tiles ahead of the sums, where a program alone on its SM (the one launch)
+    would otherwise wait on each tile's load in turn; each lane sums the same logits in the same order either
+    way, so the partials are the same bits."""
     # Per-lane accumulators: no cross-warp reduction inside the loop, one at the end.
     run_max = tl.full([BLOCK_V], float("-inf"), tl.float32)
     run_sum = tl.zeros([BLOCK_V], dtype=tl.float32)
     run_a = tl.zeros([BLOCK_V], dtype=tl.float32)
     best_val = tl.full([BLOCK_V], float("-inf"), tl.float32)
     best_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
+    if AHEAD:
+        ahead1 = logit_tile(row_ptr, lo, hi, BLOCK_V)
+        ahead2 = logit_tile(row_ptr, lo + BLOCK_V, hi, BLOCK_V)
+        ahead3 = logit_tile(row_ptr, lo + 2 * BLOCK_V, hi, BLOCK_V)
     for start in range(lo, hi, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < hi
-        logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        if AHEAD:
+            logit = ahead1
+            ahead1, ahead2 = ahead2, ahead3
+            ahead3 = logit_tile(row_ptr, start + 3 * BLOCK_V, hi, BLOCK_V)
+        else:
+            logit = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
         # Strict '>' while visiting tiles in increasing order keeps the lowest index per lane.
         better = logit > best_val
         best_val = tl.where(better, logit, best_val)

@@ -75,7 +75,7 @@ def _cut_kernel(
     HAS_Q: tl.constexpr, SEEDED: tl.constexpr, TALLY_N: tl.constexpr, TALLY_BLOCK: tl.constexpr,
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
-    ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr,
+    ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -115,7 +115,7 @@ def _cut_kernel(
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
             pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
                           ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,
-                          stamps, STAMPS)
+                          stamps, STAMPS, AHEAD)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)

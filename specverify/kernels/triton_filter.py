@@ -155,6 +155,9 @@ ONE_LAUNCH_ROW_TALLY = 1
 # cells of its mass, at 64 or 128 points, overflowed the gather and cost the slow path (docs/benchmarks.md, the
 # twenty-eighth session)
 ONE_LAUNCH_ROUND_NG = 64
+# the one launch's pass 1 keeps three tiles' loads in flight ahead of its sums (1; ``triton_chain._split_stats``'s
+# AHEAD), where each tile's load is waited on in turn (0): one program an SM cannot hide the wait behind another's
+ONE_LAUNCH_PASS1_AHEAD = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -259,7 +262,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
-             "ONE_LAUNCH_ROUND_NG")
+             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD")
 
 
 def _settings() -> tuple:

@@ -60,10 +60,11 @@ def publish(word_ptr, split, full, own, patience):
 @triton.jit
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-                  stamps=None, STAMPS: tl.constexpr = False):
+                  stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
-    unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``)."""
+    unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
+    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -73,7 +74,7 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
         if split >= 0:
             # one call site: whichever program computes a split runs these very instructions
             plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
-                        ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B)
+                        ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B, AHEAD)
             if STAMPS:
                 if turn == 0:
                     stamp(stamps, 15, split)
