@@ -13,7 +13,8 @@ in one program per split what a launch before it would, and hands the splits' re
     handoff_word(tickets_ptr, NR, rid, which) -> row rid's int32 word ``which`` (0: pass 1, 1 and 2: the bracket's
                          rounds): bit s set once split s's part is published (at most 32 splits), 0 between calls
     publish(word_ptr, split, full, own, patience) -> publishes ``split``'s part, then the next split this program
-                         computes: one still unpublished after its polls, or -1 once every split is published
+                         computes: one still unpublished after the publishing atomic's answer and at most
+                         ``patience`` polls, or -1 once every split is published
     pass1_handoff(...)   this split's pass-1 partials, published; on return, in a live row, every split's of
                          the row are stored and visible to the whole program
     (the row's last program, by the cut's ticket, sets the words back to 0)
@@ -53,8 +54,11 @@ def publish(word_ptr, split, full, own, patience):
     polls, or -1 once all are published."""
     # every thread's stores are issued before the release that publishes them
     tl.debug_barrier()
-    tl.atomic_or(word_ptr, (tl.full([], 1, tl.int64) << split.to(tl.int64)).to(tl.int32), sem="release")
-    return _unpublished(word_ptr, full, own, patience)
+    bit = tl.full([], 1, tl.int64) << split.to(tl.int64)
+    # its answer is the first look: where it holds every bit, the acquire synchronised with every split's release,
+    # and the split that publishes last goes on without a poll's round trip
+    seen = tl.atomic_or(word_ptr, bit.to(tl.int32), sem="acq_rel").to(tl.int64) & 4294967295
+    return _unpublished(word_ptr, full, own, patience, seen | bit)
 
 
 @triton.jit
@@ -89,10 +93,10 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
 
 
 @triton.jit
-def _unpublished(word_ptr, full, own, patience):
-    """A split of the row still unpublished after at most patience + 1 polls (the first after ``own``, cyclically,
-    so that programs taking splits over spread out), or -1 when all are published."""
-    seen = _published(word_ptr)
+def _unpublished(word_ptr, full, own, patience, seen):
+    """A split of the row still unpublished after at most ``patience`` polls past ``seen``, the bits the program
+    saw last (the first after ``own``, cyclically, so that programs taking splits over spread out), or -1 when all
+    are published."""
     polls = 0
     while (seen != full) & (polls < patience):
         seen = _published(word_ptr)
