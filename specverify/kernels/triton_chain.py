@@ -61,9 +61,8 @@ def _row_stats_kernel(
 def plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                 stats_at, chunk, split, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr, AHEAD: tl.constexpr = False):
     """``_pass1`` on split ``split`` of row (b, j) without the filter's gather or lazy sums: pass 1's own
-    program, and the one launch's (``triton_handoff``; AHEAD as ``_split_stats`` takes it). Returns what it
-    stores of the split's partials: (max of l / T, sum of exp(l / T - max), largest logit)."""
-    return _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
+    program, and the one launch's (``triton_handoff``; AHEAD as ``_split_stats`` takes it)."""
+    _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
            stats_at, chunk, split, scratch_ptr, 0, False, 1, BLOCK_V, BLOCK_B, num_draft_ptr, num_draft_ptr,
            num_draft_ptr, num_draft_ptr, False, False, False, False, AHEAD)
 
@@ -91,8 +90,7 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
     [lo, KMAX) gathered to the cut's work space (the cut's splits are pass 1's), so that the cut reads only the
     other rows. With LAZY, the lazy cut's pass 1 (``triton_lazy``): a draft row of top-p alone (the filter
     settings, HAS_K/P/M as the cut's) also sums the mass before its draft token in the cut's order (logit
-    descending, lower index first), to part_mass; the other rows run the loop without that sum. Returns the
-    split's (max, sum, largest logit) as stored (-inf, 0, -inf past k_b)."""
+    descending, lower index first), to part_mass; the other rows run the loop without that sum."""
     slots_ptr, part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, ticket_ptr, part_mass_ptr = \
         scratch_views(scratch_ptr, n_part, ints_at, stats_at)
     b = tl.program_id(0)
@@ -103,9 +101,6 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         tl.store(slots_ptr + 2 * b + 1, tl.zeros([], tl.int64))
         tl.store(ticket_ptr + b, tl.zeros([], tl.int32))
     k_b = tl.load(num_draft_ptr + b)
-    split_max = tl.full([], float("-inf"), tl.float32)
-    split_sum = tl.zeros([], tl.float32)
-    amax_val = tl.full([], float("-inf"), tl.float32)
     if j <= k_b:
         row = request_offset(num_draft_ptr, b, BLOCK_B) + b + j
         row_ptr = logits_ptr + row * stride_logits
@@ -148,7 +143,6 @@ def _pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_pt
         tl.store(part_amax_idx_ptr + out, amax_idx)
         if LAZY:
             tl.store(part_mass_ptr + out, split_a)
-    return split_max, split_sum, amax_val
 
 
 @triton.jit

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_gather import (INLINE_ASM, LANES, NPART, count_word, gather, gather_end, gather_lanes,
                                               gather_start, lane_groups, logit_tile, order_key)
-from specverify.kernels.triton_math import combine_norms, request_offset, row_norms, scratch_views
+from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 
 MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
 KMIN = tl.constexpr(-2147483648)            # at or below every order key
@@ -122,29 +122,6 @@ def cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K: 
     top = tl.max(tl.load(part_amax_val_ptr + rid * S1 + ss, mask=ss < tl.where(live, S1, 0), other=float("-inf")),
                  axis=0)
     return pick(row_max, 0, jj), pick(row_sum, 0, jj), order_key(top).to(tl.int64) + 1
-
-
-@triton.jit
-def tagged_row_norms(words, live, S1, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
-    """``cut_row_norms`` from the row's tagged pass-1 words ([BLOCK_S, 4] int64, ``triton_handoff``: each split's
-    max, sum and largest logit as float32 bits in the low half), by the same arithmetic: the same bits."""
-    cc = tl.arange(0, 4)[None, :]
-    pmax, psum, pval = _tag_value(words, cc, 0), _tag_value(words, cc, 1), _tag_value(words, cc, 2)
-    jj = tl.arange(0, BLOCK_K)
-    ss = tl.arange(0, BLOCK_S)
-    real = ss < tl.where(live, S1, 0)
-    pmask = (jj == 0)[:, None] & real[None, :]
-    row_max, row_sum = combine_norms(tl.where(pmask, pmax[None, :], float("-inf")),
-                                     tl.where(pmask, psum[None, :], 0.0), pmask)
-    top = tl.max(tl.where(real, pval, float("-inf")), axis=0)
-    return pick(row_max, 0, jj), pick(row_sum, 0, jj), order_key(top).to(tl.int64) + 1
-
-
-@triton.jit
-def _tag_value(words, cc, c):
-    """[BLOCK_S] float32: column c's values of the tagged words (their low 32 bits)."""
-    bits = tl.sum(tl.where(cc == c, words & 4294967295, 0), axis=1)
-    return bits.to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit

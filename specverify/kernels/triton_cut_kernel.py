@@ -49,9 +49,9 @@ import triton.language as tl
 from specverify.kernels.triton_bracket import bracket, pre_bracket
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request,
                                            cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
-                                           stamps_at, tagged_row_norms, work_gathered, work_parts, work_tokens)
+                                           stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
-from specverify.kernels.triton_handoff import handoff_word, pass1_handoff, pass1_tags_at
+from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
@@ -76,7 +76,6 @@ def _cut_kernel(
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
-    TAGS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -114,16 +113,12 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
-            words = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1,
-                                  n_part, ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN,
-                                  BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, pass1_tags_at(tickets_ptr, NR, rid), TAGS,
-                                  BLOCK_S)
+            pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
+                          ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,
+                          stamps, STAMPS, AHEAD)
             if STAMPS:
                 stamp(stamps, 1, 0)
-            if TAGS:    # the norms from the words that the last look loaded
-                m, z, above = tagged_row_norms(words, live, S1, BLOCK_K, BLOCK_S)
-            else:
-                m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
+            m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
         else:
             # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
@@ -212,11 +207,6 @@ def _cut_kernel(
             if (STAGE == 3) & writes:   # every split of the row is past its waits: the words zero for the next call
                 for which in tl.static_range(3):
                     tl.store(handoff_word(tickets_ptr, NR, rid, which), 0)
-                if TAGS:
-                    ss = tl.arange(0, BLOCK_S)[:, None]
-                    cc = tl.arange(0, 4)[None, :]
-                    tl.store(pass1_tags_at(tickets_ptr, NR, rid) + 4 * ss + cc, tl.zeros([BLOCK_S, 4], tl.int64),
-                             mask=(ss < S1) & (cc < 3))
             if writes:
                 write_record(row_ptr, rid, NR, live, on & (hi != SKIP), lo, hi, work_ptr, record_ptr, V, SF, region,
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,

@@ -41,7 +41,6 @@ import torch
 from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut_kernel import _cut_kernel
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
-from specverify.kernels.triton_handoff import TAG_WORDS
 from specverify.kernels.triton_kernels import default_splits
 from specverify.kernels.triton_launch import alignment_mask
 
@@ -159,10 +158,6 @@ ONE_LAUNCH_ROUND_NG = 64
 # the one launch's pass 1 keeps three tiles' loads in flight ahead of its sums (1; ``triton_chain._split_stats``'s
 # AHEAD), where each tile's load is waited on in turn (0): one program an SM cannot hide the wait behind another's
 ONE_LAUNCH_PASS1_AHEAD = 0
-# its splits publish pass 1's partials as tagged words, which the others poll and take the row's norms from (1;
-# ``triton_handoff._publish_tagged``), where a release of a bit word and the polls of it come first and the norms'
-# loads after (0)
-HANDOFF_TAGS = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -267,7 +262,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
-             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "HANDOFF_TAGS")
+             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD")
 
 
 def _settings() -> tuple:
@@ -297,12 +292,10 @@ def _plan(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None) -> tuple:
     then_pass1 = first_stage not in (4, None) and not first_meta["PASS1"]
     # the recipe's plan may not cut lazily even where the call allows it (the one launch)
     lazy_cut = any(meta.get("LAZY", False) for _, _, meta in stages)
-    # the tickets: [5, R] int32, then in the one launch each row's tagged pass-1 words and, with ROW_TALLY, its
-    # [2, TALLY_N] int64 buckets, at an even word
+    # the tickets: [5, R] int32, then with ROW_TALLY each row's [2, TALLY_N] int64 buckets at an even word
     rows = B * K1
-    ticket_words = 5 * rows + (5 * rows) % 2 + sum(
-        2 * rows * (TAG_WORDS.value + (2 * meta["TALLY_N"] if meta["ROW_TALLY"] else 0))
-        for stage, _, meta in stages if stage == 3)
+    ticket_words = 5 * rows + (5 * rows) % 2 + sum(4 * rows * meta["TALLY_N"] for _, _, meta in stages
+                                                   if meta.get("ROW_TALLY"))
     return meta1, meta2, rid, sf, chunk, region, words, stages, lazy_cut, then_pass1, ticket_words
 
 

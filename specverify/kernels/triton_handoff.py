@@ -64,95 +64,32 @@ def publish(word_ptr, split, full, own, patience):
 @triton.jit
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-                  stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, tags_ptr=None,
-                  TAGS: tl.constexpr = False, BLOCK_S: tl.constexpr = 32):
+                  stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
-    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. With TAGS, each
-    split's (max, sum, largest logit) is published as tagged words at tags_ptr (``pass1_tags_at``) instead, and
-    the program polls those: returns the [BLOCK_S, 4] words of its last look, every split's in a live row (zeros
-    without TAGS, or past k_b)."""
+    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
     split = own
-    words = tl.zeros([BLOCK_S, 4], tl.int64)
     # its own split first, then those it takes over, one a turn
     for turn in range(0, S1):
         if split >= 0:
             # one call site: whichever program computes a split runs these very instructions
-            split_max, split_sum, top = plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr,
-                                                    scratch_ptr, V, K1, S1, n_part, ints_at, stats_at, chunk, split,
-                                                    BLOCK_V, BLOCK_B, AHEAD)
+            plain_pass1(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
+                        ints_at, stats_at, chunk, split, BLOCK_V, BLOCK_B, AHEAD)
             if STAMPS:
                 if turn == 0:
                     stamp(stamps, 15, split)
             if waits:
                 # once it has taken a split over, it waits for none
-                if TAGS:
-                    split, words = _publish_tagged(tags_ptr, split, split_max, split_sum, top, S1, full, own,
-                                                   tl.where(turn == 0, SPIN, 0), BLOCK_S)
-                else:
-                    split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
+                split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
             else:
                 split = tl.full([], -1, tl.int32)
     # the acquire that saw every bit synchronised this program's thread with every split's release; the barrier
-    # passes that on to the others before they read the partials (tagged words need neither: each word is its
-    # own flag, and every thread uses the words that the program's last look loaded)
-    if not TAGS:
-        tl.debug_barrier()
-    return words
-
-
-@triton.jit
-def pass1_tags_at(tickets_ptr, NR, rid):
-    """Row rid's [32, 4] int64 tagged pass-1 words (``_publish_tagged``), after the one launch's [5, NR] int32
-    tickets (at an even word: 8-byte aligned): zero between calls, as the tickets are (the row's last split zeroes
-    them). The row's bucket sums follow all NR rows' (``triton_tally.row_buckets_at``)."""
-    first = tickets_ptr + 5 * NR + (5 * NR) % 2
-    return first.to(tl.pointer_type(tl.int64)) + rid * TAG_WORDS
-
-
-# int64 words a row's tagged pass-1 partials take: 4 for each of at most 32 splits
-TAG_WORDS = tl.constexpr(128)
-
-
-@triton.jit
-def _publish_tagged(tags_ptr, split, split_max, split_sum, top, S1, full, own, patience, BLOCK_S: tl.constexpr):
-    """Publishes ``split``'s (max, sum, largest logit) as three words at tags_ptr + 4 split, each the float's bits
-    below a tag of 1 (one 64-bit store a value: a reader that sees the tag sees the value, with no fence between
-    them), then polls the row's words at most patience + 1 times: (the next split for program ``own`` to compute,
-    as ``_unpublished`` picks it, or -1 once all are published; the [BLOCK_S, 4] words of the last look)."""
-    # relaxed atomic exchanges: strong writes, which a poll's volatile load may race with, and no fence
-    tl.atomic_xchg(tags_ptr + 4 * split, _tagged(split_max), sem="relaxed")
-    tl.atomic_xchg(tags_ptr + 4 * split + 1, _tagged(split_sum), sem="relaxed")
-    tl.atomic_xchg(tags_ptr + 4 * split + 2, _tagged(top), sem="relaxed")
-    words, seen = _tag_look(tags_ptr, S1, BLOCK_S)
-    polls = 0
-    while (seen != full) & (polls < patience):
-        words, seen = _tag_look(tags_ptr, S1, BLOCK_S)
-        polls += 1
-    return _missing(seen, full, own), words
-
-
-@triton.jit
-def _tagged(x):
-    """float32 x's bits in an int64 word below a tag of 1."""
-    return (x.to(tl.int32, bitcast=True).to(tl.int64) & 4294967295) | 4294967296
-
-
-@triton.jit
-def _tag_look(tags_ptr, S1, BLOCK_S: tl.constexpr):
-    """One look at a row's tagged words: ([BLOCK_S, 4] int64 words, volatile loads; the int64 bits of the splits
-    whose three words all hold their tag). The bits are a reduction's, the same for every thread of the program."""
-    ss = tl.arange(0, BLOCK_S)[:, None]
-    cc = tl.arange(0, 4)[None, :]
-    words = tl.load(tags_ptr + 4 * ss + cc, mask=(ss < S1) & (cc < 3), other=0, volatile=True)
-    untagged = tl.sum(tl.where((cc < 3) & (words >> 32 != 1), 1, 0), axis=1)
-    s = tl.arange(0, BLOCK_S)
-    seen = tl.sum(tl.where((untagged == 0) & (s < S1), tl.full([BLOCK_S], 1, tl.int64) << s.to(tl.int64), 0), axis=0)
-    return words, seen
+    # passes that on to the others before they read the partials
+    tl.debug_barrier()
 
 
 @triton.jit
@@ -164,12 +101,6 @@ def _unpublished(word_ptr, full, own, patience, seen):
     while (seen != full) & (polls < patience):
         seen = _published(word_ptr)
         polls += 1
-    return _missing(seen, full, own)
-
-
-@triton.jit
-def _missing(seen, full, own):
-    """The first split after ``own`` (cyclically) whose bit is not in ``seen``, or -1 when all are."""
     missing = full & ~seen
     after = missing & ~((tl.full([], 2, tl.int64) << own.to(tl.int64)) - 1)
     pick = tl.where(after != 0, after, missing)

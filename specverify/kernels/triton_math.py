@@ -129,21 +129,9 @@ def row_norms(part_max_ptr, part_sum_ptr, part_amax_val_ptr, part_amax_idx_ptr, 
     pmask = (jj <= k_b)[:, None] & (ss < S1)[None, :]
     pidx = (b * K1 + jj)[:, None] * S1 + ss[None, :]
     pmax = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
-    psum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
-    row_max, row_sum = combine_norms(pmax, psum, pmask)
-    pval = tl.load(part_amax_val_ptr + pidx, mask=pmask, other=float("-inf"))
-    pidx_best = tl.load(part_amax_idx_ptr + pidx, mask=pmask, other=NO_INDEX)
-    row_amax_val = tl.max(pval, axis=1)
-    row_amax = tl.min(tl.where(pval == row_amax_val[:, None], pidx_best, NO_INDEX), axis=1)
-    return row_max, row_sum, row_amax
-
-
-@triton.jit
-def combine_norms(pmax, psum, pmask):
-    """[R] (max of l / T, sum of exp(l / T - max)) of R rows from their [R, S] split partials (pmask: the real
-    ones; the others -inf and 0)."""
     row_max = tl.max(pmax, axis=1)
     row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+    psum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
     # summed in fixed point: integer adds give each lane that holds a row the same total in any order. Summed
     # in float32, lanes that hold the same row can round differently, and which of their sums a layout
     # change keeps is a race (racecheck's write-after-write, docs/nightly/2026-11-27-nightly9)
@@ -152,7 +140,11 @@ def combine_norms(pmax, psum, pmask):
     row_sum = tl.sum((tl.where(finite, terms, 0.0) * SUM_ONE).to(tl.int64), axis=1).to(tl.float32) / SUM_ONE
     nonfinite = tl.sum(tl.where(finite | ~pmask, 0, 1), axis=1)
     row_sum = tl.where((row_sum > 0.0) & (nonfinite == 0), row_sum, 1.0)
-    return row_max, row_sum
+    pval = tl.load(part_amax_val_ptr + pidx, mask=pmask, other=float("-inf"))
+    pidx_best = tl.load(part_amax_idx_ptr + pidx, mask=pmask, other=NO_INDEX)
+    row_amax_val = tl.max(pval, axis=1)
+    row_amax = tl.min(tl.where(pval == row_amax_val[:, None], pidx_best, NO_INDEX), axis=1)
+    return row_max, row_sum, row_amax
 
 
 @triton.jit

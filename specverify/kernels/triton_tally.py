@@ -22,7 +22,6 @@ import triton.language as tl
 
 from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, order_key, weight
 from specverify.kernels.triton_gather import claim
-from specverify.kernels.triton_handoff import TAG_WORDS
 
 
 @triton.jit
@@ -79,10 +78,9 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
 @triton.jit
 def row_buckets_at(tickets_ptr, NR, rid, NT: tl.constexpr):
     """Row rid's [2, NT] int64 bucket sums, after the one launch's [5, NR] int32 tickets (at an even word: 8-byte
-    aligned) and its rows' tagged pass-1 words (``triton_handoff.pass1_tags_at``): zero between calls, as the
-    tickets are, since the row's record zeroes them (``triton_record``)."""
+    aligned): zero between calls, as the tickets are, since the row's record zeroes them (``triton_record``)."""
     first = tickets_ptr + 5 * NR + (5 * NR) % 2
-    return first.to(tl.pointer_type(tl.int64)) + NR * TAG_WORDS + rid * (2 * NT)
+    return first.to(tl.pointer_type(tl.int64)) + rid * (2 * NT)
 
 
 @triton.jit
