@@ -209,6 +209,35 @@ def test_one_launch_is_pass1_too_with_pass1s_own_partials(device, spin, small_ga
     assert set(own[5, [0, 4, 8, 12]].tolist()) == {0.0, 1.0, 2.0}, own[5].tolist()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
+                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_pass1_reading_ahead_leaves_pass1s_own_partials(device, spin, monkeypatch):
+    """The one launch's pass 1 keeps three tiles' loads in flight ahead of its sums (ONE_LAUNCH_PASS1_AHEAD), in
+    slots that rotate a tile: splits of six tiles, the last one ragged, pass every slot through the rotation
+    twice, so that a slot loaded from the wrong tile, or a tile summed twice or never, changes a split's max, sum
+    or argmax. Its partials and records must be those of pass 1 run as its own launch with the same splits, whose
+    loop loads each tile as it sums it, bit for bit: each lane sums the same logits in the same order."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1_AHEAD", 1)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROWS", 20)
+    if spin is not None:
+        monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    rows = 10
+    sf = one_launch_splits(rows, triton_filter.ONE_LAUNCH_PROGRAMS, triton_filter.ONE_LAUNCH_SPLITS,
+                           triton_filter.one_launch_sms(torch.device(device)))
+    V = sf * 6 * 32 - 19
+    batch = _rows(13, rows, V, device)
+    plan = dict(block_v=32, splits=(sf, 2))
+    fused_launches, fused, fused_partials = _cut_and_partials(batch, -1, **plan)
+    assert fused_launches == [("_cut_kernel", 3, True, True)]
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PASS1", 0)
+    own_launches, own, own_partials = _cut_and_partials(batch, -1, **plan)
+    assert own_launches == [("_row_stats_kernel", None, None, None), ("_cut_kernel", 3, False, True)]
+    assert torch.equal(fused_partials, own_partials), (fused_partials != own_partials).nonzero().tolist()
+    assert torch.equal(fused, own), (fused != own).nonzero().tolist()
+
+
 def _brackets(rows: int) -> torch.Tensor:
     """[rows, 2] the bracket keys (lo, hi) that the last cut of this thread left in its work space."""
     works = [work for (thread, _, _), (work, *_) in triton_filter._buffers.items() if thread == threading.get_ident()]

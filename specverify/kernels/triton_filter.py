@@ -156,8 +156,10 @@ ONE_LAUNCH_ROW_TALLY = 1
 # twenty-eighth session)
 ONE_LAUNCH_ROUND_NG = 64
 # the one launch's pass 1 keeps three tiles' loads in flight ahead of its sums (1; ``triton_chain._split_stats``'s
-# AHEAD), where each tile's load is waited on in turn (0): one program an SM cannot hide the wait behind another's
-ONE_LAUNCH_PASS1_AHEAD = 0
+# AHEAD), where each tile's load is waited on in turn (0): one program an SM cannot hide the wait behind another's.
+# At B = 1 its own partials are in 1.2 us sooner, and its launch ends 0.9-1.2 us sooner (docs/benchmarks.md, the
+# twenty-ninth session)
+ONE_LAUNCH_PASS1_AHEAD = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
