@@ -248,7 +248,9 @@ def _brackets(rows: int) -> torch.Tensor:
 def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
     """8 rows of 3,000 logits, each filtered by top-k or top-p (one with min-p too), behind a sample of 64 chunks
     of 8 and a capacity of 256 gathered tokens, which sends some rows down the slow path: the sample bracket's
-    cases."""
+    cases. The work spaces start empty, so that ``_brackets`` finds this test's alone (a test before it in the
+    process may have planned a cut on another device or stream, which holds a work space of its own)."""
+    monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "CAP", 256)
     monkeypatch.setattr(triton_filter, "NS", 512)
     monkeypatch.setattr(triton_filter, "CH", 8)
