@@ -227,9 +227,10 @@ def _b1_through_the_bracket(monkeypatch, device: str = "cpu") -> tuple:
     """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on ``device``, with a capacity small
     enough that its rows take the sample bracket, where the plans and the one launch's phases differ. The work
     spaces start empty, so that the probe's readers (``last_records``, ``last_stamps``) find this test's alone. The
-    bracket takes two rounds, so that every wait has its stamps."""
+    bracket takes two rounds, shared by the splits, so that every wait has its stamps."""
     monkeypatch.setattr(bench_gpu, "DEVICE", device)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
     monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "CAP", 512)
     monkeypatch.setattr(triton_filter, "NS", 256)

@@ -17,6 +17,7 @@ import torch
 from filter_settings import DEVICE, DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
 from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
+from specverify.kernels.triton_cut import DROP
 from specverify.kernels.triton_filter_plan import one_launch_splits
 
 
@@ -330,6 +331,53 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
     # rows found from the gathered bracket and by the slow path, which takes at most one more with one round
     assert set(two[5].tolist()) == set(one[5].tolist()) == {1.0, 2.0}, (one[5], two[5])
     assert int((one[5] != two[5]).sum()) <= 1 and bool((one[5] >= two[5]).all()), (one[5], two[5])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"), pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+    DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, monkeypatch):
+    """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample before its pass 1 and counts a count
+    bracket's round (top-k's, alone or with top-p) from it alone, its drops from the sample's max rather than the
+    row's (``triton_bracket._whole_counts``): no share, no rendezvous. The count brackets then move (the drops' origin
+    differs), the mass brackets (top-p alone) stay, and the records (cut value and index, Z', how the cut was found)
+    must be the shared round's, on rows bracketed by count and by mass and rows that the small capacity sends down
+    the slow path, where the other origin may send one more. The shared round's shares left in the work space read
+    as NaN, so that a bracket summing shares nobody published fails. On CUDA, spin 0 makes every split take over
+    whatever is unpublished at its first look."""
+    if spin is not None:
+        monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
+    batch = _bracketed_rows(device, monkeypatch)
+    plan = dict(block_v=256)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
+    shared_launches, shared, _ = _cut_and_partials(batch, 0, **plan)
+    shared_brackets = _brackets(8)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 1)
+    for work, *_ in triton_filter._buffers.values():
+        work.fill_(0x7FC00000)
+    whole_launches, whole, _ = _cut_and_partials(batch, 0, **plan)
+    whole_brackets = _brackets(8)
+    assert whole_launches == shared_launches == [("_cut_kernel", 3, True, True)]
+    metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
+    assert [meta["WHOLE"] for meta in metas] == [True]
+    assert torch.equal(whole[:5], shared[:5]), (whole[:5] != shared[:5]).nonzero().tolist()
+    # a count row whose largest logit is not in the sample has its drops from another origin: its bracket moves
+    ns, ch, V = triton_filter.NS, triton_filter.CH, batch.vocab_size
+    i = torch.arange(ns)
+    logits = batch.target_logits.cpu()[:, (i // ch) * (V - ch) // (ns // ch - 1) + i % ch]
+    elsewhere = {r for r in (0, 2, 4, 6) if bool(logits[r].max() < batch.target_logits[r].max().cpu())}
+    moved = {r for r in range(8) if not torch.equal(whole_brackets[r], shared_brackets[r])}
+    assert len(elsewhere) >= 2 and elsewhere <= moved <= {0, 2, 4, 6}, (elsewhere, whole_brackets, shared_brackets)
+    # and their lower ends lie at a grid drop below the sample's max, not the row's
+    grid = DROP.value * (torch.arange(triton_filter.ONE_LAUNCH_ROUND_NG) / (triton_filter.ONE_LAUNCH_ROUND_NG - 1)) ** 2
+    for r in elsewhere:
+        t = float(batch.temperature[r])
+        lo = int(whole_brackets[r, 0])
+        at = torch.tensor([lo if lo >= 0 else lo ^ 0x7FFFFFFF], dtype=torch.int32).view(torch.float32).item() / t
+        o, m = float(logits[r].max()) / t, float(batch.target_logits[r].max()) / t
+        assert float((grid - (o - at)).abs().min()) < 1e-3 < float((grid - (m - at)).abs().min()), (r, o, m, at)
+    assert set(shared[5].tolist()) == set(whole[5].tolist()) == {1.0, 2.0}, (whole[5], shared[5])
+    assert int((whole[5] != shared[5]).sum()) <= 1, (whole[5], shared[5])
 
 
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),

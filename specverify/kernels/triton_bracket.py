@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import DEFER, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
+from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
 from specverify.kernels.triton_sample import drop_grid, floats, sample_max, sample_run, store_share
@@ -85,7 +85,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
-            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2):
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, sample=None, WHOLE: tl.constexpr = False):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -97,7 +97,9 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
     step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
     bracket's cells of one round are too wide for top-p's crossing, where the mass is thick: their tokens overflow
-    the gather.)"""
+    the gather.) WHOLE (with ROUND_NG): that round's counts from ``sample``, the whole sample's [NS] l / T that the
+    program holds, with its drops from the sample's max, by each program alone (``_whole_counts``): no rendezvous
+    and no row max needed, where the max is finite; the shared round otherwise."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -110,7 +112,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
                                  share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
         elif ROUND_NG > 0:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
-                                 BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True)
+                                 BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True, sample, WHOLE)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
                                  BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
@@ -121,10 +123,11 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False):
+                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, sample=None, WHOLE: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's;
-    ONE: the first round's cells are the bracket, and no second round runs."""
+    ONE: the first round's cells are the bracket, and no second round runs; WHOLE (ONE, by count): the round's
+    counts from ``sample``, with the drops from its max (``bracket``)."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
     g = tl.arange(0, NG)
     half: tl.constexpr = NG // 2
@@ -135,8 +138,21 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = drop_grid(NG)
     by_mass = p_on & ~k_on
-    cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF, SPIN,
-                         SHARED, BLOCK_F, stamps, STAMPS, 16)
+    if WHOLE:
+        o = tl.max(sample, axis=0)
+        whole = (o > float("-inf")) & (o < float("inf"))
+        origin = tl.where(whole, o, m)
+        if whole:
+            cnt = _whole_counts(sample, o, NG)
+            s1 = tl.zeros([NG], tl.float32)
+            s2 = s1
+        else:
+            cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
+                                 SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
+    else:
+        origin = m
+        cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
+                             SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
     ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
     j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
@@ -155,13 +171,27 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
         d_lo = tl.min(tl.where((g < half) & ok_lo, drop2, lo_b), axis=0)
         d_hi = tl.max(tl.where((g >= half) & ok_hi, drop2, hi_a), axis=0)
     temperature = 1.0 / inv_t
-    lo = tl.where(j_lo < NG, order_key((m - d_lo) * temperature).to(tl.int64), KMIN)
+    lo = tl.where(j_lo < NG, order_key((origin - d_lo) * temperature).to(tl.int64), KMIN)
     # top-p's crossing lies among what top-k keeps, often above top-k's own: where the whole top-k set is
     # few, it is gathered whole (nothing above the bracket)
     whole_k = k_on & p_on & (rho * r_lo < CAP / 2)
     hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
-                  order_key((m - d_hi) * temperature).to(tl.int64), KMAX)
+                  order_key((origin - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
+
+
+@triton.jit
+def _whole_counts(sample, o, NG: tl.constexpr):
+    """[NG] float32: how many of ``sample``'s l / T are at or above o - drop_grid(NG)[g], each g: every entry's first
+    grid point at or below it, by a binary search over the grid (the grid's drops are computed where compared), a
+    histogram of those, and its running sum. A NaN entry is at no point, as the tally counts it."""
+    first = tl.full(sample.shape, NG, tl.int32)
+    step = NG
+    while step > 0:     # unrolled: NG is a power of 2; steps of NG, NG / 2, ..., 1 reach every point from NG
+        t = first - step
+        first = tl.where((t >= 0) & (sample >= o - DROP * (t / (NG - 1)) * (t / (NG - 1))), t, first)
+        step = step // 2
+    return tl.cumsum(tl.histogram(first, NG, mask=first < NG), 0).to(tl.float32)
 
 
 @triton.jit

@@ -160,6 +160,10 @@ ONE_LAUNCH_ROUND_NG = 64
 # At B = 1 its own partials are in 1.2 us sooner, and its launch ends 0.9-1.2 us sooner (docs/benchmarks.md, the
 # twenty-ninth session)
 ONE_LAUNCH_PASS1_AHEAD = 1
+# its count bracket's one round (ONE_LAUNCH_ROUND_NG) from the whole sample, which every split loads before its pass 1
+# and counts alone, with the drops from the sample's max (1; ``triton_bracket``'s WHOLE): no share, no rendezvous, no
+# row max; where each split tallies its share after the norms (0). Built, not yet timed on the GPU
+ONE_LAUNCH_WHOLE_SAMPLE = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -264,7 +268,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
-             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD")
+             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE")
 
 
 def _settings() -> tuple:

@@ -38,7 +38,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      pre_bracket_maxnreg, lazy_pass1_maxnreg, one_launch_tile, one_launch_programs, one_launch_most, tally_n,
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
-     bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead) = settings
+     bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
+     one_launch_whole_sample) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -66,7 +67,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
-                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, num_warps=warps)
+                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=False,
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -100,7 +102,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                                  f"{one_launch_round_ng}")
             block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
-                       SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)))
+                       SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)),
+                       WHOLE=one["PASS1"] and bool(one_launch_whole_sample))
         # its read gathers one group a split: by an atomic count or a second pass from each lane's place
         # (ONE_LAUNCH_SCAN_GATHER 0 or 2; the scan of each tile that 1 was timed slower than both and went)
         if one_launch_scan_gather not in (0, 2):

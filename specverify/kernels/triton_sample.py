@@ -3,6 +3,7 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
 1 / T):
 
     sample_max(...)    the largest l / T of the row's strided sample
+    whole_sample(...)  the whole sample at once, loaded before pass 1 for a count bracket from it alone
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
     bits / floats      float32 <-> its bits in an int64 word of the work space
@@ -31,6 +32,16 @@ def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BL
     NS / CH chunks spread evenly from the row's start to its end."""
     i = start + tl.arange(0, BLOCK_R)
     return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=i < NS, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
+    """[NS] l / T of the whole sample (``sample_tile``), or -inf where not ``wanted`` (a row past its request's
+    drafts has no logits at row_ptr)."""
+    i = tl.arange(0, NS)
+    # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
+    live = tl.where(wanted, i < NS, False)
+    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
 
 
 @triton.jit
