@@ -50,8 +50,8 @@ def handoff_word(tickets_ptr, NR, rid, which):
 @triton.jit
 def publish(word_ptr, split, full, own, patience):
     """Publishes ``split``'s part of the row (its bit in the word at word_ptr; ``full``: every split's bits), then
-    returns the next split for program ``own`` to compute: the first still unpublished after at most patience + 1
-    polls, or -1 once all are published."""
+    returns the next split for program ``own`` to compute: the first still unpublished after the publishing
+    atomic's answer and at most ``patience`` polls, or -1 once all are published."""
     # every thread's stores are issued before the release that publishes them
     tl.debug_barrier()
     bit = tl.full([], 1, tl.int64) << split.to(tl.int64)
