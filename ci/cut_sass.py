@@ -11,8 +11,8 @@ gathering for the cut (``triton_chain._row_stats_cut_kernel``, with top-k passed
 variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles the plan without them),
 ``p0`` pass 1 alone. ``ptxas -v`` (Triton's bundled one for the PTX version it emits) gives registers and
 spills (of this Triton's code: to see the device's, install its version apart, ``pip install --target DIR
-triton==X``, and run this with ``PYTHONPATH=DIR``); ``nvdisasm`` the SASS, counted by line and by a few instruction classes, and written to DIR with
-``--sass``. Compare two commits by running this from each one's checkout: the GPU is not needed, and so
+triton==X``, and run this with ``PYTHONPATH=DIR``); ``nvdisasm`` the SASS, counted by line and by a few
+instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each one's checkout: the GPU is not needed, and so
 neither is a device run. ``--loops`` adds each loop of the SASS (a label and the branch back to it): its
 instructions, which divided by the tokens a thread handles a trip give the instructions a token, and how
 many of them are a few telling kinds. Prints; asserts nothing.

@@ -334,8 +334,9 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"), pytest.param(0, id="take-over", marks=pytest.mark.skipif(
-    DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
+                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
 def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, monkeypatch):
     """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample before its pass 1 and counts a count
     bracket's round (top-k's, alone or with top-p) from it alone, its drops from the sample's max rather than the
