@@ -138,6 +138,9 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = drop_grid(NG)
     by_mass = p_on & ~k_on
+    # the shared tally's call stands in both branches: with the flag bound on both sides of this constexpr branch and
+    # one branch after it, Triton 3.6 no longer takes the flag as constant, and compiled the whole-sample path (on a
+    # sample of None) where WHOLE is off
     if WHOLE:
         o = tl.max(sample, axis=0)
         whole = (o > float("-inf")) & (o < float("inf"))
