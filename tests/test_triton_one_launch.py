@@ -261,6 +261,25 @@ def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device))
 
 
+def _cut_before_and_after(batch: SpecBatch, name: str, before, after, monkeypatch) -> tuple:
+    """((records [6, 8], brackets [8, 2]) with triton_filter's setting ``name`` at ``before``, the same at ``after``,
+    the one launch's meta then) of one-launch cuts of ``batch``'s 8 rows. The work space is filled with NaN bits
+    between the two cuts, so that a share or sum the second reads but did not write reads as NaN."""
+    plan = dict(block_v=256)
+    monkeypatch.setattr(triton_filter, name, before)
+    first_launches, first, _ = _cut_and_partials(batch, 0, **plan)
+    first_brackets = _brackets(8)
+    monkeypatch.setattr(triton_filter, name, after)
+    for work, *_ in triton_filter._buffers.values():
+        work.fill_(0x7FC00000)
+    second_launches, second, _ = _cut_and_partials(batch, 0, **plan)
+    second_brackets = _brackets(8)
+    assert second_launches == first_launches == [("_cut_kernel", 3, True, True)]
+    metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
+    assert len(metas) == 1, metas
+    return (first, first_brackets), (second, second_brackets), metas[0]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, share_tile", [
     pytest.param(None, None, id="spin"), pytest.param(None, 8, id="spin-narrow-tiles"),
@@ -310,21 +329,11 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
     unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
-    batch = _bracketed_rows(device, monkeypatch)
-    plan = dict(block_v=256)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
-    two_launches, two, _ = _cut_and_partials(batch, 0, **plan)
-    two_brackets = _brackets(8)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", round_ng)
     # the two rounds' shares and sums left in the work space read as NaN: a share the one round did not publish
     # must not be summed
-    for work, *_ in triton_filter._buffers.values():
-        work.fill_(0x7FC00000)
-    one_launches, one, _ = _cut_and_partials(batch, 0, **plan)
-    one_brackets = _brackets(8)
-    assert one_launches == two_launches == [("_cut_kernel", 3, True, True)]
-    metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
-    assert [meta["ROUND_NG"] for meta in metas] == [round_ng]
+    (two, two_brackets), (one, one_brackets), meta = _cut_before_and_after(
+        _bracketed_rows(device, monkeypatch), "ONE_LAUNCH_ROUND_NG", 0, round_ng, monkeypatch)
+    assert meta["ROUND_NG"] == round_ng
     assert torch.equal(one[:5], two[:5]), (one[:5] != two[:5]).nonzero().tolist()
     moved = [r for r in range(8) if not torch.equal(one_brackets[r], two_brackets[r])]
     assert set(moved) <= {0, 2, 4, 6} and len(moved) >= 3, (one_brackets, two_brackets)
@@ -349,18 +358,9 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
-    plan = dict(block_v=256)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
-    shared_launches, shared, _ = _cut_and_partials(batch, 0, **plan)
-    shared_brackets = _brackets(8)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 1)
-    for work, *_ in triton_filter._buffers.values():
-        work.fill_(0x7FC00000)
-    whole_launches, whole, _ = _cut_and_partials(batch, 0, **plan)
-    whole_brackets = _brackets(8)
-    assert whole_launches == shared_launches == [("_cut_kernel", 3, True, True)]
-    metas = [meta for plan_ in triton_filter._plans.values() for _, _, meta in plan_[7]]
-    assert [meta["WHOLE"] for meta in metas] == [True]
+    (shared, shared_brackets), (whole, whole_brackets), meta = _cut_before_and_after(
+        batch, "ONE_LAUNCH_WHOLE_SAMPLE", 0, 1, monkeypatch)
+    assert meta["WHOLE"] is True
     assert torch.equal(whole[:5], shared[:5]), (whole[:5] != shared[:5]).nonzero().tolist()
     # a count row whose largest logit is not in the sample has its drops from another origin: its bracket moves
     ns, ch, V = triton_filter.NS, triton_filter.CH, batch.vocab_size
