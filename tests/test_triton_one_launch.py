@@ -347,10 +347,11 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
                                   pytest.param(0, id="take-over", marks=pytest.mark.skipif(
                                       DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
 def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, monkeypatch):
-    """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample before its pass 1 and counts a count
-    bracket's round (top-k's, alone or with top-p) from it alone, its drops from the sample's max rather than the
-    row's (``triton_bracket._whole_counts``): no share, no rendezvous. The count brackets then move (the drops' origin
-    differs), the mass brackets (top-p alone) stay, and the records (cut value and index, Z', how the cut was found)
+    """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample before its pass 1 and, once it has
+    published its pass-1 partials, counts a count bracket's round (top-k's, alone or with top-p) from it alone, its
+    drops from the sample's max rather than the row's (``triton_sample.whole_counts``): no share, no rendezvous. The
+    count brackets then move (the drops' origin differs), the mass brackets (top-p alone) stay, and the records (cut
+    value and index, Z', how the cut was found)
     must be the shared round's, on rows bracketed by count and by mass and rows that the small capacity sends down
     the slow path, where the other origin may send one more. The shared round's shares left in the work space read
     as NaN, so that a bracket summing shares nobody published fails. On CUDA, spin 0 makes every split take over

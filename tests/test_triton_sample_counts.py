@@ -1,8 +1,8 @@
-"""The count bracket's round from the whole sample (specverify/kernels/triton_bracket.py, ``_whole_counts``), called
-from a test kernel: each sample entry's first grid point found by a binary search, a histogram of those and its
-running sum must give, at each point of the drop grid, the count that the shared tally's compare of every entry with
-every point gives (``triton_sample.sample_run``'s). The kernel runs on the device the other filter tests run on (the
-interpreter without CUDA).
+"""The count bracket's round from the whole sample (specverify/kernels/triton_sample.py, ``whole_counts``), called
+from a test kernel: each sample entry's first grid point found from the grid's inverse and moved by the grid's own
+compare, a histogram of those and its running sum must give, at each point of the drop grid, the count that the
+shared tally's compare of every entry with every point gives (``triton_sample.sample_run``'s). The kernel runs on
+the device the other filter tests run on (the interpreter without CUDA).
 """
 
 from __future__ import annotations
@@ -13,19 +13,29 @@ import triton
 import triton.language as tl
 
 from filter_settings import DEVICES
-from specverify.kernels.triton_bracket import _whole_counts
-from specverify.kernels.triton_sample import drop_grid
+from specverify.kernels.triton_sample import drop_grid, whole_counts
 
 
 @triton.jit
-def _counts(x_ptr, got_ptr, want_ptr, NS: tl.constexpr, NG: tl.constexpr):
-    """got [NG]: ``_whole_counts`` of the NS entries at x_ptr from their max; want [NG]: every entry compared with
-    every point, as the tally compares them."""
+def _counts(x_ptr, got_ptr, want_ptr, cand_ptr, NS: tl.constexpr, NG: tl.constexpr):
+    """got [NG]: ``whole_counts`` of the NS entries at x_ptr (their max at got[NG]); want [NG]: every entry compared
+    with every point, as the tally compares them; cand [NG]: the points."""
     x = tl.load(x_ptr + tl.arange(0, NS))
-    o = tl.max(x, axis=0)
-    tl.store(got_ptr + tl.arange(0, NG), _whole_counts(x, o, NG))
-    cand = o - drop_grid(NG)
+    o, cnt = whole_counts(x, NG)
+    tl.store(got_ptr + tl.arange(0, NG), cnt)
+    tl.store(got_ptr + NG, o)
+    cand = tl.max(x, axis=0) - drop_grid(NG)
+    tl.store(cand_ptr + tl.arange(0, NG), cand)
     tl.store(want_ptr + tl.arange(0, NG), tl.sum((x[None, :] >= cand[:, None]).to(tl.float32), axis=1))
+
+
+def _run(x, ng, device):
+    """(got, want, the grid's points) of ``_counts`` on x, on the CPU."""
+    got = torch.empty(ng + 1, device=device)
+    want = torch.empty(ng, device=device)
+    cand = torch.empty(ng, device=device)
+    _counts[(1,)](x.to(device), got, want, cand, NS=x.numel(), NG=ng)
+    return got.cpu(), want.cpu(), cand.cpu()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -43,8 +53,39 @@ def test_whole_sample_counts_are_the_tallys_at_every_grid_point(device, ns, ng):
     x[3:40] = top - 500.0
     x[40] = float("-inf")
     x[41] = float("nan")
-    got = torch.empty(ng, device=device)
-    want = torch.empty(ng, device=device)
-    _counts[(1,)](x.to(device), got, want, NS=ns, NG=ng)
-    assert torch.equal(got.cpu(), want.cpu()), (got.cpu() - want.cpu()).nonzero().tolist()
+    got, want, _ = _run(x, ng, device)
+    assert torch.equal(got[:ng], want), (got[:ng] - want).nonzero().tolist()
+    assert float(got[ng]) == top
     assert float(want[0]) == int((x == top).sum()) >= 3 and float(want[-1]) == ns - 39
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ns, ng", [(512, 16), (2048, 64)])
+def test_whole_sample_counts_hold_entries_on_and_beside_each_grid_point(device, ns, ng):
+    """An entry found from the grid's inverse can round across a point: the entries here lie exactly on every point
+    (as the kernel computes them), one float32 step above and one below, where the inverse's rounding errs; the
+    counts must still be the compare's at every point."""
+    gen = torch.Generator().manual_seed(ns)
+    x = torch.randn(ns, generator=gen) * 3.0
+    _, _, cand = _run(x, ng, device)
+    points = cand[1:]       # the max's own point is the max
+    beside = torch.cat([points, torch.nextafter(points, points + 1), torch.nextafter(points, points - 1)])
+    x[1:1 + beside.numel()] = beside
+    x[0] = cand[0]
+    got, want, again = _run(x, ng, device)
+    assert torch.equal(again, cand)
+    assert torch.equal(got[:ng], want), (got[:ng] - want).nonzero().tolist()
+    # each point counts the entries on it and the one above, not the one below
+    steps = want[1:] - want[:-1]
+    assert bool((steps >= 2).all()), steps.tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_whole_sample_counts_are_zero_where_the_sample_has_no_finite_max(device):
+    """A row whose sample is -inf throughout (not a count row, or past its drafts) or holds +inf has no count
+    bracket from it: its counts are zeros and its max says why, so that the bracket takes the shared round."""
+    for top in (float("-inf"), float("inf")):
+        x = torch.full((256,), float("-inf"))
+        x[7] = top
+        got, _, _ = _run(x, 16, device)
+        assert float(got[16]) == top and not bool(got[:16].any()), got.tolist()

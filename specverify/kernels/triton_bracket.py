@@ -85,7 +85,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
-            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, sample=None, WHOLE: tl.constexpr = False):
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = False):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -97,9 +97,9 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
     step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
     bracket's cells of one round are too wide for top-p's crossing, where the mass is thick: their tokens overflow
-    the gather.) WHOLE (with ROUND_NG): that round's counts from ``sample``, the whole sample's [NS] l / T that the
-    program holds, with its drops from the sample's max, by each program alone (``_whole_counts``): no rendezvous
-    and no row max needed, where the max is finite; the shared round otherwise."""
+    the gather.) WHOLE (with ROUND_NG): that round's counts are ``whole``, (o, [ROUND_NG] counts) of the whole
+    sample, with its drops from the sample's max o, by each program alone (``triton_sample.whole_counts``): no
+    rendezvous and no row max needed, where o is finite; the shared round otherwise."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -112,7 +112,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
                                  share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
         elif ROUND_NG > 0:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
-                                 BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True, sample, WHOLE)
+                                 BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True, whole, WHOLE)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
                                  BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
@@ -123,11 +123,11 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, sample=None, WHOLE: tl.constexpr = False):
+                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, whole=None, WHOLE: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's;
     ONE: the first round's cells are the bracket, and no second round runs; WHOLE (ONE, by count): the round's
-    counts from ``sample``, with the drops from its max (``bracket``)."""
+    counts are ``whole``'s, with the drops from the sample's max (``bracket``)."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
     g = tl.arange(0, NG)
     half: tl.constexpr = NG // 2
@@ -139,14 +139,14 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     drop = drop_grid(NG)
     by_mass = p_on & ~k_on
     # the shared tally's call stands in both branches: with the flag bound on both sides of this constexpr branch and
-    # one branch after it, Triton 3.6 no longer takes the flag as constant, and compiled the whole-sample path (on a
-    # sample of None) where WHOLE is off
+    # one branch after it, Triton 3.6 no longer takes the flag as constant, and compiled the whole-sample path (on
+    # counts of None) where WHOLE is off
     if WHOLE:
-        o = tl.max(sample, axis=0)
-        whole = (o > float("-inf")) & (o < float("inf"))
-        origin = tl.where(whole, o, m)
-        if whole:
-            cnt = _whole_counts(sample, o, NG)
+        o, counted = whole
+        finite = (o > float("-inf")) & (o < float("inf"))
+        origin = tl.where(finite, o, m)
+        if finite:
+            cnt = counted
             s1 = tl.zeros([NG], tl.float32)
             s2 = s1
         else:
@@ -181,20 +181,6 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
     hi = tl.where((j_hi >= 0) & ~(k_on & (r_hi < 1.0)) & ~(by_mass & few) & ~whole_k,
                   order_key((origin - d_hi) * temperature).to(tl.int64), KMAX)
     return lo, hi
-
-
-@triton.jit
-def _whole_counts(sample, o, NG: tl.constexpr):
-    """[NG] float32: how many of ``sample``'s l / T are at or above o - drop_grid(NG)[g], each g: every entry's first
-    grid point at or below it, by a binary search over the grid (the grid's drops are computed where compared), a
-    histogram of those, and its running sum. A NaN entry is at no point, as the tally counts it."""
-    first = tl.full(sample.shape, NG, tl.int32)
-    step = NG
-    while step > 0:     # unrolled: NG is a power of 2; steps of NG, NG / 2, ..., 1 reach every point from NG
-        t = first - step
-        first = tl.where((t >= 0) & (sample >= o - DROP * (t / (NG - 1)) * (t / (NG - 1))), t, first)
-        step = step // 2
-    return tl.cumsum(tl.histogram(first, NG, mask=first < NG), 0).to(tl.float32)
 
 
 @triton.jit

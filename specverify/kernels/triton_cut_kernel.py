@@ -119,14 +119,15 @@ def _cut_kernel(
                 sample = whole_sample(row_ptr, V, inv_t, live & on & k_on & (V > CAP), NS, CH)
             else:
                 sample = None
-            pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part,
-                          ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B,
-                          stamps, STAMPS, AHEAD)
+            # with WHOLE, the sample's counts, taken while the row's other splits finish their pass 1
+            whole = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1,
+                                  n_part, ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN,
+                                  BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
         else:
-            sample = None
+            whole = None
             # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
@@ -175,7 +176,7 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS,
                                      bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F, stamps,
-                                     STAMPS, SIGMAS, ROUND_NG, BLOCK_ROUND, sample, WHOLE)
+                                     STAMPS, SIGMAS, ROUND_NG, BLOCK_ROUND, whole, WHOLE)
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)

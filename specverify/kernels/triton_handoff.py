@@ -38,6 +38,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
+from specverify.kernels.triton_sample import whole_counts
 
 
 @triton.jit
@@ -52,27 +53,38 @@ def publish(word_ptr, split, full, own, patience):
     """Publishes ``split``'s part of the row (its bit in the word at word_ptr; ``full``: every split's bits), then
     returns the next split for program ``own`` to compute: the first still unpublished after the publishing
     atomic's answer and at most ``patience`` polls, or -1 once all are published."""
+    return _unpublished(word_ptr, full, own, patience, _announce(word_ptr, split))
+
+
+@triton.jit
+def _announce(word_ptr, split):
+    """Sets ``split``'s bit in the word at word_ptr; returns the bits set, as the publishing atomic saw them and
+    with its own."""
     # every thread's stores are issued before the release that publishes them
     tl.debug_barrier()
     bit = tl.full([], 1, tl.int64) << split.to(tl.int64)
     # its answer is the first look: where it holds every bit, the acquire synchronised with every split's release,
     # and the split that publishes last goes on without a poll's round trip
-    seen = tl.atomic_or(word_ptr, bit.to(tl.int32), sem="acq_rel").to(tl.int64) & 4294967295
-    return _unpublished(word_ptr, full, own, patience, seen | bit)
+    return (tl.atomic_or(word_ptr, bit.to(tl.int32), sem="acq_rel").to(tl.int64) & 4294967295) | bit
 
 
 @triton.jit
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-                  stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False):
+                  stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, sample=None,
+                  NG: tl.constexpr = 2, WHOLE: tl.constexpr = False):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
-    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials."""
+    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. WHOLE: returns
+    ``triton_sample.whole_counts`` of ``sample`` at NG points, counted between its own publish and the polls,
+    while the row's other splits finish theirs (else o = -inf and zero counts)."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
     split = own
+    o = tl.full([], float("-inf"), tl.float32)
+    cnt = tl.zeros([NG], tl.float32)
     # its own split first, then those it takes over, one a turn
     for turn in range(0, S1):
         if split >= 0:
@@ -83,13 +95,20 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                 if turn == 0:
                     stamp(stamps, 15, split)
             if waits:
+                seen = _announce(word_ptr, split)
+                if WHOLE:
+                    if turn == 0:
+                        # between its own publish and the polls: the split that publishes last counts once, and
+                        # the others count while they would wait
+                        o, cnt = whole_counts(sample, NG)
                 # once it has taken a split over, it waits for none
-                split = publish(word_ptr, split, full, own, tl.where(turn == 0, SPIN, 0))
+                split = _unpublished(word_ptr, full, own, tl.where(turn == 0, SPIN, 0), seen)
             else:
                 split = tl.full([], -1, tl.int32)
     # the acquire that saw every bit synchronised this program's thread with every split's release; the barrier
     # passes that on to the others before they read the partials
     tl.debug_barrier()
+    return o, cnt
 
 
 @triton.jit

@@ -4,6 +4,7 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
 
     sample_max(...)    the largest l / T of the row's strided sample
     whole_sample(...)  the whole sample at once, loaded before pass 1 for a count bracket from it alone
+    whole_counts(...)  its counts at or above each point of the drop grid from its max, by one program
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
     bits / floats      float32 <-> its bits in an int64 word of the work space
@@ -42,6 +43,32 @@ def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
     # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
     live = tl.where(wanted, i < NS, False)
     return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
+
+
+@triton.jit
+def whole_counts(sample, NG: tl.constexpr):
+    """(o, [NG] float32): the sample's max o of l / T, and where o is finite, how many of ``sample``'s entries are
+    at or above o - drop_grid(NG)[g], each g (else zeros). Each entry's first grid point at or below it is the ceiling of the drop grid's
+    inverse at o - l / T, moved by one where that rounds across a point (the grid's own compare decides); then a
+    histogram of those, and its running sum. A NaN entry is at no point, as the tally's compare counts it."""
+    o = tl.max(sample, axis=0)
+    cnt = tl.zeros([NG], tl.float32)
+    if (o > float("-inf")) & (o < float("inf")):     # else no count bracket is taken from it
+        d = o - sample
+        # a NaN or negative drop starts from point 0; -inf's infinite drop from past the grid
+        est = tl.sqrt(tl.where(d > 0, d, 0.0) / DROP) * (NG - 1)
+        t = tl.ceil(tl.minimum(est, NG)).to(tl.int32)
+        first = tl.where(_at_point(sample, o, t - 1, NG), t - 1,
+                         tl.where(_at_point(sample, o, t, NG), t,
+                                  tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
+        cnt = tl.cumsum(tl.histogram(first, NG, mask=first < NG), 0).to(tl.float32)
+    return o, cnt
+
+
+@triton.jit
+def _at_point(x, o, t, NG: tl.constexpr):
+    """Whether x is at or above grid point t's o - drop (``drop_grid``'s, bit for bit); no point outside [0, NG)."""
+    return (t >= 0) & (t < NG) & (x >= o - DROP * (t / (NG - 1)) * (t / (NG - 1)))
 
 
 @triton.jit
