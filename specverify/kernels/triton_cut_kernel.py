@@ -115,14 +115,18 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
-            if WHOLE:       # a count bracket's whole sample, its loads in flight through pass 1 (``triton_bracket``)
+            # a count bracket's whole sample (``triton_bracket``): its loads in flight through pass 1 (WHOLE 1), or
+            # issued after it (2)
+            if WHOLE == 1:
                 sample = whole_sample(row_ptr, V, inv_t, live & on & k_on & (V > CAP), NS, CH)
+            elif WHOLE == 2:
+                sample = (row_ptr, V, inv_t, live & on & k_on & (V > CAP))
             else:
                 sample = None
             # with WHOLE, the sample's counts, taken while the row's other splits finish their pass 1
             whole = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1,
                                   n_part, ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN,
-                                  BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE)
+                                  BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)

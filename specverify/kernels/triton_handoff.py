@@ -38,7 +38,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
-from specverify.kernels.triton_sample import whole_counts
+from specverify.kernels.triton_sample import whole_counts, whole_sample
 
 
 @triton.jit
@@ -72,13 +72,15 @@ def _announce(word_ptr, split):
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
                   stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, sample=None,
-                  NG: tl.constexpr = 2, WHOLE: tl.constexpr = False):
+                  NG: tl.constexpr = 2, WHOLE: tl.constexpr = 0, NS: tl.constexpr = 2, CH: tl.constexpr = 1):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
     AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. WHOLE: returns
-    ``triton_sample.whole_counts`` of ``sample`` at NG points, counted between its own publish and the polls,
-    while the row's other splits finish theirs (else o = -inf and zero counts)."""
+    ``triton_sample.whole_counts`` at NG points of the row's sample, counted between its own publish and the
+    polls, while the row's other splits finish theirs (else o = -inf and zero counts): 1, of ``sample``, the
+    [NS] sample loaded before pass 1; 2, of the sample loaded after its own split's partials, ``sample`` the
+    (row_ptr, V, inv_t, wanted) of ``triton_sample.whole_sample``."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -95,12 +97,23 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                 if turn == 0:
                     stamp(stamps, 15, split)
             if waits:
-                seen = _announce(word_ptr, split)
-                if WHOLE:
+                # the counts come between its own publish and the polls: the split that publishes last counts
+                # once, and the others count while they would wait
+                if WHOLE == 2:
                     if turn == 0:
-                        # between its own publish and the polls: the split that publishes last counts once, and
-                        # the others count while they would wait
+                        # loaded before the release, so that its loads run while the partials' stores drain
+                        row_ptr, n, inv_t, wanted = sample
+                        values = whole_sample(row_ptr, n, inv_t, wanted, NS, CH)
+                        seen = _announce(word_ptr, split)
+                        o, cnt = whole_counts(values, NG)
+                    else:
+                        seen = _announce(word_ptr, split)
+                elif WHOLE == 1:
+                    seen = _announce(word_ptr, split)
+                    if turn == 0:
                         o, cnt = whole_counts(sample, NG)
+                else:
+                    seen = _announce(word_ptr, split)
                 # once it has taken a split over, it waits for none
                 split = _unpublished(word_ptr, full, own, tl.where(turn == 0, SPIN, 0), seen)
             else:
