@@ -101,9 +101,11 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                 # once, and the others count while they would wait
                 if WHOLE == 2:
                     if turn == 0:
-                        # loaded before the release, so that its loads run while the partials' stores drain
+                        # loaded before the release, so that its loads run while the partials' stores drain; split -
+                        # own is 0 here, but not to the compiler, which would compute the sample's addresses before
+                        # pass 1 and hold their registers through it
                         row_ptr, n, inv_t, wanted = sample
-                        values = whole_sample(row_ptr, n, inv_t, wanted, NS, CH)
+                        values = whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH)
                         seen = _announce(word_ptr, split)
                         o, cnt = whole_counts(values, NG)
                     else:

@@ -73,8 +73,14 @@ def _at_point(x, o, t, NG: tl.constexpr):
 
 @triton.jit
 def _sample_at(i, V, NS: tl.constexpr, CH: tl.constexpr):
-    """The row positions of sample entries i: NS / CH chunks of CH logits spread evenly from its start to its end."""
-    return ((i // CH).to(tl.int64) * (V - CH)) // (NS // CH - 1) + i % CH
+    """The row positions of sample entries i: NS / CH chunks of CH logits spread evenly from its start to its end,
+    chunk c at c (V - CH) // (NS / CH - 1)."""
+    # in int32, with no product past V: c (V - CH) = c (q (NS / CH - 1) + r), q and r the division's quotient and
+    # remainder (an int64 division an entry costs a whole sample hundreds of instructions)
+    q = (V - CH) // (NS // CH - 1)
+    r = (V - CH) % (NS // CH - 1)
+    c = i // CH
+    return c * q + (c * r) // (NS // CH - 1) + i % CH
 
 
 @triton.jit
