@@ -250,8 +250,10 @@ def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
     """8 rows of 3,000 logits, each filtered by top-k or top-p (one with min-p too), behind a sample of 64 chunks
     of 8 and a capacity of 256 gathered tokens, which sends some rows down the slow path: the sample bracket's
     cases. The work spaces start empty, so that ``_brackets`` finds this test's alone (a test before it in the
-    process may have planned a cut on another device or stream, which holds a work space of its own)."""
+    process may have planned a cut on another device or stream, which holds a work space of its own). The count
+    bracket's round is the splits' shared one unless a test turns the whole sample on."""
     monkeypatch.setattr(triton_filter, "_buffers", {})
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
     monkeypatch.setattr(triton_filter, "CAP", 256)
     monkeypatch.setattr(triton_filter, "NS", 512)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -343,27 +345,24 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("spin, loaded", [
-    pytest.param(None, 1, id="spin-before-pass1"), pytest.param(None, 2, id="spin-after-pass1"),
-    pytest.param(0, 2, id="take-over", marks=pytest.mark.skipif(
-        DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
-def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, loaded,
-                                                                                     monkeypatch):
-    """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample before its pass 1 (1) or after it (2)
-    and, once it has published its pass-1 partials, counts a count bracket's round (top-k's, alone or with top-p) from it alone, its
+@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
+                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
+                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, monkeypatch):
+    """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample after its pass 1 and, once it has
+    published its pass-1 partials, counts a count bracket's round (top-k's, alone or with top-p) from it alone, its
     drops from the sample's max rather than the row's (``triton_sample.whole_counts``): no share, no rendezvous. The
     count brackets then move (the drops' origin differs), the mass brackets (top-p alone) stay, and the records (cut
-    value and index, Z', how the cut was found)
-    must be the shared round's, on rows bracketed by count and by mass and rows that the small capacity sends down
-    the slow path, where the other origin may send one more. The shared round's shares left in the work space read
+    value and index, Z', how the cut was found) must be the shared round's, on rows bracketed by count and by mass
+    and rows that the small capacity sends down the slow path, where the other origin may send one more. The shared round's shares left in the work space read
     as NaN, so that a bracket summing shares nobody published fails. On CUDA, spin 0 makes every split take over
     whatever is unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
     (shared, shared_brackets), (whole, whole_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_WHOLE_SAMPLE", 0, loaded, monkeypatch)
-    assert meta["WHOLE"] == loaded
+        batch, "ONE_LAUNCH_WHOLE_SAMPLE", 0, 1, monkeypatch)
+    assert meta["WHOLE"] is True
     assert torch.equal(whole[:5], shared[:5]), (whole[:5] != shared[:5]).nonzero().tolist()
     # a count row whose largest logit is not in the sample has its drops from another origin: its bracket moves
     ns, ch, V = triton_filter.NS, triton_filter.CH, batch.vocab_size
@@ -385,10 +384,10 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
 
 
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
-                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3)])
+                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 2)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
-    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample loads at one of two places; the plan
+    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample is on or off; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

@@ -85,7 +85,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
-            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = 0):
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = False):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -123,7 +123,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, whole=None, WHOLE: tl.constexpr = 0):
+                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, whole=None, WHOLE: tl.constexpr = False):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's;
     ONE: the first round's cells are the bracket, and no second round runs; WHOLE (ONE, by count): the round's

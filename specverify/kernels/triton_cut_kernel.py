@@ -54,7 +54,6 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
-from specverify.kernels.triton_sample import whole_sample
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
@@ -115,11 +114,8 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
-            # a count bracket's whole sample (``triton_bracket``): its loads in flight through pass 1 (WHOLE 1), or
-            # issued after it (2)
-            if WHOLE == 1:
-                sample = whole_sample(row_ptr, V, inv_t, live & on & k_on & (V > CAP), NS, CH)
-            elif WHOLE == 2:
+            # a count bracket's whole sample (``triton_bracket``), which the handoff loads after pass 1
+            if WHOLE:
                 sample = (row_ptr, V, inv_t, live & on & k_on & (V > CAP))
             else:
                 sample = None

@@ -72,15 +72,15 @@ def _announce(word_ptr, split):
 def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1, n_part, ints_at,
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
                   stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, sample=None,
-                  NG: tl.constexpr = 2, WHOLE: tl.constexpr = 0, NS: tl.constexpr = 2, CH: tl.constexpr = 1):
+                  NG: tl.constexpr = 2, WHOLE: tl.constexpr = False, NS: tl.constexpr = 2, CH: tl.constexpr = 1):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
     AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. WHOLE: returns
-    ``triton_sample.whole_counts`` at NG points of the row's sample, counted between its own publish and the
-    polls, while the row's other splits finish theirs (else o = -inf and zero counts): 1, of ``sample``, the
-    [NS] sample loaded before pass 1; 2, of the sample loaded after its own split's partials, ``sample`` the
-    (row_ptr, V, inv_t, wanted) of ``triton_sample.whole_sample``."""
+    ``triton_sample.whole_counts`` at NG points of the row's sample, loaded after its own split's partials and
+    counted between its own publish and the polls, while the row's other splits finish theirs, where ``sample``'s
+    wanted holds (``sample``: the (row_ptr, V, inv_t, wanted) of ``triton_sample.whole_sample``); else o = -inf
+    and zero counts."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -97,23 +97,19 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                 if turn == 0:
                     stamp(stamps, 15, split)
             if waits:
-                # the counts come between its own publish and the polls: the split that publishes last counts
-                # once, and the others count while they would wait
-                if WHOLE == 2:
-                    if turn == 0:
-                        # loaded before the release, so that its loads run while the partials' stores drain; split -
-                        # own is 0 here, but not to the compiler, which would compute the sample's addresses before
-                        # pass 1 and hold their registers through it
-                        row_ptr, n, inv_t, wanted = sample
+                if WHOLE:
+                    # the counts come between its own publish and the polls: the split that publishes last counts
+                    # once, and the others count while they would wait
+                    row_ptr, n, inv_t, wanted = sample
+                    if (turn == 0) & wanted:
+                        # loaded before the release, so that its loads run while the partials' stores drain; split
+                        # - own is 0 here, but not to the compiler, which would compute the sample's addresses
+                        # before pass 1 and hold their registers through it
                         values = whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH)
                         seen = _announce(word_ptr, split)
                         o, cnt = whole_counts(values, NG)
                     else:
                         seen = _announce(word_ptr, split)
-                elif WHOLE == 1:
-                    seen = _announce(word_ptr, split)
-                    if turn == 0:
-                        o, cnt = whole_counts(sample, NG)
                 else:
                     seen = _announce(word_ptr, split)
                 # once it has taken a split over, it waits for none

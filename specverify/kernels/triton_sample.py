@@ -3,7 +3,7 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
 1 / T):
 
     sample_max(...)    the largest l / T of the row's strided sample
-    whole_sample(...)  the whole sample at once, loaded before pass 1 for a count bracket from it alone
+    whole_sample(...)  the whole sample at once, for a count bracket from it alone
     whole_counts(...)  its counts at or above each point of the drop grid from its max, by one program
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
