@@ -48,9 +48,10 @@ def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
 @triton.jit
 def whole_counts(sample, NG: tl.constexpr):
     """(o, [NG] float32): the sample's max o of l / T, and where o is finite, how many of ``sample``'s entries are
-    at or above o - drop_grid(NG)[g], each g (else zeros). Each entry's first grid point at or below it is the ceiling of the drop grid's
-    inverse at o - l / T, moved by one where that rounds across a point (the grid's own compare decides); then a
-    histogram of those, and its running sum. A NaN entry is at no point, as the tally's compare counts it."""
+    at or above o - drop_grid(NG)[g], each g (else zeros). Each entry's first grid point at or below it is the
+    ceiling of the drop grid's inverse at o - l / T, moved by one where that rounds across a point (the grid's own
+    compare decides); then a histogram of those, and its running sum. A NaN entry is at no point, as the tally's
+    compare counts it."""
     o = tl.max(sample, axis=0)
     cnt = tl.zeros([NG], tl.float32)
     if (o > float("-inf")) & (o < float("inf")):     # else no count bracket is taken from it
