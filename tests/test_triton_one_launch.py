@@ -345,13 +345,15 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("spin", [pytest.param(None, id="spin"),
-                                  pytest.param(0, id="take-over", marks=pytest.mark.skipif(
-                                      DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
-def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, monkeypatch):
+@pytest.mark.parametrize("spin, form", [
+    pytest.param(None, 1, id="counts"), pytest.param(None, 2, id="ends"),
+    pytest.param(0, 1, id="take-over", marks=pytest.mark.skipif(
+        DEVICE == "cpu", reason="the interpreter takes splits over at any spin"))])
+def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, form, monkeypatch):
     """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample after its pass 1 and, once it has
     published its pass-1 partials, counts a count bracket's round (top-k's, alone or with top-p) from it alone, its
-    drops from the sample's max rather than the row's (``triton_sample.whole_counts``): no share, no rendezvous. The
+    drops from the sample's max rather than the row's (``triton_sample.whole_counts``, or with 2 the bracket's ends
+    alone, ``whole_ends``): no share, no rendezvous. The
     count brackets then move (the drops' origin differs), the mass brackets (top-p alone) stay, and the records (cut
     value and index, Z', how the cut was found) must be the shared round's, on rows bracketed by count and by mass
     and rows that the small capacity sends down the slow path, where the other origin may send one more. The shared round's shares left in the work space read
@@ -361,8 +363,8 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
     (shared, shared_brackets), (whole, whole_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_WHOLE_SAMPLE", 0, 1, monkeypatch)
-    assert meta["WHOLE"] is True
+        batch, "ONE_LAUNCH_WHOLE_SAMPLE", 0, form, monkeypatch)
+    assert meta["WHOLE"] == form
     assert torch.equal(whole[:5], shared[:5]), (whole[:5] != shared[:5]).nonzero().tolist()
     # a count row whose largest logit is not in the sample has its drops from another origin: its bracket moves
     ns, ch, V = triton_filter.NS, triton_filter.CH, batch.vocab_size
@@ -384,10 +386,10 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
 
 
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
-                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 2)])
+                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
-    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample is on or off; the plan
+    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample has two forms; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

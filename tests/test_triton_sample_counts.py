@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from filter_settings import DEVICES
-from specverify.kernels.triton_sample import drop_grid, whole_counts
+from specverify.kernels.triton_sample import drop_grid, whole_counts, whole_ends
 
 
 @triton.jit
@@ -89,3 +89,48 @@ def test_whole_sample_counts_are_zero_where_the_sample_has_no_finite_max(device)
         x[7] = top
         got, _, _ = _run(x, 16, device)
         assert float(got[16]) == top and not bool(got[:16].any()), got.tolist()
+
+
+@triton.jit
+def _ends(x_ptr, r_ptr, got_ptr, NS: tl.constexpr, NG: tl.constexpr, NR: tl.constexpr):
+    """got [NR, 2]: ``whole_ends``' (j_lo, j_hi) of the NS entries at x_ptr for each pair of bounds (r_lo, r_hi) at
+    r_ptr [NR, 2]."""
+    x = tl.load(x_ptr + tl.arange(0, NS))
+    for r in tl.static_range(NR):
+        _, j_lo, j_hi = whole_ends(x, tl.load(r_ptr + 2 * r), tl.load(r_ptr + 2 * r + 1), NG)
+        tl.store(got_ptr + 2 * r, j_lo)
+        tl.store(got_ptr + 2 * r + 1, j_hi)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ns, ng", [(512, 16), (2048, 64), (512, 32), (256, 2)])
+def test_whole_sample_ends_are_where_the_counts_cross_each_bound(device, ns, ng):
+    """The search counts at 4 grid points a step, 2 bits of the answer a step; 32 and 2 points are not powers of 4,
+    so that its first step reaches past the grid. Against the counts at every point (``whole_counts``): the first
+    point whose count reaches r_lo and the last whose count is at most r_hi, for bounds below every count, equal to
+    counts, between them, above every count, and r_hi below 1 (no end, -1). Entries as the counts' test has them,
+    with some on grid points and beside them."""
+    gen = torch.Generator().manual_seed(ns + ng)
+    x = torch.randn(ns, generator=gen) * 3.0
+    _, _, cand = _run(x, ng, device)
+    x[0] = cand[0]
+    x[1:ng] = cand[1:]
+    x[ng:2 * ng - 1] = torch.nextafter(cand[1:], cand[1:] - 1)
+    x[2 * ng] = float("nan")
+    x[2 * ng + 1] = float("-inf")
+    x[2 * ng + 2:2 * ng + 9] = float(cand[-1]) - 50.0
+    got, want, _ = _run(x, ng, device)
+    counts = got[:ng]
+    assert torch.equal(counts, want)
+    r_lo = torch.cat([torch.tensor([0.5, float(ns)]), counts, counts + 0.5]).unique()
+    r_hi = torch.cat([torch.tensor([0.5, -3.0, float(ns)]), counts, counts - 0.5]).unique()
+    n = max(r_lo.numel(), r_hi.numel())
+    bounds = torch.stack([r_lo[torch.arange(n) % r_lo.numel()], r_hi[torch.arange(n) % r_hi.numel()]], dim=1)
+    ends = torch.empty(n, 2, dtype=torch.int32, device=device)
+    _ends[(1,)](x.to(device), bounds.to(device).contiguous(), ends, NS=ns, NG=ng, NR=n)
+    g = torch.arange(ng)
+    want_lo = [int(g[counts >= b].min()) if bool((counts >= b).any()) else ng for b in bounds[:, 0].tolist()]
+    want_hi = [int(g[counts <= b].max()) if bool((counts <= b).any()) else -1 for b in bounds[:, 1].tolist()]
+    assert ends[:, 0].cpu().tolist() == want_lo, (bounds, ends, want_lo)
+    assert ends[:, 1].cpu().tolist() == want_hi, (bounds, ends, want_hi)
+    assert ng in want_lo and -1 in want_hi and 0 in want_lo

@@ -81,11 +81,30 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 
 
 @triton.jit
+def count_bounds(k, V, NS: tl.constexpr, SIGMAS: tl.constexpr):
+    """(rho, r_lo, r_hi) of a count bracket: V / NS tokens a sample entry, and the sample counts SIGMAS standard
+    deviations (and SIGMAS more) above and below k / rho, between which its crossing lies."""
+    rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
+    lam = k.to(tl.float32) / rho
+    return rho, lam + SIGMAS * tl.sqrt(lam) + SIGMAS, lam - SIGMAS * tl.sqrt(lam) - SIGMAS
+
+
+@triton.jit
+def _ends(cnt, s1, s2, drop, r_lo, r_hi, tail, rho, by_mass, NS: tl.constexpr, NG: tl.constexpr,
+          SIGMAS: tl.constexpr):
+    """(j_lo, j_hi): the first grid point whose lo test holds (NG if none) and the last whose hi test does (-1)."""
+    g = tl.arange(0, NG)
+    s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
+    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
+    return tl.min(tl.where(ok_lo, g, NG), axis=0), tl.max(tl.where(ok_hi, g, -1), axis=0)
+
+
+@triton.jit
 def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr,
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
-            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = False):
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = 0):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -97,9 +116,10 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
     step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
     bracket's cells of one round are too wide for top-p's crossing, where the mass is thick: their tokens overflow
-    the gather.) WHOLE (with ROUND_NG): that round's counts are ``whole``, (o, [ROUND_NG] counts) of the whole
-    sample, with its drops from the sample's max o, by each program alone (``triton_sample.whole_counts``): no
-    rendezvous and no row max needed, where o is finite; the shared round otherwise."""
+    the gather.) WHOLE (with ROUND_NG): that round is the whole sample's, with its drops from the sample's max o, by
+    each program alone: no rendezvous and no row max needed, where o is finite; the shared round otherwise. 1:
+    ``whole`` is (o, [ROUND_NG] counts) of ``triton_sample.whole_counts``; 2: (o, j_lo, j_hi), the round's two end
+    points, of ``triton_sample.whole_ends``."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -123,25 +143,34 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.constexpr, CAP: tl.constexpr,
                 NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr, BLOCK_R: tl.constexpr, share,
                 SHARED: tl.constexpr, BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False,
-                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, whole=None, WHOLE: tl.constexpr = False):
+                SIGMAS: tl.constexpr = 4.0, ONE: tl.constexpr = False, whole=None, WHOLE: tl.constexpr = 0):
     """``bracket`` of a filtered row past CAP tokens: by the sample's masses (BY_MASS, top-p alone) or by its
     counts; ``share``: (share_ptr, word_ptr, word_step, SF, SPIN) of a SHARED tally, round 2 after round 1's;
     ONE: the first round's cells are the bracket, and no second round runs; WHOLE (ONE, by count): the round's
-    counts are ``whole``'s, with the drops from the sample's max (``bracket``)."""
+    counts (1) or end points (2) are ``whole``'s, with the drops from the sample's max (``bracket``)."""
     share_ptr, word_ptr, word_step, SF, SPIN = share
     g = tl.arange(0, NG)
     half: tl.constexpr = NG // 2
-    rho = (tl.zeros([], tl.float32) + V) / NS     # V == 1 arrives as a Python int
-    lam = k.to(tl.float32) / rho
-    r_lo = lam + SIGMAS * tl.sqrt(lam) + SIGMAS
-    r_hi = lam - SIGMAS * tl.sqrt(lam) - SIGMAS
+    rho, r_lo, r_hi = count_bounds(k, V, NS, SIGMAS)
     tail = (1.0 - top_p.to(tl.float32)) * z
     drop = drop_grid(NG)
     by_mass = p_on & ~k_on
     # the shared tally's call stands in both branches: with the flag bound on both sides of this constexpr branch and
     # one branch after it, Triton 3.6 no longer takes the flag as constant, and compiled the whole-sample path (on
     # counts of None) where WHOLE is off
-    if WHOLE:
+    if WHOLE == 2:
+        o, j_lo, j_hi = whole
+        finite = (o > float("-inf")) & (o < float("inf"))
+        origin = tl.where(finite, o, m)
+        # the counts stand in for the few test alone, which a count bracket does not take
+        cnt = tl.zeros([NG], tl.float32)
+        s1 = cnt
+        s2 = cnt
+        if ~finite:
+            cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
+                                 SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
+            j_lo, j_hi = _ends(cnt, s1, s2, drop, r_lo, r_hi, tail, rho, by_mass, NS, NG, SIGMAS)
+    elif WHOLE:
         o, counted = whole
         finite = (o > float("-inf")) & (o < float("inf"))
         origin = tl.where(finite, o, m)
@@ -152,14 +181,13 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
         else:
             cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
                                  SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
+        j_lo, j_hi = _ends(cnt, s1, s2, drop, r_lo, r_hi, tail, rho, by_mass, NS, NG, SIGMAS)
     else:
         origin = m
         cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
                              SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
+        j_lo, j_hi = _ends(cnt, s1, s2, drop, r_lo, r_hi, tail, rho, by_mass, NS, NG, SIGMAS)
     s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
-    ok_lo, ok_hi = _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS, SIGMAS)
-    j_lo = tl.min(tl.where(ok_lo, g, NG), axis=0)
-    j_hi = tl.max(tl.where(ok_hi, g, -1), axis=0)
     few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
     lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
     hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)

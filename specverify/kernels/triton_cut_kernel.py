@@ -46,7 +46,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_bracket import bracket, pre_bracket
+from specverify.kernels.triton_bracket import bracket, count_bounds, pre_bracket
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request,
                                            cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
                                            stamps_at, work_gathered, work_parts, work_tokens)
@@ -116,10 +116,12 @@ def _cut_kernel(
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
             # a count bracket's whole sample (``triton_bracket``), which the handoff loads after pass 1
             if WHOLE:
-                sample = (row_ptr, V, inv_t, live & on & k_on & (V > CAP))
+                _, r_lo, r_hi = count_bounds(k, V, NS, SIGMAS)
+                sample = (row_ptr, V, inv_t, live & on & k_on & (V > CAP), r_lo, r_hi)
             else:
                 sample = None
-            # with WHOLE, the sample's counts, taken while the row's other splits finish their pass 1
+            # with WHOLE, the sample's counts (1) or the count bracket's ends (2), taken while the row's other
+            # splits finish their pass 1
             whole = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1, S1,
                                   n_part, ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN,
                                   BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH)

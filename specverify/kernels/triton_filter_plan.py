@@ -67,7 +67,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
-                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=False,
+                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
@@ -100,13 +100,13 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             if one_launch_round_ng < 2 or one_launch_round_ng & (one_launch_round_ng - 1):
                 raise ValueError(f"ONE_LAUNCH_ROUND_NG takes 0 or a power of 2 of at least 2, not "
                                  f"{one_launch_round_ng}")
-            if one_launch_whole_sample not in (0, 1):
-                raise ValueError(f"ONE_LAUNCH_WHOLE_SAMPLE takes 0 (the shared round) or 1 (the whole sample), not "
-                                 f"{one_launch_whole_sample}")
+            if one_launch_whole_sample not in (0, 1, 2):
+                raise ValueError(f"ONE_LAUNCH_WHOLE_SAMPLE takes 0 (the shared round), 1 (the whole sample's counts) "
+                                 f"or 2 (its bracket's ends by a search), not {one_launch_whole_sample}")
             block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)),
-                       WHOLE=one["PASS1"] and bool(one_launch_whole_sample))
+                       WHOLE=int(one_launch_whole_sample) if one["PASS1"] else 0)
         # its read gathers one group a split: by an atomic count or a second pass from each lane's place
         # (ONE_LAUNCH_SCAN_GATHER 0 or 2; the scan of each tile that 1 was timed slower than both and went)
         if one_launch_scan_gather not in (0, 2):

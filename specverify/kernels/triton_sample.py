@@ -5,6 +5,7 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
     sample_max(...)    the largest l / T of the row's strided sample
     whole_sample(...)  the whole sample at once, for a count bracket from it alone
     whole_counts(...)  its counts at or above each point of the drop grid from its max, by one program
+    whole_ends(...)    the grid points where those counts cross a count bracket's two bounds, by a search
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
     bits / floats      float32 <-> its bits in an int64 word of the work space
@@ -64,6 +65,45 @@ def whole_counts(sample, NG: tl.constexpr):
                                   tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
         cnt = tl.cumsum(tl.histogram(first, NG, mask=first < NG), 0).to(tl.float32)
     return o, cnt
+
+
+@triton.jit
+def whole_ends(sample, r_lo, r_hi, NG: tl.constexpr):
+    """(o, j_lo, j_hi): the sample's max o of l / T and, where o is finite, the first grid point whose count (of
+    ``sample``'s entries at or above o - drop_grid(NG)[g], as ``whole_counts`` counts) reaches r_lo (NG if none)
+    and the last whose count is at most r_hi (-1 if none), which is what a count bracket takes from the counts;
+    found by counting at 4 points a step instead of counting at every point (``_crossed``). The max alone is at
+    point 0, so below r_hi = 1 no point is at most r_hi and that end takes no steps."""
+    o = tl.max(sample, axis=0)
+    j_lo = tl.full([], NG, tl.int32)
+    j_hi = tl.full([], -1, tl.int32)
+    if (o > float("-inf")) & (o < float("inf")):
+        j_lo = _crossed(sample, o, r_lo, False, NG)
+        if r_hi >= 1.0:
+            j_hi = _crossed(sample, o, r_hi, True, NG) - 1
+    return o, j_lo, j_hi
+
+
+@triton.jit
+def _crossed(sample, o, r, AT_MOST: tl.constexpr, NG: tl.constexpr):
+    """How many grid points g < NG have count(g) < r (AT_MOST: count(g) <= r): the count rises with g, so those
+    points are a prefix, found 2 bits a step by the count at 4 points past what is known (a point past the grid
+    ends the prefix)."""
+    w = 1
+    while w * 4 < NG:       # unrolled: NG is a power of 2
+        w = w * 4
+    known = tl.zeros([], tl.int32)
+    i = tl.arange(0, 4) + 1
+    while w > 0:
+        p = known + i * w - 1
+        count = tl.sum(_at_point(sample[None, :], o, p[:, None], NG).to(tl.int32), axis=1)
+        if AT_MOST:
+            inside = (p < NG) & (count <= r)
+        else:
+            inside = (p < NG) & (count < r)
+        known += w * tl.sum(inside.to(tl.int32), axis=0)
+        w = w // 4
+    return known
 
 
 @triton.jit
