@@ -161,12 +161,12 @@ ONE_LAUNCH_ROUND_NG = 64
 # twenty-ninth session)
 ONE_LAUNCH_PASS1_AHEAD = 1
 # its count bracket's one round (ONE_LAUNCH_ROUND_NG) from the whole sample, which every split loads after its own
-# pass-1 partials and counts alone between its publish and its polls, with the drops from the sample's max (1;
+# pass-1 partials and counts alone between its publish and its polls, with the drops from the sample's max (1 or 2;
 # ``triton_bracket``'s WHOLE): no share, no rendezvous, no row max; where each split tallies its share after the
-# norms (0). At B = 1 top-k's launch ends 1.8 us sooner and both's 1.2 (docs/benchmarks.md, the thirtieth session).
-# 2: the bracket's two ends found by counting at 4 grid points a step, where 1 counts at every point (the same
-# bracket, about half the instructions; built, not yet timed on the GPU)
-ONE_LAUNCH_WHOLE_SAMPLE = 1
+# norms (0). 2 finds the bracket's two ends by counting at 4 grid points a step, where 1 counts at every point: the
+# same bracket in about half the instructions. At B = 1 top-k's launch ends 2.6 us sooner than with 0 and 0.8 us
+# sooner than with 1; top-p's rows skip the sample (docs/benchmarks.md, the thirtieth and thirty-first sessions)
+ONE_LAUNCH_WHOLE_SAMPLE = 2
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
