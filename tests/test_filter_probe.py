@@ -146,6 +146,40 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
                                                                                0.014]), ends
 
 
+@CPU_ONLY
+@pytest.mark.parametrize("k, p, floor", [pytest.param(50, 0.9, 0.0, id="top-k-top-p"),
+                                         pytest.param(50, 1.0, 0.0, id="top-k"),
+                                         pytest.param(40, 0.8, 0.001, id="top-k-top-p-min-p")])
+def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k, p, floor, monkeypatch):
+    """With ONE_LAUNCH_RANK_TOP the record copies every gathered token at or above top-k's tallied interval out of
+    the packed list, where the bucket sums put at most RANK_N there, and ranks the copy at once
+    (``triton_search.top_set``), where top-k's search and then top-p's each copy their interval from the list and
+    step through it. The bracket here gathers hundreds of tokens and top-k keeps tens, so each row's record must
+    take the copy (stamped at 22, its searches' crossings and steps not stamped) and leave the outputs and records
+    of the two searches (cut value and index, Z', how), with top-k alone, with top-p after it, and with min-p's
+    mass too."""
+    sets, filters = _b1_through_the_bracket(monkeypatch)
+    filters = (torch.full_like(filters[0], k), torch.full_like(filters[1], p), torch.full_like(filters[2], floor))
+    call = filter_stages._caller(sets, filters)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
+    runs = {}
+    for rank_top in (0, 1):
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RANK_TOP", rank_top)
+        call(sets[0])
+        filter_stages._stamps_region()[0].zero_()
+        call(sets[0])
+        record = filter_stages.last_stamps()[:, :, 8:]
+        written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
+        runs[rank_top] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(), bench_gpu.last_records(5).clone()),
+                          written)
+    (searched, by_search), (ranked, by_rank) = runs[0], runs[1]
+    assert all(torch.equal(a, b) for a, b in zip(searched, ranked)), (searched[2], ranked[2])
+    assert set(ranked[2][5].tolist()) == {1.0}, ranked[2]        # every cut from the gathered tokens
+    # phases 9, 13, 14 and the copy's 22 stamped (as phase + 1); top-k's crossing (10) and the steps (21, 23) not
+    assert (by_rank[:, [1, 5, 6, 14]] > 0).all() and (by_rank[:, [2, 3, 4, 13, 15]] == 0).all(), by_rank
+    assert (by_search[:, 2] == 11).all() and (by_search[:, 14] == 23).all(), by_search
+
+
 def test_phase_ends_count_the_most_programs_that_ran_on_one_sm():
     """The last column says whether the launch's programs shared an SM, which its plan of one program an SM rules
     out and a plan of few registers lets the GPU do: the largest number of splits, over every row, whose place
@@ -227,10 +261,12 @@ def _b1_through_the_bracket(monkeypatch, device: str = "cpu") -> tuple:
     """(input sets, (top_k, top_p, min_p)) of a B = 1 call of top-k and top-p on ``device``, with a capacity small
     enough that its rows take the sample bracket, where the plans and the one launch's phases differ. The work
     spaces start empty, so that the probe's readers (``last_records``, ``last_stamps``) find this test's alone. The
-    bracket takes two rounds, shared by the splits, so that every wait has its stamps."""
+    bracket takes two rounds, shared by the splits, so that every wait has its stamps, and the record searches for
+    each crossing, so that every search phase has its stamps."""
     monkeypatch.setattr(bench_gpu, "DEVICE", device)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_ROUND_NG", 0)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RANK_TOP", 0)
     monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "CAP", 512)
     monkeypatch.setattr(triton_filter, "NS", 256)

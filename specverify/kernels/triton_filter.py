@@ -167,6 +167,11 @@ ONE_LAUNCH_PASS1_AHEAD = 1
 # same bracket in about half the instructions. At B = 1 top-k's launch ends 2.6 us sooner than with 0 and 0.8 us
 # sooner than with 1; top-p's rows skip the sample (docs/benchmarks.md, the thirtieth and thirty-first sessions)
 ONE_LAUNCH_WHOLE_SAMPLE = 2
+# its record copies a top-k row's kept set, and whatever lies between it and the bracket's top, out of the packed list
+# in one pass, where the row's bucket sums put it among RANK_N tokens, and ranks the copy at once
+# (``triton_search.top_set``, 1); where its top-k search and then its top-p search each copy their interval's tokens
+# from the list (0)
+ONE_LAUNCH_RANK_TOP = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -271,7 +276,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "TALLY_TILE", "ONE_LAUNCH_PASS1", "HANDOFF_SPIN", "ONE_LAUNCH_SHARED", "ONE_LAUNCH_SHARE_TILE", "LAZY_CUT",
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
-             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE")
+             "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP")
 
 
 def _settings() -> tuple:

@@ -13,7 +13,7 @@ from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tok
                                            stamp, weight, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
-from specverify.kernels.triton_search import resolve
+from specverify.kernels.triton_search import resolve, top_set
 from specverify.kernels.triton_slow import kept_mass, slow_cut
 
 
@@ -30,7 +30,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  BLOCK_R: tl.constexpr, BLOCK_FB: tl.constexpr, RANK_N: tl.constexpr, RANK_BLOCK: tl.constexpr,
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
-                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0):
+                 buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
+                 RANK_TOP: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -38,7 +39,9 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     (``triton_tally``), and the search starts from their sums; with ROW_TALLY, from the row's bucket sums at
     buckets_ptr instead (``triton_tally.bucket_pack``), which it zeroes. STAMPS: the one
     launch's record phases stamped at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9
-    to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's)."""
+    to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's). RANK_TOP (with
+    ROW_TALLY): a top-k row's kept set, where the bucket sums put it among RANK_N tokens, is copied out of the list and
+    ranked (``triton_search.top_set``) rather than searched."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -77,9 +80,13 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
                 how = how + 1
             else:
-                if (n > 0) & (n <= RANK_N):
-                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(buf, n, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
-                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
+                src, n_rank = buf, n
+                if RANK_TOP:
+                    src, n_rank = top_set(buf, n, scr_at, lo, tl.minimum(hi, above), c_hi, k, k_on, RANK_N, SCRATCH,
+                                          BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS)
+                if (n_rank > 0) & (n_rank <= RANK_N):
+                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on,
+                                                               top_p, p_on, floor, V, inv_t, m, RANK_BLOCK)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,

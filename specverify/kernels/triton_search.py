@@ -5,6 +5,7 @@ index) at ``buf_ptr``:
 
     resolve(...)      the cut from the n gathered tokens, or ok = False; given the splits' tallies
                       (``triton_tally``), each key search starts from the tallied interval that holds its crossing
+    top_set(...)      top-k's kept set and what lies above it, where few, copied out of the list for ranking
     gathered_kept_mass(...)   Z' from the gathered tokens and the mass above them
 
 Searches are NC-way: NC candidates split the interval (the values of tokens spread over the interval, its
@@ -350,6 +351,34 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if floor > 0.0:
         z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_R)
     return ok, cut_key, cut_idx, z, w_k, c_k
+
+
+@triton.jit
+def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCRATCH: tl.constexpr,
+            BLOCK_R: tl.constexpr, NT: tl.constexpr, buckets_ptr, stamps=None, STAMPS: tl.constexpr = False):
+    """(src, count): where top-k is on and the row's bucket sums (``triton_tally.row_buckets``, at ``tally_keys``
+    of [lo, hi)) put its crossing among the top RANK_N of the n > RANK_N gathered tokens at buf_ptr, every token at
+    or above the crossing's tallied interval, copied to the scratch at buf_ptr + scr_at in one pass of wide tiles
+    (``_keep_lanes``), and how many; else buf_ptr and n. Every token that top-k keeps, and so every token that
+    top-p and min-p may keep after it, is in the copy, and whatever lies between it and hi is in it too, so that
+    ``triton_rank.rank_cut`` of the copy is ``resolve``'s cut of the whole list, in one step where the two
+    searches copy from the list twice. STAMPS: stamps 9 once the sums are in and 22 once the copy is."""
+    src = buf_ptr
+    count = n
+    keys = tally_keys(lo, hi, NT)
+    t_cnt, t_mass = row_buckets(buckets_ptr, NT)
+    if STAMPS:
+        stamp(stamps, 9, (tl.max(t_cnt, axis=0) ^ tl.max(keys, axis=0)).to(tl.int32))
+    if k_on & (n > RANK_N):
+        zero = tl.zeros([], tl.int64)
+        a, ca, _, _, _, _ = hinted(keys, t_cnt, t_mass, lo, pick(t_cnt, 0, tl.arange(0, NT)), zero, hi, zero, zero,
+                                   k - c_hi, False)
+        if ca <= RANK_N:
+            count = _keep_wide(buf_ptr, n, buf_ptr + scr_at, a, hi, SCRATCH, 4 * BLOCK_R, True)
+            src = buf_ptr + scr_at
+            if STAMPS:
+                stamp(stamps, 22, count.to(tl.int32))
+    return src, count
 
 
 @triton.jit
