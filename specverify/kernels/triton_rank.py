@@ -38,7 +38,7 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     w_in = tl.sum(w, axis=0)
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
-        keep = keep & (c_hi + tl.sum(larger.to(tl.int64), axis=1) < k)
+        keep = keep & (c_hi + tl.sum(larger.to(tl.int32), axis=1) < k)
         c_k = c_hi + tl.sum(keep.to(tl.int64), axis=0)
         w_in = tl.sum(tl.where(keep, w, 0), axis=0)
         w_k = w_hi + w_in
@@ -51,5 +51,8 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     split = tl.sum((valid & ~keep & (key == cut_key)).to(tl.int32), axis=0) > 0
     last = tl.max(tl.where(keep & (key == cut_key), idx, -1), axis=0)
     cut_idx = tl.where(split, last, V).to(tl.int32)
-    return ok, cut_key, cut_idx, gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m,
-                                                     BLOCK_N), w_k, c_k
+    # without min-p, what the cut keeps of the tokens is what was ranked kept: no second read of them
+    z = w_hi_mp + tl.sum(tl.where(keep, w, 0), axis=0)
+    if floor > 0.0:
+        z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_N)
+    return ok, cut_key, cut_idx, z, w_k, c_k
