@@ -157,13 +157,13 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k
     step through it. The bracket here gathers hundreds of tokens and top-k keeps tens, so each row's record must
     take the copy (stamped at 22, its searches' crossings and steps not stamped) and leave the outputs and records
     of the two searches (cut value and index, Z', how), with top-k alone, with top-p after it, and with min-p's
-    mass too."""
+    mass too; so must the rank in fewer reductions (2, ``triton_rank.rank_lean``)."""
     sets, filters = _b1_through_the_bracket(monkeypatch)
     filters = (torch.full_like(filters[0], k), torch.full_like(filters[1], p), torch.full_like(filters[2], floor))
     call = filter_stages._caller(sets, filters)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
     runs = {}
-    for rank_top in (0, 1):
+    for rank_top in (0, 1, 2):
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RANK_TOP", rank_top)
         call(sets[0])
         filter_stages._stamps_region()[0].zero_()
@@ -172,11 +172,13 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k
         written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
         runs[rank_top] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(), bench_gpu.last_records(5).clone()),
                           written)
-    (searched, by_search), (ranked, by_rank) = runs[0], runs[1]
-    assert all(torch.equal(a, b) for a, b in zip(searched, ranked)), (searched[2], ranked[2])
-    assert set(ranked[2][5].tolist()) == {1.0}, ranked[2]        # every cut from the gathered tokens
-    # phases 9, 13, 14 and the copy's 22 stamped (as phase + 1); top-k's crossing (10) and the steps (21, 23) not
-    assert (by_rank[:, [1, 5, 6, 14]] > 0).all() and (by_rank[:, [2, 3, 4, 13, 15]] == 0).all(), by_rank
+    searched, by_search = runs[0]
+    for rank_top in (1, 2):
+        ranked, by_rank = runs[rank_top]
+        assert all(torch.equal(a, b) for a, b in zip(searched, ranked)), (rank_top, searched[2], ranked[2])
+        assert set(ranked[2][5].tolist()) == {1.0}, ranked[2]        # every cut from the gathered tokens
+        # phases 9, 13, 14 and the copy's 22 stamped (as phase + 1); top-k's crossing (10) and the steps (21, 23) not
+        assert (by_rank[:, [1, 5, 6, 14]] > 0).all() and (by_rank[:, [2, 3, 4, 13, 15]] == 0).all(), by_rank
     assert (by_search[:, 2] == 11).all() and (by_search[:, 14] == 23).all(), by_search
 
 

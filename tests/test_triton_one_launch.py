@@ -386,25 +386,29 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(device, monkeypatch):
+@pytest.mark.parametrize("form", [pytest.param(1, id="rank"), pytest.param(2, id="lean-rank")])
+def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(device, form, monkeypatch):
     """With ONE_LAUNCH_RANK_TOP a top-k row's record copies every gathered token at or above top-k's tallied
     interval out of the packed list, where the row's bucket sums put at most RANK_N there, and ranks the copy
     (``triton_search.top_set``): top-k's rows of 50 and 20 here, alone and under top-p, where the rows of 300 and
     120 keep more and still search. Every record (cut value and index, Z', how the cut was found, the slow path
-    included) must be the searches', on a work space filled with NaN bits between the two cuts."""
+    included) must be the searches', on a work space filled with NaN bits between the two cuts; with 2, the rank in
+    fewer reductions (``triton_rank.rank_lean``) too."""
     batch = _bracketed_rows(device, monkeypatch)
     (searched, searched_brackets), (ranked, ranked_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_RANK_TOP", 0, 1, monkeypatch)
-    assert meta["RANK_TOP"] and meta["ROW_TALLY"]
+        batch, "ONE_LAUNCH_RANK_TOP", 0, form, monkeypatch)
+    assert meta["RANK_TOP"] == form and meta["ROW_TALLY"]
     assert torch.equal(ranked, searched), (ranked != searched).nonzero().tolist()
     assert torch.equal(ranked_brackets, searched_brackets)
 
 
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
-                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3)])
+                                         ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
+                                         ("ONE_LAUNCH_RANK_TOP", 3)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
-    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample has two forms; the plan
+    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample and the rank of top-k's set have two
+    forms each; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

@@ -170,7 +170,8 @@ ONE_LAUNCH_WHOLE_SAMPLE = 2
 # its record copies a top-k row's kept set, and whatever lies between it and the bracket's top, out of the packed list
 # in one pass, where the row's bucket sums put it among RANK_N tokens, and ranks the copy at once
 # (``triton_search.top_set``, 1); where its top-k search and then its top-p search each copy their interval's tokens
-# from the list (0)
+# from the list (0). 2: every rank of its record takes ``triton_rank.rank_lean``, the same results in 20 barriers of the
+# program's warps where ``rank_cut`` takes 38 (a standalone compile at 8 warps, Triton 3.6; built, not yet timed)
 ONE_LAUNCH_RANK_TOP = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
