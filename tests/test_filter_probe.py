@@ -148,7 +148,6 @@ def test_every_split_of_a_filtered_row_stamps_every_phase_of_the_one_launch(monk
 
 @CPU_ONLY
 @pytest.mark.parametrize("k, p, floor", [pytest.param(50, 0.9, 0.0, id="top-k-top-p"),
-                                         pytest.param(50, 1.0, 0.0, id="top-k"),
                                          pytest.param(40, 0.8, 0.001, id="top-k-top-p-min-p")])
 def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k, p, floor, monkeypatch):
     """With ONE_LAUNCH_RANK_TOP the record copies every gathered token at or above top-k's tallied interval out of
@@ -156,8 +155,8 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k
     (``triton_search.top_set``), where top-k's search and then top-p's each copy their interval from the list and
     step through it. The bracket here gathers hundreds of tokens and top-k keeps tens, so each row's record must
     take the copy (stamped at 22, its searches' crossings and steps not stamped) and leave the outputs and records
-    of the two searches (cut value and index, Z', how), with top-k alone, with top-p after it, and with min-p's
-    mass too; so must the rank in fewer reductions (2, ``triton_rank.rank_lean``)."""
+    of the two searches (cut value and index, Z', how), with top-p after top-k, and with min-p's mass too (top-k
+    alone is the one-launch records test's); so must the rank in fewer reductions (2, ``triton_rank.rank_lean``)."""
     sets, filters = _b1_through_the_bracket(monkeypatch)
     filters = (torch.full_like(filters[0], k), torch.full_like(filters[1], p), torch.full_like(filters[2], floor))
     call = filter_stages._caller(sets, filters)

@@ -87,13 +87,12 @@ def _cases(seed: int) -> tuple:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("seed", [0, 1])
-def test_lean_rank_returns_the_ranks_results(device, seed):
+def test_lean_rank_returns_the_ranks_results(device):
     """Every case's six results must be ``rank_cut``'s, where the cut is found and where it is not (an empty list,
     top-k past the tokens and c_hi, top-p's target above what they hold): the records take the cut, Z' and how it
     was found from them. Ties on the coarse grid put crossings inside tie groups, which the lean form finds from
     the largest packed word left out, and both found cuts and failed ones must appear among the cases."""
-    buf, ints, floats = _cases(seed)
+    buf, ints, floats = _cases(0)
     out = torch.empty(buf.shape[0], 2, 6, dtype=torch.int64, device=device)
     _both_ranks[(buf.shape[0],)](buf.to(device), ints.to(device), floats.to(device), out, V, BLOCK_N=BLOCK_N)
     out = out.cpu()
