@@ -402,13 +402,29 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(devic
     assert torch.equal(ranked_brackets, searched_brackets)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_copies_in_narrow_tiles_leave_the_records_of_one_tile(device, monkeypatch):
+    """ONE_LAUNCH_COPY_TILE sets the tile of the record's copies out of the packed list (``triton_search._keep_lanes``:
+    each lane counts its tokens in the interval over every tile, then stores them from its place over every tile
+    again). The interpreter's default tile holds a whole list of these rows at once; 64 tokens a tile takes the
+    lists of up to 256 tokens in several, with a tile's load in flight while the last is counted or stored, and
+    lanes that hold more than one of the copied tokens. The records must be the one tile's, through the copy of
+    top-k's set and the key searches' copies."""
+    batch = _bracketed_rows(device, monkeypatch)
+    (wide, wide_brackets), (narrow, narrow_brackets), meta = _cut_before_and_after(
+        batch, "ONE_LAUNCH_COPY_TILE", 0, 64, monkeypatch)
+    assert meta["COPY_TILE"] == 64 and meta["RANK_TOP"]
+    assert torch.equal(narrow, wide), (narrow != wide).nonzero().tolist()
+    assert torch.equal(narrow_brackets, wide_brackets)
+
+
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
-                                         ("ONE_LAUNCH_RANK_TOP", 3)])
+                                         ("ONE_LAUNCH_RANK_TOP", 3), ("ONE_LAUNCH_COPY_TILE", 96)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
-    a power of 2 has no grid, the scan gather (1) is gone, and the whole sample and the rank of top-k's set have two
-    forms each; the plan
+    a power of 2 has no grid, the scan gather (1) is gone, the whole sample and the rank of top-k's set have two forms
+    each, and the copies' tile is a power of 2; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

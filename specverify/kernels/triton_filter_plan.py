@@ -39,7 +39,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
-     one_launch_whole_sample, one_launch_rank_top) = settings
+     one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -67,7 +67,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 LAZY=lazy is not None, HAS_Q=bool(lazy and lazy[0]), SEEDED=bool(lazy and lazy[1]), TALLY_N=0,
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
-                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0,
+                BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
@@ -92,7 +92,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         if one_launch_row_tally and one["TALLY_N"] > 0:     # the row's buckets, a binary search of the keys deep
             assert tally_n & (tally_n - 1) == 0, f"ONE_LAUNCH_ROW_TALLY takes a power of 2 TALLY_N, not {tally_n}"
             one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, TALLY_BLOCK=1024 if wide else pack_tile,
-                       RANK_TOP=int(one_launch_rank_top) if 2 <= rank_n <= meta["SCRATCH"] else 0)
+                       RANK_TOP=int(one_launch_rank_top) if 2 <= rank_n <= meta["SCRATCH"] else 0,
+                       COPY_TILE=int(one_launch_copy_tile))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
@@ -108,6 +109,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)),
                        WHOLE=int(one_launch_whole_sample) if one["PASS1"] else 0)
+        if one_launch_copy_tile < 0 or one_launch_copy_tile & (one_launch_copy_tile - 1):
+            raise ValueError(f"ONE_LAUNCH_COPY_TILE takes 0 (four search tiles) or a power of 2, not "
+                             f"{one_launch_copy_tile}")
         if one_launch_rank_top not in (0, 1, 2):
             raise ValueError(f"ONE_LAUNCH_RANK_TOP takes 0 (the searches), 1 (top-k's set ranked from one copy) or 2 "
                              f"(and ranked in fewer reductions), not {one_launch_rank_top}")

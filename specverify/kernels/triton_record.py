@@ -31,7 +31,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
                  buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
-                 RANK_TOP: tl.constexpr = 0):
+                 RANK_TOP: tl.constexpr = 0, COPY_TILE: tl.constexpr = 0):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -41,7 +41,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     launch's record phases stamped at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9
     to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's). RANK_TOP (with
     ROW_TALLY): a top-k row's kept set, where the bucket sums put it among RANK_N tokens, is copied out of the list and
-    ranked (``triton_search.top_set``) rather than searched; 2: and every rank here is ``triton_rank.rank_lean``."""
+    ranked (``triton_search.top_set``) rather than searched; 2: and every rank here is ``triton_rank.rank_lean``.
+    COPY_TILE: the tokens a tile of the copies out of the packed list (0: 4 BLOCK_R)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -83,7 +84,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                 src, n_rank = buf, n
                 if RANK_TOP:
                     src, n_rank = top_set(buf, n, scr_at, lo, tl.minimum(hi, above), c_hi, k, k_on, RANK_N, SCRATCH,
-                                          BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS)
+                                          BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS, COPY_TILE)
                 if (n_rank > 0) & (n_rank <= RANK_N):
                     if RANK_TOP == 2:
                         ok, key_b, idx_b, z_b, w_k, c_k = rank_lean(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on,
@@ -99,7 +100,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
-                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY)
+                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_TILE)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:

@@ -205,7 +205,8 @@ def _rank_finish(src_ptr, n, c_off, w_off, target, base, key_eq, inv_t, m, BY_IN
 @triton.jit
 def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t, m, BY_INDEX: tl.constexpr,
           BY_MASS: tl.constexpr, NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr,
-          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False):
+          FINISH: tl.constexpr, WIDE: tl.constexpr = False, stamps=None, STAMPS: tl.constexpr = False,
+          TILE: tl.constexpr = 0):
     """The largest c in [a, b) with base + F(c) >= target, F the count (BY_MASS: the mass) at or above c as
     ``_tally`` counts it over the n tokens at buf_ptr, given F at a, which reaches target, and at b, which
     does not: (c, the count and mass at c, the count and mass at c + 1). Once [a, b) holds fewer than SCRATCH
@@ -214,7 +215,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
     buf_ptr's tokens in wide tiles, two passes of few steps over a long list (``_keep_lanes``), where a search
     that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 22 once the
-    steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``)."""
+    steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``). TILE: the tokens a tile of
+    its copies out of buf_ptr's (0: 4 BLOCK_R)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
     jv = tl.arange(0, NC) + 1
@@ -226,7 +228,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
         if BY_INDEX:
             n_src = _keep_between(buf_ptr, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH, BLOCK_R)
         else:
-            n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, WIDE)
+            n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, TILE if TILE > 0 else 4 * BLOCK_R,
+                               WIDE)
         shift = scr_at + tl.zeros([], tl.int64)
         c_off, w_off = cb, wb
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
@@ -253,7 +256,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
             # the interval's tokens, alone and in order, at the scratch: copied there unless they already are
             if WIDE and not BY_INDEX:
                 if shift != scr_at:
-                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH, 4 * BLOCK_R, WIDE)
+                    n_src = _keep_wide(buf_ptr, n_src, buf_ptr + scr_at, a, b, SCRATCH,
+                                       TILE if TILE > 0 else 4 * BLOCK_R, WIDE)
                     c_off, w_off = cb, wb
                 elif n_src != ca - cb:
                     n_src = _keep_between(buf_ptr + shift, n_src, buf_ptr + scr_at, a, b, key_eq, BY_INDEX, SCRATCH,
@@ -276,7 +280,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -286,7 +290,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     tallied interval that holds its crossing; with ROW_TALLY, the row's bucket sums at buckets_ptr give the
     tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, in two passes
     (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10
-    top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``)."""
+    top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``). TILE: the
+    key searches' copy tile (``_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
@@ -312,7 +317,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
                                                       inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS)
+                                                      stamps, STAMPS, TILE)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -326,7 +331,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
                                                       0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS)
+                                                      ROW_TALLY, stamps, STAMPS, TILE)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept
@@ -355,14 +360,16 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
 
 @triton.jit
 def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCRATCH: tl.constexpr,
-            BLOCK_R: tl.constexpr, NT: tl.constexpr, buckets_ptr, stamps=None, STAMPS: tl.constexpr = False):
+            BLOCK_R: tl.constexpr, NT: tl.constexpr, buckets_ptr, stamps=None, STAMPS: tl.constexpr = False,
+            TILE: tl.constexpr = 0):
     """(src, count): where top-k is on and the row's bucket sums (``triton_tally.row_buckets``, at ``tally_keys``
     of [lo, hi)) put its crossing among the top RANK_N of the n > RANK_N gathered tokens at buf_ptr, every token at
     or above the crossing's tallied interval, copied to the scratch at buf_ptr + scr_at in one pass of wide tiles
     (``_keep_lanes``), and how many; else buf_ptr and n. Every token that top-k keeps, and so every token that
     top-p and min-p may keep after it, is in the copy, and whatever lies between it and hi is in it too, so that
     ``triton_rank.rank_cut`` of the copy is ``resolve``'s cut of the whole list, in one step where the two
-    searches copy from the list twice. STAMPS: stamps 9 once the sums are in and 22 once the copy is."""
+    searches copy from the list twice. STAMPS: stamps 9 once the sums are in and 22 once the copy is. TILE: the
+    copy's tile (0: 4 BLOCK_R)."""
     src = buf_ptr
     count = n
     keys = tally_keys(lo, hi, NT)
@@ -374,7 +381,7 @@ def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCR
         a, ca, _, _, _, _ = hinted(keys, t_cnt, t_mass, lo, pick(t_cnt, 0, tl.arange(0, NT)), zero, hi, zero, zero,
                                    k - c_hi, False)
         if ca <= RANK_N:
-            count = _keep_wide(buf_ptr, n, buf_ptr + scr_at, a, hi, SCRATCH, 4 * BLOCK_R, True)
+            count = _keep_wide(buf_ptr, n, buf_ptr + scr_at, a, hi, SCRATCH, TILE if TILE > 0 else 4 * BLOCK_R, True)
             src = buf_ptr + scr_at
             if STAMPS:
                 stamp(stamps, 22, count.to(tl.int32))
