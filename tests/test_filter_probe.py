@@ -157,24 +157,28 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k
     take the copy (stamped at 22, its searches' crossings and steps not stamped) and leave the outputs and records
     of the two searches (cut value and index, Z', how), with top-p after top-k, and with min-p's mass too (top-k
     alone is the one-launch records test's); so must the rank in fewer reductions (2, ``triton_rank.rank_lean``) and
-    the copy in tiles of 16 tokens (``ONE_LAUNCH_COPY_TILE``), where a lane holds several of the set's tokens."""
+    the copy in tiles of 16 tokens (``ONE_LAUNCH_COPY_TILE``), where a lane holds several of the set's tokens, and the
+    packed count taken by a relaxed exchange (``ONE_LAUNCH_RELAXED_COUNT``), which must still zero it for the next
+    call (each variant calls twice)."""
     sets, filters = _b1_through_the_bracket(monkeypatch)
     filters = (torch.full_like(filters[0], k), torch.full_like(filters[1], p), torch.full_like(filters[2], floor))
     call = filter_stages._caller(sets, filters)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
     runs = {}
-    for rank_top, tile in ((0, 0), (1, 0), (2, 0), (1, 16)):
+    variants = ((0, 0, 0), (1, 0, 0), (2, 0, 0), (1, 16, 0), (1, 0, 1))
+    for rank_top, tile, relaxed in variants:
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RANK_TOP", rank_top)
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_COPY_TILE", tile)
+        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RELAXED_COUNT", relaxed)
         call(sets[0])
         filter_stages._stamps_region()[0].zero_()
         call(sets[0])
         record = filter_stages.last_stamps()[:, :, 8:]
         written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
-        runs[rank_top, tile] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(),
-                                 bench_gpu.last_records(5).clone()), written)
-    searched, by_search = runs[0, 0]
-    for variant in ((1, 0), (2, 0), (1, 16)):
+        runs[rank_top, tile, relaxed] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(),
+                                        bench_gpu.last_records(5).clone()), written)
+    searched, by_search = runs[variants[0]]
+    for variant in variants[1:]:
         ranked, by_rank = runs[variant]
         assert all(torch.equal(a, b) for a, b in zip(searched, ranked)), (variant, searched[2], ranked[2])
         assert set(ranked[2][5].tolist()) == {1.0}, ranked[2]        # every cut from the gathered tokens

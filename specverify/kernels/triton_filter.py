@@ -178,6 +178,10 @@ ONE_LAUNCH_RANK_TOP = 1
 # interval out of about 3,000 tokens took 5 us at B = 1, three tiles a pass, each pass waiting on each tile's load
 # in turn; wider tiles put more of the list in flight at once (built, not yet timed)
 ONE_LAUNCH_COPY_TILE = 0
+# the split that takes a row's last ticket takes the row's packed count by a relaxed exchange (1), where an acquiring
+# one (0) adds a fence before it and an L1 flush after it, and the record's loads wait for its round trip; the
+# ticket's acquire already orders every split's count before it (built, not yet timed)
+ONE_LAUNCH_RELAXED_COUNT = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -283,7 +287,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
-             "ONE_LAUNCH_COPY_TILE")
+             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_RELAXED_COUNT")
 
 
 def _settings() -> tuple:
