@@ -209,8 +209,8 @@ def _cut_kernel(
                         stamp(stamps, 5, 0)
                     writes = last_split(tickets_ptr + rid, SF)
                     if writes:
-                        # with RELAXED, relaxed: the ticket's acquire already ordered every split's count before it,
-                        # and an acquiring exchange adds a fence, a round trip the record waits on, and a flush of L1
+                        # the ticket's acquire already ordered every split's count before the exchange; acq_rel adds
+                        # a fence before it, an L1 flush after it, and a round trip the record waits on
                         if RELAXED:
                             n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0, sem="relaxed")
                         else:

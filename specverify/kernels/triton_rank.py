@@ -102,6 +102,7 @@ def rank_lean(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor,
 
 @triton.jit
 def _add(a, b, c, d):
+    """A reduction of two operands that adds each."""
     return a + c, b + d
 
 

@@ -364,7 +364,7 @@ def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCR
             TILE: tl.constexpr = 0):
     """(src, count): where top-k is on and the row's bucket sums (``triton_tally.row_buckets``, at ``tally_keys``
     of [lo, hi)) put its crossing among the top RANK_N of the n > RANK_N gathered tokens at buf_ptr, every token at
-    or above the crossing's tallied interval, copied to the scratch at buf_ptr + scr_at in one pass of wide tiles
+    or above the crossing's tallied interval, copied to the scratch at buf_ptr + scr_at in wide tiles
     (``_keep_lanes``), and how many; else buf_ptr and n. Every token that top-k keeps, and so every token that
     top-p and min-p may keep after it, is in the copy, and whatever lies between it and hi is in it too, so that
     ``triton_rank.rank_cut`` of the copy is ``resolve``'s cut of the whole list, in one step where the two
