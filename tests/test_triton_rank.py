@@ -24,7 +24,8 @@ V = 1000
 def _both_ranks(buf_ptr, ints_ptr, floats_ptr, out_ptr, V, BLOCK_N: tl.constexpr):
     """Case c: its tokens at buf_ptr + c BLOCK_N; ints [c, 5]: n, c_hi, k, k_on, p_on; floats [c, 3]: top_p, floor,
     1 / T. The mass above is c_hi tokens of weight 1 each (their min-p mass half of it), and the whole row's is that,
-    the tokens' and, in every third case, three times the tokens' below them. out [c, 2, 6] int64: each form's (ok, cut key, cut index, Z', w_k, c_k)."""
+    the tokens' and, in every third case, three times the tokens' below them. out [c, 2, 6] int64: each form's (ok,
+    cut key, cut index, Z', w_k, c_k)."""
     c = tl.program_id(0)
     buf = buf_ptr + c * BLOCK_N
     n = tl.load(ints_ptr + 5 * c).to(tl.int64)
