@@ -30,7 +30,8 @@ tests)
     # verbose into the file as they finish, so that a run cut off by the limit keeps every result it reached
     timeout 560 python3 -m pytest tests/test_triton_filters.py tests/test_triton_lazy_cut.py \
         tests/test_triton_one_launch.py tests/test_filter_probe.py tests/test_triton_slow_path.py \
-        tests/test_triton_copies.py tests/test_triton_sample_counts.py -p no:cacheprovider -v -n 16 \
+        tests/test_triton_copies.py tests/test_triton_sample_counts.py tests/test_triton_rank.py -p no:cacheprovider \
+        -v -n 16 \
         > $OUT/tests.txt 2>&1
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;
