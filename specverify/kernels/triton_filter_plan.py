@@ -101,27 +101,24 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
         if one_launch_round_ng:     # the sample bracket in one round (``triton_bracket``'s ROUND_NG), its shares in
             # the two rounds' room or more; on the GPU its [ROUND_NG, BLOCK_ROUND] sums take 32 registers a thread each
-            if one_launch_round_ng < 2 or one_launch_round_ng & (one_launch_round_ng - 1):
-                raise ValueError(f"ONE_LAUNCH_ROUND_NG takes 0 or a power of 2 of at least 2, not "
-                                 f"{one_launch_round_ng}")
-            if one_launch_whole_sample not in (0, 1, 2):
-                raise ValueError(f"ONE_LAUNCH_WHOLE_SAMPLE takes 0 (the shared round), 1 (the whole sample's counts) "
-                                 f"or 2 (its bracket's ends by a search), not {one_launch_whole_sample}")
+            _takes("ONE_LAUNCH_ROUND_NG", one_launch_round_ng,
+                   one_launch_round_ng >= 2 and not one_launch_round_ng & (one_launch_round_ng - 1),
+                   "0 or a power of 2 of at least 2")
+            _takes("ONE_LAUNCH_WHOLE_SAMPLE", one_launch_whole_sample, one_launch_whole_sample in (0, 1, 2),
+                   "0 (the shared round), 1 (the whole sample's counts) or 2 (its bracket's ends by a search)")
             block = one["BLOCK_SAMPLE"] if wide else min(one["BLOCK_SAMPLE"], max(2, 8192 // one_launch_round_ng))
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)),
                        WHOLE=int(one_launch_whole_sample) if one["PASS1"] else 0)
-        if one_launch_copy_tile < 0 or one_launch_copy_tile & (one_launch_copy_tile - 1):
-            raise ValueError(f"ONE_LAUNCH_COPY_TILE takes 0 (four search tiles) or a power of 2, not "
-                             f"{one_launch_copy_tile}")
-        if one_launch_rank_top not in (0, 1, 2):
-            raise ValueError(f"ONE_LAUNCH_RANK_TOP takes 0 (the searches), 1 (top-k's set ranked from one copy) or 2 "
-                             f"(and ranked in fewer reductions), not {one_launch_rank_top}")
+        _takes("ONE_LAUNCH_COPY_TILE", one_launch_copy_tile,
+               one_launch_copy_tile >= 0 and not one_launch_copy_tile & (one_launch_copy_tile - 1),
+               "0 (four search tiles) or a power of 2")
+        _takes("ONE_LAUNCH_RANK_TOP", one_launch_rank_top, one_launch_rank_top in (0, 1, 2),
+               "0 (the searches), 1 (top-k's set ranked from one copy) or 2 (and ranked in fewer reductions)")
         # its read gathers one group a split: by an atomic count or a second pass from each lane's place
         # (ONE_LAUNCH_SCAN_GATHER 0 or 2; the scan of each tile that 1 was timed slower than both and went)
-        if one_launch_scan_gather not in (0, 2):
-            raise ValueError(f"ONE_LAUNCH_SCAN_GATHER takes 0 (an atomic count) or 2 (the lanes), not "
-                             f"{one_launch_scan_gather}")
+        _takes("ONE_LAUNCH_SCAN_GATHER", one_launch_scan_gather, one_launch_scan_gather in (0, 2),
+               "0 (an atomic count) or 2 (the lanes)")
         nw = LANES.value if one_launch_scan_gather else 0
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
@@ -146,6 +143,13 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         elif lazy:
             stages = ((None, (B, K1, S1), pass1),) + stages
     return ("cut", next(_recipe_ids)), sf, chunk, cap // triton.next_power_of_2(sf), words, stages
+
+
+def _takes(name: str, value, ok: bool, takes: str) -> None:
+    """Refuses a setting's value, naming both, unless ok: a probe sets the settings by name, and a value the plan
+    misreads would compile a kernel that runs something else."""
+    if not ok:
+        raise ValueError(f"{name} takes {takes}, not {value}")
 
 
 def one_launch_splits(rows: int, programs: int, most: int, sms: int | None = None) -> int:
