@@ -193,18 +193,22 @@ def _variant_setter(variants: list[str], option: str):
     return apply
 
 
-def stamp_rows(sets, filters, variants: list[str], calls: int = 50, warm: int = 5) -> list[tuple]:
-    """(variant, ``phase_stamps``) under each variant of ``triton_filter``'s settings in turn, in one process and on
-    the same inputs (``--stamps V1 V2 ...``); the settings are restored after."""
-    apply = _variant_setter(variants, "--stamps")
-    try:
-        rows = []
-        for v in variants:
-            apply(v)
-            rows.append((v, phase_stamps(sets, filters, calls, warm)))
-    finally:
-        apply("default")
-    return rows
+def stamp_rows(sets, filters, variants: list[str], calls: int = 50, warm: int = 5):
+    """An iterator of (variant, ``phase_stamps``) under each variant of ``triton_filter``'s settings in turn, in one
+    process and on the same inputs (``--stamps V1 V2 ...``), each as soon as it is measured, so that a run cut off by
+    a time limit keeps the variants it reached; the settings are restored after."""
+    apply = _variant_setter(variants, "--stamps")      # here, so that a bad variant is refused before any is run
+
+    def rows():
+        try:
+            for v in variants:
+                apply(v)
+                ends = phase_stamps(sets, filters, calls, warm)
+                apply("default")
+                yield v, ends
+        finally:
+            apply("default")
+    return rows()
 
 
 def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
