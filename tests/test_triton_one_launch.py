@@ -386,18 +386,16 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("form", [pytest.param(1, id="rank"), pytest.param(2, id="lean-rank")])
-def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(device, form, monkeypatch):
+def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(device, monkeypatch):
     """With ONE_LAUNCH_RANK_TOP a top-k row's record copies every gathered token at or above top-k's tallied
     interval out of the packed list, where the row's bucket sums put at most RANK_N there, and ranks the copy
     (``triton_search.top_set``): top-k's rows of 50 and 20 here, alone and under top-p, where the rows of 300 and
     120 keep more and still search. Every record (cut value and index, Z', how the cut was found, the slow path
-    included) must be the searches', on a work space filled with NaN bits between the two cuts; with 2, the rank in
-    fewer reductions (``triton_rank.rank_lean``) too."""
+    included) must be the searches', on a work space filled with NaN bits between the two cuts."""
     batch = _bracketed_rows(device, monkeypatch)
     (searched, searched_brackets), (ranked, ranked_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_RANK_TOP", 0, form, monkeypatch)
-    assert meta["RANK_TOP"] == form and meta["ROW_TALLY"]
+        batch, "ONE_LAUNCH_RANK_TOP", 0, 1, monkeypatch)
+    assert meta["RANK_TOP"] == 1 and meta["ROW_TALLY"]
     assert torch.equal(ranked, searched), (ranked != searched).nonzero().tolist()
     assert torch.equal(ranked_brackets, searched_brackets)
 
@@ -420,11 +418,11 @@ def test_copies_in_narrow_tiles_leave_the_records_of_one_tile(device, monkeypatc
 
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
-                                         ("ONE_LAUNCH_RANK_TOP", 3), ("ONE_LAUNCH_COPY_TILE", 96)])
+                                         ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
-    a power of 2 has no grid, the scan gather (1) is gone, the whole sample and the rank of top-k's set have two forms
-    each, and the copies' tile is a power of 2; the plan
+    a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set
+    is on or off, and the copies' tile is a power of 2; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

@@ -76,7 +76,7 @@ def _cut_kernel(
     PASS1: tl.constexpr, SPIN: tl.constexpr, SHARED: tl.constexpr, STAMPS: tl.constexpr, ROW_TALLY: tl.constexpr,
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
-    WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, RELAXED: tl.constexpr,
+    WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -209,12 +209,7 @@ def _cut_kernel(
                         stamp(stamps, 5, 0)
                     writes = last_split(tickets_ptr + rid, SF)
                     if writes:
-                        # the ticket's acquire already ordered every split's count before the exchange; acq_rel adds
-                        # a fence before it, an L1 flush after it, and a round trip the record waits on
-                        if RELAXED:
-                            n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0, sem="relaxed")
-                        else:
-                            n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
+                        n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
             if STAMPS:

@@ -170,18 +170,13 @@ ONE_LAUNCH_WHOLE_SAMPLE = 2
 # its record copies a top-k row's kept set, and whatever lies between it and the bracket's top, out of the packed list
 # in one pass, where the row's bucket sums put it among RANK_N tokens, and ranks the copy at once
 # (``triton_search.top_set``, 1); where its top-k search and then its top-p search each copy their interval's tokens
-# from the list (0). 2: every rank of its record takes ``triton_rank.rank_lean``, the same results in 20 barriers of the
-# program's warps where ``rank_cut`` takes 38 (a standalone compile at 8 warps, Triton 3.6; built, not yet timed)
+# from the list (0)
 ONE_LAUNCH_RANK_TOP = 1
 # the tokens a tile of its record's copies out of the packed list, in two passes of lanes with the next tile's load
-# in flight (``triton_search._keep_lanes``; 0: four search tiles, 1,024 on the GPU). Top-p's copy of its crossing's
-# interval out of about 3,000 tokens took 5 us at B = 1, three tiles a pass, each pass waiting on each tile's load
-# in turn; wider tiles put more of the list in flight at once (built, not yet timed)
+# in flight (``triton_search._keep_lanes``; 0: four search tiles, 1,024 on the GPU). At B = 1 top-p's copy and steps
+# took as long with 2,048 and 2.3 us longer with 4,096 (docs/benchmarks.md, the thirty-second session); the tests
+# take the copies in narrow tiles with it, where the interpreter's default tile holds each list whole
 ONE_LAUNCH_COPY_TILE = 0
-# the split that takes a row's last ticket takes the row's packed count by a relaxed exchange (1), where an acquiring
-# one (0) adds a fence before it and an L1 flush after it, and the record's loads wait for its round trip; the
-# ticket's acquire already orders every split's count before it (built, not yet timed)
-ONE_LAUNCH_RELAXED_COUNT = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -287,7 +282,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
-             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_RELAXED_COUNT")
+             "ONE_LAUNCH_COPY_TILE")
 
 
 def _settings() -> tuple:

@@ -7,7 +7,6 @@ A row of a small vocabulary is gathered whole, so its cut is always found this w
         buf_ptr    n <= BLOCK_N gathered tokens (int64, key << 32 | 2**32 - 1 - index), as ``sweep`` stores them
         c_hi, w_hi, w_hi_mp   count, mass and min-p mass of the row's tokens above the bracket
         -> (ok, cut key, cut index, Z', mass top-k kept, count top-k kept), as ``resolve`` returns them
-    rank_lean(...)  the same, in fewer reductions: each one a round trip through shared memory and a barrier
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, NONE, decode, unpack, weight
+from specverify.kernels.triton_cut import KMAX, NONE, decode, weight
 from specverify.kernels.triton_search import gathered_kept_mass
 
 
@@ -25,48 +24,13 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     comes from comparing it with every other gathered token at once, where the search takes a tally a step.
     Top-k keeps a token with fewer than k tokens of larger key; top-p keeps one whose preceding kept mass is
     below the target (the shortest prefix that reaches it; a target under one unit keeps the first token).
-    A row gathered whole always finds its cut here (ok)."""
-    i = tl.arange(0, BLOCK_N)
-    valid, key, idx, e = unpack(buf_ptr, i, i < n, inv_t, m)
-    key = key.to(tl.int64)
-    w = tl.where(valid, weight(e), 0)
-    # [a, b]: token b comes before token a (a larger key; the same key at a lower index)
-    larger = valid[None, :] & (key[None, :] > key[:, None])
-    ahead = larger | (valid[None, :] & (key[None, :] == key[:, None]) & (idx[None, :] < idx[:, None]))
-    keep = valid
-    c_k = c_hi + tl.sum(valid.to(tl.int64), axis=0)
-    ok = c_k > c_hi
-    w_in = tl.sum(w, axis=0)
-    if k_on:
-        ok = ok & (c_hi < k) & (c_k >= k)
-        keep = keep & (c_hi + tl.sum(larger.to(tl.int32), axis=1) < k)
-        c_k = c_hi + tl.sum(keep.to(tl.int64), axis=0)
-        w_in = tl.sum(tl.where(keep, w, 0), axis=0)
-        w_k = w_hi + w_in
-    if p_on:
-        target = tl.maximum((top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64), 1)
-        ok = ok & (w_hi < target) & (w_hi + w_in >= target)
-        keep = keep & (w_hi + tl.sum(tl.where(ahead & keep[None, :], w[None, :], 0), axis=1) < target)
-    # the kept prefix ends at its smallest key; a tie group it splits ends at its last kept index
-    cut_key = tl.min(tl.where(keep, key, KMAX), axis=0)
-    split = tl.sum((valid & ~keep & (key == cut_key)).to(tl.int32), axis=0) > 0
-    last = tl.max(tl.where(keep & (key == cut_key), idx, -1), axis=0)
-    cut_idx = tl.where(split, last, V).to(tl.int32)
-    # without min-p, what the cut keeps of the tokens is what was ranked kept: no second read of them
-    z = w_hi_mp + tl.sum(tl.where(keep, w, 0), axis=0)
-    if floor > 0.0:
-        z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_N)
-    return ok, cut_key, cut_idx, z, w_k, c_k
+    A row gathered whole always finds its cut here (ok).
 
-
-@triton.jit
-def rank_lean(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
-              BLOCK_N: tl.constexpr):
-    """``rank_cut``, with its results, in fewer reductions across the program's warps: top-k's count of larger keys
-    and top-p's mass ahead (a row of the [BLOCK_N, BLOCK_N] comparison each), top-k's kept count and mass, then one
-    reduction of six operands for the rest. The kept set is a prefix of the tokens in packed order (larger key
-    first, then lower index: a larger packed word), so the cut is its smallest packed word, and the cut splits a tie
-    group where the largest packed word left out has the cut's key."""
+    Each reduction across the program's warps is a round trip through shared memory and a barrier, so they are
+    few: top-k's count of larger keys and top-p's mass ahead (a row of the [BLOCK_N, BLOCK_N] comparison each),
+    top-k's kept count and mass, then one of six operands for the rest. The kept set is a prefix of the tokens in
+    packed order (larger key first, then lower index: a larger packed word), so the cut is its smallest packed
+    word, and the cut splits a tie group where the largest packed word left out has the cut's key."""
     i = tl.arange(0, BLOCK_N)
     packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
     valid, key, _, e = decode(packed, inv_t, m)
@@ -108,6 +72,6 @@ def _add(a, b, c, d):
 
 @triton.jit
 def _prefix_ends(n_a, v_a, c_a, w_a, last_a, out_a, n_b, v_b, c_b, w_b, last_b, out_b):
-    """``rank_lean``'s reduction: counts and masses add, the kept prefix's last word is the smaller, the first word
+    """``rank_cut``'s reduction: counts and masses add, the kept prefix's last word is the smaller, the first word
     left out the larger."""
     return n_a + n_b, v_a + v_b, c_a + c_b, w_a + w_b, tl.minimum(last_a, last_b), tl.maximum(out_a, out_b)

@@ -12,7 +12,7 @@ import triton.language as tl
 from specverify.kernels.triton_cut import (KMIN, MASS_ONE, key_value, packed_tokens, split_tallies,
                                            stamp, weight, work_parts, work_tokens)
 from specverify.kernels.triton_gather import NPART, compact
-from specverify.kernels.triton_rank import rank_cut, rank_lean
+from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import resolve, top_set
 from specverify.kernels.triton_slow import kept_mass, slow_cut
 
@@ -41,7 +41,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     launch's record phases stamped at ``stamps`` (``triton_cut.stamp``, 8 to 14: the sums, then ``resolve``'s 9
     to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's). RANK_TOP (with
     ROW_TALLY): a top-k row's kept set, where the bucket sums put it among RANK_N tokens, is copied out of the list and
-    ranked (``triton_search.top_set``) rather than searched; 2: and every rank here is ``triton_rank.rank_lean``.
+    ranked (``triton_search.top_set``) rather than searched.
     COPY_TILE: the tokens a tile of the copies out of the packed list (0: 4 BLOCK_R)."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
@@ -86,12 +86,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                     src, n_rank = top_set(buf, n, scr_at, lo, tl.minimum(hi, above), c_hi, k, k_on, RANK_N, SCRATCH,
                                           BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS, COPY_TILE)
                 if (n_rank > 0) & (n_rank <= RANK_N):
-                    if RANK_TOP == 2:
-                        ok, key_b, idx_b, z_b, w_k, c_k = rank_lean(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on,
-                                                                    top_p, p_on, floor, V, inv_t, m, RANK_BLOCK)
-                    else:
-                        ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on,
-                                                                   top_p, p_on, floor, V, inv_t, m, RANK_BLOCK)
+                    ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
+                                                               p_on, floor, V, inv_t, m, RANK_BLOCK)
                 else:
                     # no token lies above the row's largest logit: a narrower interval, fewer search steps
                     ok, key_b, idx_b, z_b, w_k, c_k = resolve(buf, tl.maximum(n, 0), scr_at, lo,
