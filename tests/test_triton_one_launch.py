@@ -416,13 +416,31 @@ def test_copies_in_narrow_tiles_leave_the_records_of_one_tile(device, monkeypatc
     assert torch.equal(narrow_brackets, wide_brackets)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(device, monkeypatch):
+    """With ONE_LAUNCH_SUMS_ONCE the record loads the row's bucket sums once and hands them to the copy of top-k's
+    set and to the searches, where each loads them itself. On the bracket tests' rows, with a RANK_N of 8 so that the
+    searches (``triton_search.resolve``) take the rows that would be ranked, and the rows that the slow path takes,
+    every record must be as before, on a work space filled with NaN bits between the two cuts, so that sums the
+    second cut reads but did not take from its own load show."""
+    batch = _bracketed_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "RANK_N", 8)
+    (each, each_brackets), (once, once_brackets), meta = _cut_before_and_after(
+        batch, "ONE_LAUNCH_SUMS_ONCE", 0, 1, monkeypatch)
+    assert meta["SUMS_ONCE"] and meta["ROW_TALLY"] and meta["RANK_TOP"]
+    assert torch.equal(once, each), (once != each).nonzero().tolist()
+    assert torch.equal(once_brackets, each_brackets)
+    assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
+
+
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
-                                         ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96)])
+                                         ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96),
+                                         ("ONE_LAUNCH_SUMS_ONCE", 2)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set
-    is on or off, and the copies' tile is a power of 2; the plan
+    and the one load of the bucket sums are on or off, and the copies' tile is a power of 2; the plan
     refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):

@@ -177,6 +177,10 @@ ONE_LAUNCH_RANK_TOP = 1
 # took as long with 2,048 and 2.3 us longer with 4,096 (docs/benchmarks.md, the thirty-second session); the tests
 # take the copies in narrow tiles with it, where the interpreter's default tile holds each list whole
 ONE_LAUNCH_COPY_TILE = 0
+# its record loads the row's bucket sums once and hands them to the copy of top-k's set and to the searches (1),
+# where each loads them itself (0): a top-p row, which ``top_set`` leaves to the searches, loaded them twice, and
+# its record took 2.5 us from its partial sums to its tallies against top-k with top-p's 1.1 (built, not yet timed)
+ONE_LAUNCH_SUMS_ONCE = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -282,7 +286,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
-             "ONE_LAUNCH_COPY_TILE")
+             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE")
 
 
 def _settings() -> tuple:

@@ -39,7 +39,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      tally_tile, one_launch_pass1, handoff_spin, one_launch_shared, one_launch_share_tile, _,
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
-     one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile) = settings
+     one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -68,7 +68,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
-                num_warps=warps)
+                SUMS_ONCE=False, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -93,7 +93,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             assert tally_n & (tally_n - 1) == 0, f"ONE_LAUNCH_ROW_TALLY takes a power of 2 TALLY_N, not {tally_n}"
             one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, TALLY_BLOCK=1024 if wide else pack_tile,
                        RANK_TOP=int(one_launch_rank_top) if 2 <= rank_n <= meta["SCRATCH"] else 0,
-                       COPY_TILE=int(one_launch_copy_tile))
+                       COPY_TILE=int(one_launch_copy_tile), SUMS_ONCE=bool(one_launch_sums_once))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
@@ -111,6 +111,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         _takes("ONE_LAUNCH_COPY_TILE", one_launch_copy_tile,
                one_launch_copy_tile >= 0 and not one_launch_copy_tile & (one_launch_copy_tile - 1),
                "0 (four search tiles) or a power of 2")
+        _takes("ONE_LAUNCH_SUMS_ONCE", one_launch_sums_once, one_launch_sums_once in (0, 1),
+               "0 (each search loads the bucket sums) or 1 (the record loads them once)")
         _takes("ONE_LAUNCH_RANK_TOP", one_launch_rank_top, one_launch_rank_top in (0, 1),
                "0 (the searches) or 1 (top-k's set ranked from one copy)")
         # its read gathers one group a split: by an atomic count or a second pass from each lane's place

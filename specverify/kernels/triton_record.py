@@ -15,6 +15,7 @@ from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import resolve, top_set
 from specverify.kernels.triton_slow import kept_mass, slow_cut
+from specverify.kernels.triton_tally import row_buckets
 
 
 @triton.jit
@@ -31,7 +32,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  ONLY_RANK: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, n_packed=0,
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
                  buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
-                 RANK_TOP: tl.constexpr = 0, COPY_TILE: tl.constexpr = 0):
+                 RANK_TOP: tl.constexpr = 0, COPY_TILE: tl.constexpr = 0, SUMS_ONCE: tl.constexpr = False):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -42,7 +43,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     to 12, resolved, stored). SLOW_TILE: the slow path's tile (``triton_slow``; 0: BLOCK_FB's). RANK_TOP (with
     ROW_TALLY): a top-k row's kept set, where the bucket sums put it among RANK_N tokens, is copied out of the list and
     ranked (``triton_search.top_set``) rather than searched.
-    COPY_TILE: the tokens a tile of the copies out of the packed list (0: 4 BLOCK_R)."""
+    COPY_TILE: the tokens a tile of the copies out of the packed list (0: 4 BLOCK_R). SUMS_ONCE (with ROW_TALLY): the
+    bucket sums are loaded here once, for the copy of top-k's set and the searches alike."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -82,9 +84,13 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                 how = how + 1
             else:
                 src, n_rank = buf, n
+                if SUMS_ONCE and ROW_TALLY:
+                    sums = row_buckets(buckets_ptr, TALLY_N)
+                else:
+                    sums = None
                 if RANK_TOP:
                     src, n_rank = top_set(buf, n, scr_at, lo, tl.minimum(hi, above), c_hi, k, k_on, RANK_N, SCRATCH,
-                                          BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS, COPY_TILE)
+                                          BLOCK_R, TALLY_N, buckets_ptr, stamps, STAMPS, COPY_TILE, sums)
                 if (n_rank > 0) & (n_rank <= RANK_N):
                     ok, key_b, idx_b, z_b, w_k, c_k = rank_cut(src, n_rank, c_hi, w_hi, w_hi_mp, w_all, k, k_on, top_p,
                                                                p_on, floor, V, inv_t, m, RANK_BLOCK)
@@ -96,7 +102,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               SCRATCH, FINISH,
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
-                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_TILE)
+                                                              stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_TILE,
+                                                              sums)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:

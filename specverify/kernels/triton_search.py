@@ -280,7 +280,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0, sums=None):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -291,11 +291,14 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     tallies (``triton_tally.bucket_pack``), and a search copies from the list in wide tiles, in two passes
     (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10
     top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``). TILE: the
-    key searches' copy tile (``_find``)."""
+    key searches' copy tile (``_find``). sums: the bucket sums as ``row_buckets`` gives them, where the caller
+    has them (None: loaded here)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
-        if ROW_TALLY:
+        if sums is not None:
+            t_cnt, t_mass = sums
+        elif ROW_TALLY:
             t_cnt, t_mass = row_buckets(buckets_ptr, NT)
         else:
             t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
@@ -361,7 +364,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
 @triton.jit
 def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCRATCH: tl.constexpr,
             BLOCK_R: tl.constexpr, NT: tl.constexpr, buckets_ptr, stamps=None, STAMPS: tl.constexpr = False,
-            TILE: tl.constexpr = 0):
+            TILE: tl.constexpr = 0, sums=None):
     """(src, count): where top-k is on and the row's bucket sums (``triton_tally.row_buckets``, at ``tally_keys``
     of [lo, hi)) put its crossing among the top RANK_N of the n > RANK_N gathered tokens at buf_ptr, every token at
     or above the crossing's tallied interval, copied to the scratch at buf_ptr + scr_at in wide tiles
@@ -369,11 +372,14 @@ def top_set(buf_ptr, n, scr_at, lo, hi, c_hi, k, k_on, RANK_N: tl.constexpr, SCR
     top-p and min-p may keep after it, is in the copy, and whatever lies between it and hi is in it too, so that
     ``triton_rank.rank_cut`` of the copy is ``resolve``'s cut of the whole list, in one step where the two
     searches copy from the list twice. STAMPS: stamps 9 once the sums are in and 22 once the copy is. TILE: the
-    copy's tile (0: 4 BLOCK_R)."""
+    copy's tile (0: 4 BLOCK_R). sums: the bucket sums as ``row_buckets`` gives them (None: loaded here)."""
     src = buf_ptr
     count = n
     keys = tally_keys(lo, hi, NT)
-    t_cnt, t_mass = row_buckets(buckets_ptr, NT)
+    if sums is None:
+        t_cnt, t_mass = row_buckets(buckets_ptr, NT)
+    else:
+        t_cnt, t_mass = sums
     if STAMPS:
         stamp(stamps, 9, (tl.max(t_cnt, axis=0) ^ tl.max(keys, axis=0)).to(tl.int32))
     if k_on & (n > RANK_N):
