@@ -249,7 +249,9 @@ def latency_rows(sets, filters, variants: list[str], rounds: int) -> list[dict]:
 STAMP_PHASES = ("pass 1 and its handoff", "norms", "bracket", "read", "pack", "ticket", "record")
 RECORD_PHASES = ("sums", "tallies", "top-k crossing", "top-p crossing", "tie group", "resolved", "stored")
 # and, within the record, the steps of its last key search (top-p's where it is on; ``triton_search._find``)
-SEARCH_PHASES = ("last search: entered", "copied", "ranked")
+SEARCH_PHASES = ("last search: entered", "first copy", "copied", "ranked")
+# their stamp slots (the first copy's, made where the interval starts narrow, was added last)
+SEARCH_SLOTS = (21, 24, 22, 23)
 # and when the splits reach what they wait on: their own pass-1 partials, then each round of the sample bracket's
 # shared tally, their own share and every split's (``triton_handoff``, ``triton_bracket``)
 WAIT_PHASES = ("own pass-1 partials", "round 1 own share", "round 1 all", "round 2 own share", "round 2 all")
@@ -321,7 +323,7 @@ def _phase_ends(stamps: torch.Tensor) -> list[float]:
     first = len(STAMP_PHASES) + 1
     writer = stamps[0, :, first].argmax()
     record = stamps[0, writer, first:first + len(RECORD_PHASES)].tolist() \
-        + stamps[0, writer, SM_SLOT.value + 1:SM_SLOT.value + 1 + len(SEARCH_PHASES)].tolist()
+        + stamps[0, writer, list(SEARCH_SLOTS)].tolist()
     first += len(RECORD_PHASES)
     waits = stamps[0, :, first:first + len(WAIT_PHASES)].max(dim=0).values.tolist()
     sms = stamps[:, :, SM_SLOT.value].flatten()

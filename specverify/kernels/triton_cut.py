@@ -184,8 +184,8 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
 # which the split that writes the record stamps (``triton_record``), and what the splits wait on: its own pass-1
 # partials published (15, ``triton_handoff``), then each round of the sample bracket's shared tally, its own share
 # published and every split's in (16-19, ``triton_bracket``); the SM it runs on (SM_SLOT, ``place``); the steps of the
-# record's last key search, which its writer stamps (21-23, ``triton_search._find``)
-STAMPS_N = tl.constexpr(24)
+# record's last key search, which its writer stamps (21-23, and 24 its first copy, ``triton_search._find``)
+STAMPS_N = tl.constexpr(25)
 SM_SLOT = tl.constexpr(20)
 
 

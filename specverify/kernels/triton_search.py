@@ -214,11 +214,13 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     tokens stay): F(c) is then their tally plus F(b) at the move. Once it holds at most FINISH (0: never),
     they are ranked (``_rank_finish``) instead of searched further; WIDE: a key search copies them there from
     buf_ptr's tokens in wide tiles, two passes of few steps over a long list (``_keep_lanes``), where a search
-    that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 22 once the
-    steps are done and the last tokens copied, 23 once ranked (``triton_cut.stamp``). TILE: the tokens a tile of
+    that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 24 once an
+    interval that starts narrow has moved, 22 once the steps are done and the last tokens copied, 23 once ranked
+    (``triton_cut.stamp``). TILE: the tokens a tile of
     its copies out of buf_ptr's (0: 4 BLOCK_R)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
+        tl.store(stamps + 24, tl.zeros([], tl.int64))     # an earlier search's first copy is not this one's
     jv = tl.arange(0, NC) + 1
     shift = tl.zeros([], tl.int64)      # the tallied tokens: n_src of them from buf_ptr + shift
     n_src = n + shift
@@ -232,6 +234,8 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
                                WIDE)
         shift = scr_at + tl.zeros([], tl.int64)
         c_off, w_off = cb, wb
+        if STAMPS:
+            stamp(stamps, 24, n_src.to(tl.int32))
     for _ in range(32):     # each step at least halves the interval: 32 steps cover 2**32 keys
         if (b - a > 1) & ((FINISH == 0) | (ca - cb > FINISH)):
             cand = _candidates(buf_ptr + shift, n_src, a, b, key_eq, BY_INDEX, NC)
