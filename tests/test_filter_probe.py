@@ -159,25 +159,23 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_two_searches(k
     take the copy (stamped at 22, its searches' crossings and steps not stamped) and leave the outputs and records
     of the two searches (cut value and index, Z', how), with top-p after top-k, and with min-p's mass too (top-k
     alone is the one-launch records test's); so must the copy in tiles of 16 tokens (``ONE_LAUNCH_COPY_TILE``), where
-    a lane holds several of the set's tokens, and the bucket sums loaded once by the record
-    (``ONE_LAUNCH_SUMS_ONCE``). Each variant calls twice, so that a packed count left unzeroed by the
+    a lane holds several of the set's tokens. Each variant calls twice, so that a packed count left unzeroed by the
     first call shows in the second."""
     sets, filters = _b1_through_the_bracket(monkeypatch)
     filters = (torch.full_like(filters[0], k), torch.full_like(filters[1], p), torch.full_like(filters[2], floor))
     call = filter_stages._caller(sets, filters)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_STAMPS", 1)
     runs = {}
-    variants = ((0, 0, 0), (1, 0, 0), (1, 16, 0), (1, 0, 1))
-    for rank_top, tile, once in variants:
+    variants = ((0, 0), (1, 0), (1, 16))
+    for rank_top, tile in variants:
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_RANK_TOP", rank_top)
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_COPY_TILE", tile)
-        monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SUMS_ONCE", once)
         call(sets[0])
         filter_stages._stamps_region()[0].zero_()
         call(sets[0])
         record = filter_stages.last_stamps()[:, :, 8:]
         written = record[torch.arange(5), record[:, :, 0].argmax(dim=1)]
-        runs[rank_top, tile, once] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(),
+        runs[rank_top, tile] = ((sets[0].token_ids.clone(), sets[0].num_accepted.clone(),
                                         bench_gpu.last_records(5).clone()), written)
     searched, by_search = runs[variants[0]]
     for variant in variants[1:]:
