@@ -200,14 +200,13 @@ def stamp_rows(sets, filters, variants: list[str], calls: int = 50, warm: int = 
     apply = _variant_setter(variants, "--stamps")      # here, so that a bad variant is refused before any is run
 
     def rows():
-        try:
-            for v in variants:
+        for v in variants:
+            try:
                 apply(v)
                 ends = phase_stamps(sets, filters, calls, warm)
+            finally:
                 apply("default")
-                yield v, ends
-        finally:
-            apply("default")
+            yield v, ends
     return rows()
 
 

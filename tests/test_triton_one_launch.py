@@ -282,6 +282,16 @@ def _cut_before_and_after(batch: SpecBatch, name: str, before, after, monkeypatc
     return (first, first_brackets), (second, second_brackets), metas[0]
 
 
+def _records_unchanged(batch: SpecBatch, name: str, before, after, monkeypatch) -> tuple:
+    """(records [6, 8], meta) of ``_cut_before_and_after``'s second cut, whose records and brackets must be the
+    first's: a setting that changes only how the one launch finds the cut."""
+    (first, first_brackets), (second, second_brackets), meta = _cut_before_and_after(batch, name, before, after,
+                                                                                      monkeypatch)
+    assert torch.equal(second, first), (second != first).nonzero().tolist()
+    assert torch.equal(second_brackets, first_brackets)
+    return second, meta
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, share_tile", [
     pytest.param(None, None, id="spin"), pytest.param(None, 8, id="spin-narrow-tiles"),
@@ -393,11 +403,8 @@ def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(devic
     120 keep more and still search. Every record (cut value and index, Z', how the cut was found, the slow path
     included) must be the searches', on a work space filled with NaN bits between the two cuts."""
     batch = _bracketed_rows(device, monkeypatch)
-    (searched, searched_brackets), (ranked, ranked_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_RANK_TOP", 0, 1, monkeypatch)
+    _, meta = _records_unchanged(batch, "ONE_LAUNCH_RANK_TOP", 0, 1, monkeypatch)
     assert meta["RANK_TOP"] == 1 and meta["ROW_TALLY"]
-    assert torch.equal(ranked, searched), (ranked != searched).nonzero().tolist()
-    assert torch.equal(ranked_brackets, searched_brackets)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -409,11 +416,8 @@ def test_copies_in_narrow_tiles_leave_the_records_of_one_tile(device, monkeypatc
     lanes that hold more than one of the copied tokens. The records must be the one tile's, through the copy of
     top-k's set and the key searches' copies."""
     batch = _bracketed_rows(device, monkeypatch)
-    (wide, wide_brackets), (narrow, narrow_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_COPY_TILE", 0, 64, monkeypatch)
+    _, meta = _records_unchanged(batch, "ONE_LAUNCH_COPY_TILE", 0, 64, monkeypatch)
     assert meta["COPY_TILE"] == 64 and meta["RANK_TOP"]
-    assert torch.equal(narrow, wide), (narrow != wide).nonzero().tolist()
-    assert torch.equal(narrow_brackets, wide_brackets)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -425,11 +429,8 @@ def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(d
     second cut reads but did not take from its own load show."""
     batch = _bracketed_rows(device, monkeypatch)
     monkeypatch.setattr(triton_filter, "RANK_N", 8)
-    (each, each_brackets), (once, once_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_SUMS_ONCE", 0, 1, monkeypatch)
+    once, meta = _records_unchanged(batch, "ONE_LAUNCH_SUMS_ONCE", 0, 1, monkeypatch)
     assert meta["SUMS_ONCE"] and meta["ROW_TALLY"] and meta["RANK_TOP"]
-    assert torch.equal(once, each), (once != each).nonzero().tolist()
-    assert torch.equal(once_brackets, each_brackets)
     assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
 
 

@@ -216,8 +216,7 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
     buf_ptr's tokens in wide tiles, two passes of few steps over a long list (``_keep_lanes``), where a search
     that starts from the whole bracket makes one (``_keep_narrow``). STAMPS: stamps 21 on entry, 24 once an
     interval that starts narrow has moved, 22 once the steps are done and the last tokens copied, 23 once ranked
-    (``triton_cut.stamp``). TILE: the tokens a tile of
-    its copies out of buf_ptr's (0: 4 BLOCK_R)."""
+    (``triton_cut.stamp``). TILE: the tokens a tile of its copies out of buf_ptr's (0: 4 BLOCK_R)."""
     if STAMPS:
         stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
         tl.store(stamps + 24, tl.zeros([], tl.int64))     # an earlier search's first copy is not this one's
