@@ -180,8 +180,8 @@ ONE_LAUNCH_COPY_TILE = 0
 # its record loads the row's bucket sums once and hands them to the copy of top-k's set and to the searches (1),
 # where each loads them itself (0): a top-p row, which ``top_set`` leaves to the searches, loaded them twice, and
 # its record took 2.5 us from its partial sums to its tallies against top-k with top-p's 1.1. Stamped at B = 1,
-# top-p's launch ends 0.3 us sooner with it (docs/benchmarks.md, the thirty-second session); not yet tested on CUDA
-ONE_LAUNCH_SUMS_ONCE = 0
+# top-p's launch ends 0.3 us sooner with it (docs/benchmarks.md, the thirty-second session)
+ONE_LAUNCH_SUMS_ONCE = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
