@@ -251,9 +251,11 @@ def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
     of 8 and a capacity of 256 gathered tokens, which sends some rows down the slow path: the sample bracket's
     cases. The work spaces start empty, so that ``_brackets`` finds this test's alone (a test before it in the
     process may have planned a cut on another device or stream, which holds a work space of its own). The count
-    bracket's round is the splits' shared one unless a test turns the whole sample on."""
+    bracket's round, and the mass bracket's two, are the splits' shared ones unless a test turns the whole sample
+    on."""
     monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_MASS", 0)
     monkeypatch.setattr(triton_filter, "CAP", 256)
     monkeypatch.setattr(triton_filter, "NS", 512)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -393,6 +395,101 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
         assert float((grid - (o - at)).abs().min()) < 1e-3 < float((grid - (m - at)).abs().min()), (r, o, m, at)
     assert set(shared[5].tolist()) == set(whole[5].tolist()) == {1.0, 2.0}, (whole[5], shared[5])
     assert int((whole[5] != shared[5]).sum()) <= 1, (whole[5], shared[5])
+
+
+def _sample_of(logits: torch.Tensor) -> torch.Tensor:
+    """[rows, NS] the bracket's strided sample of each row (``triton_sample._sample_at``) at this test's NS and CH."""
+    ns, ch, V = triton_filter.NS, triton_filter.CH, logits.shape[1]
+    i = torch.arange(ns)
+    return logits[:, (i // ch) * (V - ch) // (ns // ch - 1) + i % ch]
+
+
+def _mass_bracket_by_definition(logits: torch.Tensor, t: float, top_p: float, ng: int) -> tuple:
+    """(j_lo, j_hi, margin) of a top-p row's one round from its whole sample's cells (``triton_bracket``'s MASS_NG),
+    in float64 from the cells' bounds: the first grid point whose lo test holds (ng if none) and the last whose hi
+    test does (-1 if none; -1 too where few tokens lie above it, so that the top is gathered), and the smallest
+    relative distance of any test from its bound, at which float32's rounding could move an end."""
+    ns, V, sigmas = triton_filter.NS, logits.shape[0], triton_filter.BRACKET_SIGMAS
+    x = (_sample_of(logits[None]) [0] / t).float()
+    o = x.max()
+    grid = (DROP.value * (torch.arange(ng) / (ng - 1)) * (torch.arange(ng) / (ng - 1))).float()
+    at = x[:, None] >= o - grid[None, :]
+    first = torch.where(at.any(1), at.float().argmax(1), ng)
+    cells = torch.bincount(first, minlength=ng + 1)[:ng].double()
+    row = logits.double() / t
+    m, g = row.max(), grid.double()
+    z = torch.exp(row - m).sum()
+    before = torch.cat([torch.zeros(1, dtype=torch.float64), g[:-1]])
+    scale = torch.exp(o.double() - m)
+    below = lambda w: scale * (torch.flip(torch.cumsum(torch.flip(cells * w, [0]), 0), [0]) - cells * w)  # noqa: E731
+    hi_mass, lo_mass, sq = below(torch.exp(-before)), below(torch.exp(-g)), scale * below(torch.exp(-2 * before))
+    rho, tail = V / ns, (1 - top_p) * z
+    spread = sigmas * rho * torch.sqrt(torch.clamp(sq - lo_mass * lo_mass / ns, min=0)) + 2 * rho * scale * torch.exp(-g)
+    lo_side, hi_side = rho * hi_mass + spread - tail, rho * lo_mass - spread - tail
+    ok_lo, ok_hi = lo_side <= 0, hi_side > 0
+    j_lo = int(ok_lo.float().argmax()) if bool(ok_lo.any()) else ng
+    j_hi = int(ok_hi.nonzero().max()) if bool(ok_hi.any()) else -1
+    if rho * float(torch.cumsum(cells, 0)[min(j_hi + 1, ng - 1)]) < triton_filter.CAP / 8:
+        j_hi = -1
+    margin = float(torch.cat([lo_side.abs(), hi_side.abs()]).min() / tail)
+    return j_lo, j_hi, margin
+
+
+def _top_p_rows(device: str, monkeypatch) -> SpecBatch:
+    """``_bracketed_rows``' plan with room for 1,024 gathered tokens, and 8 rows of top-p alone (one with min-p
+    too) whose brackets all fit it: N(0, s^2) logits at several widths, top-p 0.3 to 0.99, temperatures 0.5 to
+    2.5. Row 7's sample is all -inf (its mass lies between the sample's chunks), so that its bracket has no
+    finite origin there."""
+    base = _bracketed_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "CAP", 1024)
+    g = torch.Generator().manual_seed(7)
+    logits = torch.stack([torch.randn(3000, generator=g) * s for s in (1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 1.5, 3.0)])
+    i = torch.arange(triton_filter.NS)
+    ch, V = triton_filter.CH, logits.shape[1]
+    logits[7, (i // ch) * (V - ch) // (triton_filter.NS // ch - 1) + i % ch] = float("-inf")
+    return dataclasses.replace(base, target_logits=logits.float().to(device),
+                               top_k=torch.zeros(8, dtype=torch.int64, device=device),
+                               top_p=torch.tensor([0.9, 0.9, 0.9, 0.99, 0.5, 0.95, 0.3, 0.9], device=device),
+                               min_p=torch.tensor([0.0] * 6 + [0.01, 0.0], device=device),
+                               temperature=torch.tensor([1.0, 0.7, 1.0, 1.0, 2.5, 1.0, 0.5, 1.0], device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mass_bracket_from_the_whole_samples_cells_is_the_cells_bounds_bracket(device, monkeypatch):
+    """With ONE_LAUNCH_WHOLE_MASS each split sorts the row's whole sample into the cells of one round of that many
+    grid points, its drops from the sample's max, between its publish of pass 1 and its polls
+    (``triton_sample.whole_mass``), and after the norms takes a top-p row's bracket from the cells' bounds on the
+    mass below each point, alone (``triton_bracket._mass_from_cells``): no share, no rendezvous, no second round.
+    Each row's bracket must be the one the cells' bounds give by the definition, in float64 (no test lies within
+    float32's rounding of its bound on these rows), at grid drops from the sample's max, except row 7's, whose
+    sample has no finite max and which takes the two shared rounds; every record (cut value and index, Z', how
+    the cut was found: from the gathered bracket, and row 7's by the slow path) must be the two shared rounds'. The rounds'
+    shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails."""
+    batch = _top_p_rows(device, monkeypatch)
+    ng = 1024
+    (rounds, rounds_brackets), (cells, cells_brackets), meta = _cut_before_and_after(
+        batch, "ONE_LAUNCH_WHOLE_MASS", 0, ng, monkeypatch)
+    assert meta["MASS_NG"] == ng
+    assert torch.equal(cells, rounds), (cells != rounds).nonzero().tolist()
+    assert cells[5].tolist() == [1.0] * 7 + [2.0], cells[5]
+    assert torch.equal(cells_brackets[7], rounds_brackets[7])
+    grid = DROP.value * (torch.arange(ng) / (ng - 1)) ** 2
+    logits = batch.target_logits.cpu()
+    for r in range(7):
+        t = float(batch.temperature[r])
+        j_lo, j_hi, margin = _mass_bracket_by_definition(logits[r], t, float(batch.top_p[r]), ng)
+        assert margin > 1e-4, (r, margin)
+        o = float(_sample_of(logits[r:r + 1]).max()) / t
+        ends = []
+        for key, empty in zip(cells_brackets[r].tolist(), (-(1 << 31), 1 << 31)):
+            if key == empty:
+                ends.append(None)
+                continue
+            v = torch.tensor([key if key >= 0 else key ^ 0x7FFFFFFF], dtype=torch.int32).view(torch.float32).item()
+            assert float((grid - (o - v / t)).abs().min()) < 1e-3, (r, o, v)
+            ends.append(int((grid - (o - v / t)).abs().argmin()))
+        assert ends == [j_lo if j_lo < ng else None, j_hi if j_hi >= 0 else None], (r, ends, j_lo, j_hi)
+        assert not torch.equal(cells_brackets[r], rounds_brackets[r]), r
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -81,6 +81,19 @@ def _holds(cnt, s1, s2, s1_all, s2_all, drop, r_lo, r_hi, tail, rho, by_mass, NS
 
 
 @triton.jit
+def whole_rows(k_on, p_on, WHOLE: tl.constexpr, MASS_NG: tl.constexpr):
+    """(counts, by_mass): whether a row's bracket is a count bracket's round from the whole sample (top-k on, with
+    WHOLE), and whether it is top-p's one round of its cells (top-p alone, with MASS_NG)."""
+    counts = k_on
+    if WHOLE == 0:
+        counts = k_on & False
+    by_mass = p_on & ~k_on
+    if MASS_NG == 0:
+        by_mass = by_mass & False
+    return counts, by_mass
+
+
+@triton.jit
 def count_bounds(k, V, NS: tl.constexpr, SIGMAS: tl.constexpr):
     """(rho, r_lo, r_hi) of a count bracket: V / NS tokens a sample entry, and the sample counts SIGMAS standard
     deviations (and SIGMAS more) above and below k / rho, between which its crossing lies."""
@@ -104,7 +117,8 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
             CH: tl.constexpr, NG: tl.constexpr, NG_COUNT: tl.constexpr, BLOCK_R: tl.constexpr,
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
-            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = 0):
+            ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = 0,
+            mass=None, MASS_NG: tl.constexpr = 0):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -115,11 +129,13 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     program of the row calls this alike, or none does); STAMPS: its rounds stamped at ``stamps`` (``_tally``).
     ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
     step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
-    bracket's cells of one round are too wide for top-p's crossing, where the mass is thick: their tokens overflow
-    the gather.) WHOLE (with ROUND_NG): that round is the whole sample's, with its drops from the sample's max o, by
+    bracket's cells of one such round are too wide for top-p's crossing, where the mass is thick: their tokens
+    overflow the gather.) WHOLE (with ROUND_NG): that round is the whole sample's, with its drops from the sample's max o, by
     each program alone: no rendezvous and no row max needed, where o is finite; the shared round otherwise. 1:
     ``whole`` is (o, [ROUND_NG] counts) of ``triton_sample.whole_counts``; 2: (o, j_lo, j_hi), the round's two end
-    points, of ``triton_sample.whole_ends``."""
+    points, of ``triton_sample.whole_ends``. MASS_NG (the one launch's): top-p's bracket in one round of MASS_NG
+    points from the whole sample, by each program alone, where ``mass`` = (o, [MASS_NG] cells) of
+    ``triton_sample.whole_mass`` has o finite (``_mass_from_cells``); the two shared rounds otherwise."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -128,14 +144,60 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
-            lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
-                                 share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+            if MASS_NG > 0:
+                o, cells = mass
+                # every program of the row takes the same branch: the same sample, the same code
+                if (o > float("-inf")) & (o < float("inf")):
+                    lo, hi = _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP, NS, MASS_NG, SIGMAS)
+                else:
+                    lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG,
+                                         BLOCK_MASS, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+            else:
+                lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG, BLOCK_MASS,
+                                     share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
         elif ROUND_NG > 0:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, ROUND_NG,
                                  BLOCK_ROUND, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS, True, whole, WHOLE)
         else:
             lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, False, CAP, NS, CH, NG_COUNT,
                                  BLOCK_R, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
+    return lo, hi
+
+
+@triton.jit
+def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr,
+                     SIGMAS: tl.constexpr):
+    """``bracket`` of a top-p row from its whole sample's cells (``triton_sample.whole_mass``: [NG] entries whose
+    first grid point, of drops from the sample's max o, is g): one round of NG points, its drops from o. The
+    sample's mass below each point is bounded by its cells' ends (each entry's e between exp(-drop) of its point
+    and of the point before), and each test takes the bound that holds it back: the lo test the upper bound of the
+    mass and of its variance, the hi test the lower bound of the mass and the upper bound of its variance. Sums
+    from the deep end, so that a point's mass below is no difference of two large sums."""
+    g = tl.arange(0, NG)
+    drop = drop_grid(NG)
+    before = tl.where(g > 0, DROP * ((g - 1) / (NG - 1)) * ((g - 1) / (NG - 1)), 0.0)
+    n = cells.to(tl.float32)
+    # the e of an entry at or above o - drop, relative to the row's max m: exp(o - m) exp(-drop)
+    scale = tl.exp(o - m)
+    hi_w = n * tl.exp(-before)
+    lo_w = n * tl.exp(-drop)
+    sq_w = hi_w * tl.exp(-before)
+    below_hi = scale * (tl.cumsum(hi_w, 0, reverse=True) - hi_w)
+    below_lo = scale * (tl.cumsum(lo_w, 0, reverse=True) - lo_w)
+    below_sq = scale * scale * (tl.cumsum(sq_w, 0, reverse=True) - sq_w)
+    rho = (tl.zeros([], tl.float32) + V) / NS
+    tail = (1.0 - top_p.to(tl.float32)) * z
+    spread = SIGMAS * rho * tl.sqrt(tl.maximum(below_sq - below_lo * below_lo / NS, 0.0)) + 2.0 * rho * scale * tl.exp(
+        -drop)
+    j_lo = tl.min(tl.where(rho * below_hi + spread <= tail, g, NG), axis=0)
+    j_hi = tl.max(tl.where(rho * below_lo - spread > tail, g, -1), axis=0)
+    # few tokens above the hi end: the top is gathered too (nothing above the bracket)
+    few = rho * pick(tl.cumsum(cells, 0).to(tl.float32), tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8
+    temperature = 1.0 / inv_t
+    lo = tl.where(j_lo < NG, order_key((o - pick(drop, tl.minimum(j_lo, NG - 1), g)) * temperature).to(tl.int64),
+                  KMIN)
+    hi = tl.where((j_hi >= 0) & ~few, order_key((o - pick(drop, tl.maximum(j_hi, 0), g)) * temperature).to(tl.int64),
+                  KMAX)
     return lo, hi
 
 

@@ -5,6 +5,7 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
     sample_max(...)    the largest l / T of the row's strided sample
     whole_sample(...)  the whole sample at once, for a count bracket from it alone
     whole_counts(...)  its counts at or above each point of the drop grid from its max, by one program
+    whole_mass(...)    how many of its entries lie in each cell of that grid, for a mass bracket's bounds
     whole_ends(...)    the grid points where those counts cross a count bracket's two bounds, by a search
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
@@ -48,23 +49,41 @@ def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
 
 @triton.jit
 def whole_counts(sample, NG: tl.constexpr):
-    """(o, [NG] float32): the sample's max o of l / T, and where o is finite, how many of ``sample``'s entries are
-    at or above o - drop_grid(NG)[g], each g (else zeros). Each entry's first grid point at or below it is the
-    ceiling of the drop grid's inverse at o - l / T, moved by one where that rounds across a point (the grid's own
-    compare decides); then a histogram of those, and its running sum. A NaN entry is at no point, as the tally's
-    compare counts it."""
+    """(o, [NG] float32): the sample's max o of l / T and, where o is finite, how many of ``sample``'s entries are
+    at or above o - drop_grid(NG)[g], each g (else zeros): the running sum of ``_first_points``' histogram."""
     o = tl.max(sample, axis=0)
     cnt = tl.zeros([NG], tl.float32)
     if (o > float("-inf")) & (o < float("inf")):     # else no count bracket is taken from it
-        d = o - sample
-        # a NaN or negative drop starts from point 0; -inf's infinite drop from past the grid
-        est = tl.sqrt(tl.where(d > 0, d, 0.0) / DROP) * (NG - 1)
-        t = tl.ceil(tl.minimum(est, NG)).to(tl.int32)
-        first = tl.where(_at_point(sample, o, t - 1, NG), t - 1,
-                         tl.where(_at_point(sample, o, t, NG), t,
-                                  tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
+        first = _first_points(sample, o, NG)
         cnt = tl.cumsum(tl.histogram(first, NG, mask=first < NG), 0).to(tl.float32)
     return o, cnt
+
+
+@triton.jit
+def whole_mass(sample, NG: tl.constexpr):
+    """(o, [NG] int32): the sample's max o of l / T and, where o is finite, how many of ``sample``'s entries have
+    grid point g (of drop_grid(NG) from o) as their first at or below them (``_first_points``), each g (else
+    zeros). An entry's e lies between its cell's ends, exp(-drop) of point g and of point g - 1 (of 0 at g = 0),
+    which bound a mass bracket's sums (``triton_bracket``'s MASS_NG)."""
+    o = tl.max(sample, axis=0)
+    hist = tl.zeros([NG], tl.int32)
+    if (o > float("-inf")) & (o < float("inf")):
+        first = _first_points(sample, o, NG)
+        hist = tl.histogram(first, NG, mask=first < NG)
+    return o, hist
+
+
+@triton.jit
+def _first_points(sample, o, NG: tl.constexpr):
+    """[NS] int32: each entry's first grid point at or below it (the smallest g with l / T >= o - drop_grid(NG)[g];
+    NG if none): the ceiling of the drop grid's inverse at o - l / T, moved by one where that rounds across a
+    point (the grid's own compare decides). A NaN entry is at no point, as the tally's compare counts it."""
+    d = o - sample
+    # a NaN or negative drop starts from point 0; -inf's infinite drop from past the grid
+    est = tl.sqrt(tl.where(d > 0, d, 0.0) / DROP) * (NG - 1)
+    t = tl.ceil(tl.minimum(est, NG)).to(tl.int32)
+    return tl.where(_at_point(sample, o, t - 1, NG), t - 1,
+                    tl.where(_at_point(sample, o, t, NG), t, tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
 
 
 @triton.jit
