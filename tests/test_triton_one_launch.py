@@ -19,6 +19,7 @@ from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
 from specverify.kernels.triton_cut import DROP
 from specverify.kernels.triton_filter_plan import one_launch_splits
+from specverify.kernels.triton_sample import MASS_SPAN
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -255,7 +256,7 @@ def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
     on."""
     monkeypatch.setattr(triton_filter, "_buffers", {})
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 0)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_MASS", 0)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_MASS_CELLS", 0)
     monkeypatch.setattr(triton_filter, "CAP", 256)
     monkeypatch.setattr(triton_filter, "NS", 512)
     monkeypatch.setattr(triton_filter, "CH", 8)
@@ -405,14 +406,15 @@ def _sample_of(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _mass_bracket_by_definition(logits: torch.Tensor, t: float, top_p: float, ng: int) -> tuple:
-    """(j_lo, j_hi, margin) of a top-p row's one round from its whole sample's cells (``triton_bracket``'s MASS_NG),
-    in float64 from the cells' bounds: the first grid point whose lo test holds (ng if none) and the last whose hi
-    test does (-1 if none; -1 too where few tokens lie above it, so that the top is gathered), and the smallest
-    relative distance of any test from its bound, at which float32's rounding could move an end."""
+    """(j_lo, j_hi, margin, few) of a top-p row's one round from its whole sample's cells (``triton_bracket``'s
+    MASS_NG), in float64 from the cells' bounds: the first grid point whose lo test holds (ng if none) and the last
+    whose hi test does (-1 if none; -1 too where few tokens lie at or above it, so that the top is gathered), the
+    smallest relative distance of any test from its bound, at which float32's rounding could move an end, and
+    whether the few tokens took the hi end."""
     ns, V, sigmas = triton_filter.NS, logits.shape[0], triton_filter.BRACKET_SIGMAS
-    x = (_sample_of(logits[None]) [0] / t).float()
+    x = (_sample_of(logits[None])[0] / t).float()
     o = x.max()
-    grid = (DROP.value * (torch.arange(ng) / (ng - 1)) * (torch.arange(ng) / (ng - 1))).float()
+    grid = (MASS_SPAN.value * (torch.arange(ng) / (ng - 1)) * (torch.arange(ng) / (ng - 1))).float()
     at = x[:, None] >= o - grid[None, :]
     first = torch.where(at.any(1), at.float().argmax(1), ng)
     cells = torch.bincount(first, minlength=ng + 1)[:ng].double()
@@ -421,64 +423,73 @@ def _mass_bracket_by_definition(logits: torch.Tensor, t: float, top_p: float, ng
     z = torch.exp(row - m).sum()
     before = torch.cat([torch.zeros(1, dtype=torch.float64), g[:-1]])
     scale = torch.exp(o.double() - m)
-    below = lambda w: scale * (torch.flip(torch.cumsum(torch.flip(cells * w, [0]), 0), [0]) - cells * w)  # noqa: E731
-    hi_mass, lo_mass, sq = below(torch.exp(-before)), below(torch.exp(-g)), scale * below(torch.exp(-2 * before))
+    below = lambda w: torch.flip(torch.cumsum(torch.flip(cells * w, [0]), 0), [0]) - cells * w  # noqa: E731
+    hi_mass, lo_mass = scale * below(torch.exp(-before)), scale * below(torch.exp(-g))
+    sq = scale * scale * below(torch.exp(-2 * before))
     rho, tail = V / ns, (1 - top_p) * z
-    spread = sigmas * rho * torch.sqrt(torch.clamp(sq - lo_mass * lo_mass / ns, min=0)) + 2 * rho * scale * torch.exp(-g)
+    spread = sigmas * rho * torch.sqrt(torch.clamp(sq - lo_mass * lo_mass / ns, min=0)) \
+        + 2 * rho * scale * torch.exp(-g)
     lo_side, hi_side = rho * hi_mass + spread - tail, rho * lo_mass - spread - tail
     ok_lo, ok_hi = lo_side <= 0, hi_side > 0
     j_lo = int(ok_lo.float().argmax()) if bool(ok_lo.any()) else ng
     j_hi = int(ok_hi.nonzero().max()) if bool(ok_hi.any()) else -1
-    if rho * float(torch.cumsum(cells, 0)[min(j_hi + 1, ng - 1)]) < triton_filter.CAP / 8:
-        j_hi = -1
+    few = j_hi >= 0 and rho * float(torch.cumsum(cells, 0)[j_hi]) < triton_filter.CAP / 8
     margin = float(torch.cat([lo_side.abs(), hi_side.abs()]).min() / tail)
-    return j_lo, j_hi, margin
+    return j_lo, -1 if few else j_hi, margin, few
 
 
 def _top_p_rows(device: str, monkeypatch) -> SpecBatch:
-    """``_bracketed_rows``' plan with room for 1,024 gathered tokens, and 8 rows of top-p alone (one with min-p
-    too) whose brackets all fit it: N(0, s^2) logits at several widths, top-p 0.3 to 0.99, temperatures 0.5 to
-    2.5. Row 7's sample is all -inf (its mass lies between the sample's chunks), so that its bracket has no
-    finite origin there."""
+    """``_bracketed_rows``' plan with a sample of 2,048 (16 tiles of the cells' 128 over the rows' 12 splits, so
+    that some splits count two) and room for 1,024 gathered tokens, and 8 rows of top-p alone (one with min-p too)
+    whose brackets all fit it: N(0, s^2) logits at several widths, top-p 0.3 to 0.99, temperatures 0.5 to 2.5. Row
+    0's largest logit is not in its sample, and row 7's sample is all -inf (its mass lies between the sample's
+    chunks), so that its bracket has no finite origin there."""
     base = _bracketed_rows(device, monkeypatch)
     monkeypatch.setattr(triton_filter, "CAP", 1024)
-    g = torch.Generator().manual_seed(7)
-    logits = torch.stack([torch.randn(3000, generator=g) * s for s in (1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 1.5, 3.0)])
+    monkeypatch.setattr(triton_filter, "NS", 2048)
+    widths = (1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 1.5, 3.0)
+    logits = torch.stack([torch.randn(3000, generator=torch.Generator().manual_seed(r)) * s
+                          for r, s in enumerate(widths)])
     i = torch.arange(triton_filter.NS)
     ch, V = triton_filter.CH, logits.shape[1]
     logits[7, (i // ch) * (V - ch) // (triton_filter.NS // ch - 1) + i % ch] = float("-inf")
+    # row 0's largest logit lies between the sample's first two chunks: its drops start below the row's max
+    logits[0, ch + 1] = logits[0].max() + 2.0
     return dataclasses.replace(base, target_logits=logits.float().to(device),
                                top_k=torch.zeros(8, dtype=torch.int64, device=device),
-                               top_p=torch.tensor([0.9, 0.9, 0.9, 0.99, 0.5, 0.95, 0.3, 0.9], device=device),
+                               top_p=torch.tensor([0.9, 0.9, 0.5, 0.99, 0.5, 0.4, 0.3, 0.9], device=device),
                                min_p=torch.tensor([0.0] * 6 + [0.01, 0.0], device=device),
-                               temperature=torch.tensor([1.0, 0.7, 1.0, 1.0, 2.5, 1.0, 0.5, 1.0], device=device))
+                               temperature=torch.tensor([1.0, 0.5, 2.0, 1.0, 2.5, 2.5, 0.5, 1.0], device=device))
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_mass_bracket_from_the_whole_samples_cells_is_the_cells_bounds_bracket(device, monkeypatch):
-    """With ONE_LAUNCH_WHOLE_MASS each split sorts the row's whole sample into the cells of one round of that many
-    grid points, its drops from the sample's max, between its publish of pass 1 and its polls
-    (``triton_sample.whole_mass``), and after the norms takes a top-p row's bracket from the cells' bounds on the
-    mass below each point, alone (``triton_bracket._mass_from_cells``): no share, no rendezvous, no second round.
-    Each row's bracket must be the one the cells' bounds give by the definition, in float64 (no test lies within
-    float32's rounding of its bound on these rows), at grid drops from the sample's max, except row 7's, whose
-    sample has no finite max and which takes the two shared rounds; every record (cut value and index, Z', how
-    the cut was found: from the gathered bracket, and row 7's by the slow path) must be the two shared rounds'. The rounds'
-    shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails."""
+def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds(device, monkeypatch):
+    """With ONE_LAUNCH_MASS_CELLS the row's splits each count their share of the sample into the cells of one round
+    of that many grid points, its drops from the sample's max, and store it before they publish their pass 1
+    (``triton_sample.store_cells``); after the norms every split takes a top-p row's bracket from the summed cells'
+    bounds on the mass below each point (``triton_bracket._mass_from_cells``): no rendezvous of its own, no second
+    round. Each row's bracket must be the one the cells' bounds give by the definition, in float64 (no test lies
+    within 0.1% of its bound on these rows, far past float32's rounding of the sums), the few tokens at or above the
+    hi end taking it on two rows, at grid drops from the sample's max, except row 7's, whose sample has no finite
+    max and which takes the two shared rounds; every record (cut value and index, Z', how
+    the cut was found: from the gathered bracket, and row 7's by the slow path) must be the two shared rounds'. The
+    rounds' shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails."""
     batch = _top_p_rows(device, monkeypatch)
-    ng = 1024
+    ng = 512
     (rounds, rounds_brackets), (cells, cells_brackets), meta = _cut_before_and_after(
-        batch, "ONE_LAUNCH_WHOLE_MASS", 0, ng, monkeypatch)
+        batch, "ONE_LAUNCH_MASS_CELLS", 0, ng, monkeypatch)
     assert meta["MASS_NG"] == ng
     assert torch.equal(cells, rounds), (cells != rounds).nonzero().tolist()
     assert cells[5].tolist() == [1.0] * 7 + [2.0], cells[5]
     assert torch.equal(cells_brackets[7], rounds_brackets[7])
-    grid = DROP.value * (torch.arange(ng) / (ng - 1)) ** 2
+    grid = MASS_SPAN.value * (torch.arange(ng) / (ng - 1)) ** 2
     logits = batch.target_logits.cpu()
+    took = []
     for r in range(7):
         t = float(batch.temperature[r])
-        j_lo, j_hi, margin = _mass_bracket_by_definition(logits[r], t, float(batch.top_p[r]), ng)
-        assert margin > 1e-4, (r, margin)
+        j_lo, j_hi, margin, few = _mass_bracket_by_definition(logits[r], t, float(batch.top_p[r]), ng)
+        took.append(few)
+        assert margin > 1e-3, (r, margin)
         o = float(_sample_of(logits[r:r + 1]).max()) / t
         ends = []
         for key, empty in zip(cells_brackets[r].tolist(), (-(1 << 31), 1 << 31)):
@@ -490,6 +501,8 @@ def test_mass_bracket_from_the_whole_samples_cells_is_the_cells_bounds_bracket(d
             ends.append(int((grid - (o - v / t)).abs().argmin()))
         assert ends == [j_lo if j_lo < ng else None, j_hi if j_hi >= 0 else None], (r, ends, j_lo, j_hi)
         assert not torch.equal(cells_brackets[r], rounds_brackets[r]), r
+    # the rows' ends: two hi ends taken by the few tokens above them, three by the hi test, two by neither
+    assert took == [False, False, True, True, False, False, False], took
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -22,7 +22,8 @@ import triton.language as tl
 from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
-from specverify.kernels.triton_sample import drop_grid, floats, sample_max, sample_run, store_share
+from specverify.kernels.triton_sample import (drop_grid, floats, mass_grid, sample_max, sample_run, store_share,
+                                              summed_cells, MASS_SPAN)
 
 
 
@@ -130,12 +131,13 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     ROUND_NG (the one launch's): a bracket by count in one round alone, of ROUND_NG points, BLOCK_ROUND samples a
     step, whose cells at each end are the bracket: with SHARED, one rendezvous of the row's splits fewer. (A mass
     bracket's cells of one such round are too wide for top-p's crossing, where the mass is thick: their tokens
-    overflow the gather.) WHOLE (with ROUND_NG): that round is the whole sample's, with its drops from the sample's max o, by
-    each program alone: no rendezvous and no row max needed, where o is finite; the shared round otherwise. 1:
+    overflow the gather.) WHOLE (with ROUND_NG): that round is the whole sample's, with its drops from the sample's
+    max o, by each program alone: no rendezvous and no row max needed, where o is finite; the shared round otherwise. 1:
     ``whole`` is (o, [ROUND_NG] counts) of ``triton_sample.whole_counts``; 2: (o, j_lo, j_hi), the round's two end
     points, of ``triton_sample.whole_ends``. MASS_NG (the one launch's): top-p's bracket in one round of MASS_NG
-    points from the whole sample, by each program alone, where ``mass`` = (o, [MASS_NG] cells) of
-    ``triton_sample.whole_mass`` has o finite (``_mass_from_cells``); the two shared rounds otherwise."""
+    points from the whole sample's cells, where ``mass`` = (o, cells_ptr) has o, the sample's max, finite: the
+    splits' shares at cells_ptr (``triton_sample.store_cells``), stored before the splits published pass 1,
+    summed (``_mass_from_cells``); the two shared rounds otherwise."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -145,10 +147,11 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
             if MASS_NG > 0:
-                o, cells = mass
+                o, cells_ptr = mass
                 # every program of the row takes the same branch: the same sample, the same code
                 if (o > float("-inf")) & (o < float("inf")):
-                    lo, hi = _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP, NS, MASS_NG, SIGMAS)
+                    lo, hi = _mass_from_cells(o, summed_cells(cells_ptr, SF, MASS_NG, BLOCK_F), V, top_p, z, m, inv_t,
+                                              CAP, NS, MASS_NG, SIGMAS)
                 else:
                     lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG,
                                          BLOCK_MASS, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)
@@ -167,38 +170,54 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
 @triton.jit
 def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr,
                      SIGMAS: tl.constexpr):
-    """``bracket`` of a top-p row from its whole sample's cells (``triton_sample.whole_mass``: [NG] entries whose
-    first grid point, of drops from the sample's max o, is g): one round of NG points, its drops from o. The
-    sample's mass below each point is bounded by its cells' ends (each entry's e between exp(-drop) of its point
-    and of the point before), and each test takes the bound that holds it back: the lo test the upper bound of the
-    mass and of its variance, the hi test the lower bound of the mass and the upper bound of its variance. Sums
-    from the deep end, so that a point's mass below is no difference of two large sums."""
+    """``bracket`` of a top-p row from its whole sample's cells ([NG] int32, ``triton_sample.summed_cells``: how many
+    entries have grid point g of ``mass_grid`` from the sample's max o as their first at or below them): one round
+    of NG points, its drops from o. Each entry's e lies between exp(-drop) of its point and of the point before,
+    which bound the sample's mass below each point, and each test takes the bound that holds it back: the lo test
+    the upper bound of the mass and of its variance, the hi test the lower bound of the mass and the upper bound of
+    its variance. The top is gathered too where few
+    tokens lie at or above the hi end. An entry past the grid holds at most exp(-MASS_SPAN) of the max's mass, and V
+    of them less than float32's least tail, 2**-24 z (z >= 1), below V = 10**6: the bounds leave them out. One
+    running sum from the deep end, of the bounds and the counts at once, so that a point's mass below is no
+    difference of two large sums; one reduction for both ends."""
     g = tl.arange(0, NG)
-    drop = drop_grid(NG)
-    before = tl.where(g > 0, DROP * ((g - 1) / (NG - 1)) * ((g - 1) / (NG - 1)), 0.0)
+    drop = mass_grid(NG)
+    before = tl.where(g > 0, MASS_SPAN * ((g - 1) / (NG - 1)) * ((g - 1) / (NG - 1)), 0.0)
     n = cells.to(tl.float32)
-    # the e of an entry at or above o - drop, relative to the row's max m: exp(o - m) exp(-drop)
-    scale = tl.exp(o - m)
     hi_w = n * tl.exp(-before)
     lo_w = n * tl.exp(-drop)
     sq_w = hi_w * tl.exp(-before)
-    below_hi = scale * (tl.cumsum(hi_w, 0, reverse=True) - hi_w)
-    below_lo = scale * (tl.cumsum(lo_w, 0, reverse=True) - lo_w)
-    below_sq = scale * scale * (tl.cumsum(sq_w, 0, reverse=True) - sq_w)
+    # at g: the sums over the points at and below it
+    hi_r, lo_r, sq_r, n_r = tl.associative_scan((hi_w, lo_w, sq_w, n), 0, _add4, reverse=True)
+    # an e relative to the row's max m: exp(o - m) exp(-drop)
+    scale = tl.exp(o - m)
+    below_hi = scale * (hi_r - hi_w)
+    below_lo = scale * (lo_r - lo_w)
+    below_sq = scale * scale * (sq_r - sq_w)
     rho = (tl.zeros([], tl.float32) + V) / NS
     tail = (1.0 - top_p.to(tl.float32)) * z
-    spread = SIGMAS * rho * tl.sqrt(tl.maximum(below_sq - below_lo * below_lo / NS, 0.0)) + 2.0 * rho * scale * tl.exp(
-        -drop)
-    j_lo = tl.min(tl.where(rho * below_hi + spread <= tail, g, NG), axis=0)
-    j_hi = tl.max(tl.where(rho * below_lo - spread > tail, g, -1), axis=0)
-    # few tokens above the hi end: the top is gathered too (nothing above the bracket)
-    few = rho * pick(tl.cumsum(cells, 0).to(tl.float32), tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8
+    spread = SIGMAS * rho * tl.sqrt(tl.maximum(below_sq - below_lo * below_lo / NS, 0.0)) \
+        + 2.0 * rho * scale * tl.exp(-drop)
+    ok_hi = rho * below_lo - spread > tail
+    # the count at or above each point rises with it: the last hi point's is the largest among them
+    j_lo, j_hi, at_hi = tl.reduce((tl.where(rho * below_hi + spread <= tail, g, NG), tl.where(ok_hi, g, -1),
+                                   tl.where(ok_hi, pick(n_r, 0, g) - (n_r - n), 0.0)), 0, _ends_of)
     temperature = 1.0 / inv_t
-    lo = tl.where(j_lo < NG, order_key((o - pick(drop, tl.minimum(j_lo, NG - 1), g)) * temperature).to(tl.int64),
-                  KMIN)
-    hi = tl.where((j_hi >= 0) & ~few, order_key((o - pick(drop, tl.maximum(j_hi, 0), g)) * temperature).to(tl.int64),
-                  KMAX)
+    lo = tl.where(j_lo < NG, order_key((o - MASS_SPAN * (j_lo / (NG - 1)) * (j_lo / (NG - 1))) * temperature)
+                  .to(tl.int64), KMIN)
+    hi = tl.where((j_hi >= 0) & (rho * at_hi >= CAP / 8),
+                  order_key((o - MASS_SPAN * (j_hi / (NG - 1)) * (j_hi / (NG - 1))) * temperature).to(tl.int64), KMAX)
     return lo, hi
+
+
+@triton.jit
+def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
+    return a1 + a2, b1 + b2, c1 + c2, d1 + d2
+
+
+@triton.jit
+def _ends_of(lo1, hi1, at1, lo2, hi2, at2):
+    return tl.minimum(lo1, lo2), tl.maximum(hi1, hi2), tl.maximum(at1, at2)
 
 
 @triton.jit

@@ -33,10 +33,11 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                              the same), the launch is pass 1 too: each split computes its
                                              pass-1 partials first (``triton_handoff``), and no pass 1 runs;
                                              with SHARED, the row's splits tally the bracket's sample between
-                                             them (``triton_bracket``), and with MASS_NG each split takes a
-                                             top-p row's bracket from the whole sample's cells alone, which it
-                                             counts while the row's other splits finish pass 1; with ROW_TALLY, the splits add their
-                                             tokens to the row's TALLY_N buckets (``triton_tally.bucket_pack``)
+                                             them (``triton_bracket``), and with MASS_NG each stores its share
+                                             of a top-p row's sample cells before it publishes its pass 1, so
+                                             that the bracket needs no rendezvous of its own; with ROW_TALLY,
+                                             the splits add their tokens to the row's TALLY_N buckets
+                                             (``triton_tally.bucket_pack``)
                  STAGE 4  grid (B, K1)       with GATHER_IN_PASS1 (the PRE plan): the top-k rows' brackets
                                              before pass 1, which then gathers the unweighed ones
                                              (``triton_chain._row_stats_cut_kernel``, the cut's splits
@@ -79,7 +80,7 @@ def _cut_kernel(
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
-    MASS_NG: tl.constexpr,
+    MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -117,19 +118,24 @@ def _cut_kernel(
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
                 logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, top_k_ptr, top_p_ptr, min_p_ptr, k_b, V,
                 K1, HAS_K, HAS_P, HAS_M, BLOCK_B)
-            # a count bracket's whole sample (``triton_bracket``), or top-p's, which the handoff loads after pass 1
+            # a count bracket's whole sample (``triton_bracket``), or top-p's cells of it, which the handoff takes
+            # after pass 1; the cells' shares in the room of the bracket's shared rounds, which a top-p row of cells
+            # takes only where the sample has no finite max, and so no cells
+            cells_ptr = bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G)
             if WHOLE + MASS_NG > 0:
                 _, r_lo, r_hi = count_bounds(k, V, NS, SIGMAS)
                 counts, by_mass = whole_rows(k_on, p_on, WHOLE, MASS_NG)
-                sample = (row_ptr, V, inv_t, live & on & (counts | by_mass) & (V > CAP), r_lo, r_hi, by_mass)
+                sample = (row_ptr, V, inv_t, live & on & (counts | by_mass) & (V > CAP), r_lo, r_hi, by_mass,
+                          cells_ptr)
             else:
                 sample = None
             # with WHOLE, the sample's counts (1) or the count bracket's ends (2), taken while the row's other
-            # splits finish their pass 1; with MASS_NG, top-p's cells
-            whole, mass = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V, K1,
-                                        S1, n_part, ints_at, stats_at, chunk, handoff_word(tickets_ptr, NR, rid, 0),
-                                        k_b, SPIN, BLOCK_V, BLOCK_B, stamps, STAMPS, AHEAD, sample, max(ROUND_NG, 2),
-                                        WHOLE, NS, CH, MASS_NG)
+            # splits finish their pass 1; with MASS_NG, the sample's max, and every split's cells stored
+            whole, o_mass = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V,
+                                          K1, S1, n_part, ints_at, stats_at, chunk,
+                                          handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B, stamps,
+                                          STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH, MASS_NG, CELL_TILE)
+            mass = (o_mass, cells_ptr)
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)

@@ -182,11 +182,13 @@ ONE_LAUNCH_COPY_TILE = 0
 # its record took 2.5 us from its partial sums to its tallies against top-k with top-p's 1.1. Stamped at B = 1,
 # top-p's launch ends 0.3 us sooner with it (docs/benchmarks.md, the thirty-second session)
 ONE_LAUNCH_SUMS_ONCE = 1
-# its bracket of a top-p row in one round of this many points (a power of 2; 0: the two shared rounds) from the
-# whole sample, which every split loads after its own pass-1 partials and sorts into the round's cells between its
-# publish and its polls, with the drops from the sample's max (``triton_sample.whole_mass``): after the norms, the
-# cells' bounds on the mass below each point give the bracket at once, with no rendezvous (``triton_bracket``)
-ONE_LAUNCH_WHOLE_MASS = 1024
+# its bracket of a top-p row in one round of this many points (a power of 2, at least 4; 0: two shared rounds) from
+# the whole sample's cells: the row's splits each count their share of the sample into the cells of the round's
+# grid, drops from the sample's max, and store it before they publish their pass 1 (``triton_sample.store_cells``),
+# so that after the norms every split takes the bracket from the cells' bounds on the mass below each point, with
+# no rendezvous of its own (``triton_bracket``). Every split taking the whole sample's cells alone, by one
+# histogram, cost B = 1's launch 5 us at 512 points and 10 us at 1,024 (docs/benchmarks.md, the thirty-third session)
+ONE_LAUNCH_MASS_CELLS = 512
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -292,7 +294,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
-             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_WHOLE_MASS")
+             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS")
 
 
 def _settings() -> tuple:

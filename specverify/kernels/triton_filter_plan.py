@@ -40,7 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
      one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once,
-     one_launch_whole_mass) = settings
+     one_launch_mass_cells) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -69,7 +69,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
-                SUMS_ONCE=False, MASS_NG=0, num_warps=warps)
+                SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -109,11 +109,17 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(ROUND_NG=one_launch_round_ng, BLOCK_ROUND=block,
                        SHARE_G=max(ng + ng_count, -(-one_launch_round_ng // 2)),
                        WHOLE=int(one_launch_whole_sample) if one["PASS1"] else 0)
-        _takes("ONE_LAUNCH_WHOLE_MASS", one_launch_whole_mass,
-               one_launch_whole_mass == 0 or one_launch_whole_mass >= 2 and not one_launch_whole_mass & (
-                   one_launch_whole_mass - 1), "0 (the two shared rounds) or a power of 2 of at least 2")
-        # where it is pass 1 too: its sample's cells are counted in the handoff
-        one["MASS_NG"] = int(one_launch_whole_mass) if one["PASS1"] else 0
+        _takes("ONE_LAUNCH_MASS_CELLS", one_launch_mass_cells,
+               one_launch_mass_cells == 0 or one_launch_mass_cells >= 4 and not one_launch_mass_cells & (
+                   one_launch_mass_cells - 1), "0 (two shared rounds) or a power of 2 of at least 4")
+        if one["PASS1"] and one_launch_mass_cells and not whole:    # its splits store their cells before they publish
+            # a cell's count of the whole sample fits its 16 bits; the splits' shares fit the rounds' room; a tile
+            # of a warp's lanes and more, each entry in one thread (the histogram's)
+            assert ns < 1 << 16, f"top-p's cells count the sample in 16 bits: NS = {ns} is too many"
+            lanes = 32 * one["num_warps"]
+            one.update(MASS_NG=int(one_launch_mass_cells),
+                       CELL_TILE=min(ns, max(lanes, 1 << (max(1, ns // sf).bit_length() - 1))),
+                       SHARE_G=max(one["SHARE_G"], -(-one_launch_mass_cells // 24)))
         _takes("ONE_LAUNCH_COPY_TILE", one_launch_copy_tile,
                one_launch_copy_tile >= 0 and not one_launch_copy_tile & (one_launch_copy_tile - 1),
                "0 (four search tiles) or a power of 2")

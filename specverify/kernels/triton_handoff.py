@@ -38,7 +38,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
-from specverify.kernels.triton_sample import whole_counts, whole_ends, whole_mass, whole_sample
+from specverify.kernels.triton_sample import store_cells, whole_counts, whole_ends, whole_sample
 
 
 @triton.jit
@@ -73,27 +73,30 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
                   stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, sample=None,
                   NG: tl.constexpr = 2, WHOLE: tl.constexpr = 0, NS: tl.constexpr = 2, CH: tl.constexpr = 1,
-                  MASS_NG: tl.constexpr = 0):
+                  MASS_NG: tl.constexpr = 0, CELL_TILE: tl.constexpr = 2):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
-    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. WHOLE: the row's
-    sample, loaded after its own split's partials and taken between its own publish and the polls, while the row's
-    other splits finish theirs, where ``sample``'s wanted holds (``sample``: the (row_ptr, V, inv_t, wanted) of
-    ``triton_sample.whole_sample``, then the count bracket's r_lo and r_hi, then by_mass); returns (whole, mass),
-    whole by WHOLE: 1, (o, counts at NG points) of ``triton_sample.whole_counts``, else o = -inf and zero counts; 2,
-    (o, j_lo, j_hi) of ``triton_sample.whole_ends``, else (-inf, NG, -1). MASS_NG: where by_mass holds, the sample's
-    (o, [MASS_NG] cells) of ``triton_sample.whole_mass`` instead, returned as mass (else (-inf, zeros)), for top-p's
-    bracket from it."""
+    AHEAD: its loads run ahead of its sums (``triton_chain._split_stats``), the same partials. ``sample``: the
+    (row_ptr, V, inv_t, wanted) of ``triton_sample.whole_sample``, then a count bracket's r_lo and r_hi, by_mass and
+    cells_ptr, where wanted holds for the row's bracket from its whole sample. Returns (whole, o):
+    - WHOLE (a count row): the sample, loaded after its own split's partials and taken between its own publish and
+      the polls, while the row's other splits finish theirs; whole is, by WHOLE, 1: (o, counts at NG points) of
+      ``triton_sample.whole_counts``, else o = -inf and zero counts; 2: (o, j_lo, j_hi) of
+      ``triton_sample.whole_ends``, else (-inf, NG, -1);
+    - MASS_NG (a by_mass row, top-p's): the sample's max o (else -inf), loaded after its own split's partials, and
+      each split's share of the sample's MASS_NG cells (``triton_sample.store_cells``, CELL_TILE entries a tile)
+      stored at cells_ptr by whichever program computes the split's partials, before it publishes them, so that the
+      row's cells are all in once its partials are (``triton_sample.summed_cells``)."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
     split = own
     o = tl.full([], float("-inf"), tl.float32)
+    o_mass = o
     cnt = tl.zeros([NG], tl.float32)
     j_lo = tl.full([], NG, tl.int32)
     j_hi = tl.full([], -1, tl.int32)
-    cells = tl.zeros([max(MASS_NG, 2)], tl.int32)
     # its own split first, then those it takes over, one a turn
     for turn in range(0, S1):
         if split >= 0:
@@ -105,22 +108,29 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                     stamp(stamps, 15, split)
             if waits:
                 if WHOLE + MASS_NG > 0:
-                    # the counts come between its own publish and the polls: the split that publishes last counts
-                    # once, and the others count while they would wait
-                    row_ptr, n, inv_t, wanted, r_lo, r_hi, by_mass = sample
-                    if (turn == 0) & wanted:
-                        # loaded before the release, so that its loads run while the partials' stores drain; split
-                        # - own is 0 here, but not to the compiler, which would compute the sample's addresses
-                        # before pass 1 and hold their registers through it
-                        values = whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH)
-                        seen = _announce(word_ptr, split)
-                        if MASS_NG > 0:
-                            if by_mass:
-                                o, cells = whole_mass(values, MASS_NG)
-                            elif WHOLE > 0:
-                                o, cnt, j_lo, j_hi = _count_round(values, r_lo, r_hi, cnt, j_lo, j_hi, NG, WHOLE)
+                    row_ptr, n, inv_t, wanted, r_lo, r_hi, by_mass, cells_ptr = sample
+                    if MASS_NG > 0:
+                        if wanted & by_mass:
+                            if turn == 0:
+                                # split - own is 0 here, but not to the compiler, which would compute the sample's
+                                # addresses before pass 1 and hold their registers through it
+                                o_mass = tl.max(whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH), axis=0)
+                            if (o_mass > float("-inf")) & (o_mass < float("inf")):
+                                store_cells(row_ptr, n, inv_t, o_mass, split, S1, cells_ptr, NS, CH, MASS_NG,
+                                            CELL_TILE)
+                    # a count round comes between its own publish and the polls: the split that publishes last
+                    # counts once, and the others count while they would wait
+                    if WHOLE > 0:
+                        if (turn == 0) & wanted & ~by_mass:
+                            # loaded before the release, so that its loads run while the partials' stores drain
+                            values = whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH)
+                            seen = _announce(word_ptr, split)
+                            if WHOLE == 2:
+                                o, j_lo, j_hi = whole_ends(values, r_lo, r_hi, NG)
+                            else:
+                                o, cnt = whole_counts(values, NG)
                         else:
-                            o, cnt, j_lo, j_hi = _count_round(values, r_lo, r_hi, cnt, j_lo, j_hi, NG, WHOLE)
+                            seen = _announce(word_ptr, split)
                     else:
                         seen = _announce(word_ptr, split)
                 else:
@@ -130,23 +140,12 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
             else:
                 split = tl.full([], -1, tl.int32)
     # the acquire that saw every bit synchronised this program's thread with every split's release; the barrier
-    # passes that on to the others before they read the partials
+    # passes that on to the others before they read the partials (and the cells)
     tl.debug_barrier()
     if WHOLE == 2:
-        return (o, j_lo, j_hi), (o, cells)
+        return (o, j_lo, j_hi), o_mass
     else:
-        return (o, cnt), (o, cells)
-
-
-@triton.jit
-def _count_round(values, r_lo, r_hi, cnt, j_lo, j_hi, NG: tl.constexpr, WHOLE: tl.constexpr):
-    """(o, cnt, j_lo, j_hi): ``pass1_handoff``'s count bracket round from the whole sample, by WHOLE (2: its ends,
-    1: its counts; cnt or j_lo, j_hi as given where the form does not set them)."""
-    if WHOLE == 2:
-        o, j_lo, j_hi = whole_ends(values, r_lo, r_hi, NG)
-    else:
-        o, cnt = whole_counts(values, NG)
-    return o, cnt, j_lo, j_hi
+        return (o, cnt), o_mass
 
 
 @triton.jit

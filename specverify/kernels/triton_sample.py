@@ -5,7 +5,8 @@ shares of its tallies. ``@triton.jit`` functions on one row (request b's row j a
     sample_max(...)    the largest l / T of the row's strided sample
     whole_sample(...)  the whole sample at once, for a count bracket from it alone
     whole_counts(...)  its counts at or above each point of the drop grid from its max, by one program
-    whole_mass(...)    how many of its entries lie in each cell of that grid, for a mass bracket's bounds
+    store_cells(...)   a split's share of how many entries lie in each cell of top-p's grid from the sample's max
+    summed_cells(...)  the splits' shares summed, for a mass bracket's bounds (``triton_bracket``'s MASS_NG)
     whole_ends(...)    the grid points where those counts cross a count bracket's two bounds, by a search
     sample_run(...)    (count, sum of e, sum of e^2) of the sample's tiles at or above each candidate
     store_share(...)   a split's share of a round of the one launch's shared tally, stored
@@ -18,6 +19,10 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import DROP
+
+# the drops from the sample's max that top-p's cells cover (``mass_grid``): an entry deeper holds at most exp(-32) of
+# the max's mass, which the bracket's bounds count for it
+MASS_SPAN = tl.constexpr(32.0)
 
 
 @triton.jit
@@ -60,30 +65,55 @@ def whole_counts(sample, NG: tl.constexpr):
 
 
 @triton.jit
-def whole_mass(sample, NG: tl.constexpr):
-    """(o, [NG] int32): the sample's max o of l / T and, where o is finite, how many of ``sample``'s entries have
-    grid point g (of drop_grid(NG) from o) as their first at or below them (``_first_points``), each g (else
-    zeros). An entry's e lies between its cell's ends, exp(-drop) of point g and of point g - 1 (of 0 at g = 0),
-    which bound a mass bracket's sums (``triton_bracket``'s MASS_NG)."""
-    o = tl.max(sample, axis=0)
-    hist = tl.zeros([NG], tl.int32)
-    if (o > float("-inf")) & (o < float("inf")):
-        first = _first_points(sample, o, NG)
-        hist = tl.histogram(first, NG, mask=first < NG)
-    return o, hist
+def store_cells(row_ptr, V, inv_t, o, split, SF, cells_ptr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
+                BLOCK_R: tl.constexpr):
+    """Split ``split``'s share of the sample's cells, stored at cells_ptr + split NG / 4 as [NG / 4] int64 words of
+    four 16-bit counts (cell g in word g // 4, bits 16 (g % 4) up): of the sample's tiles split, split + SF, ...
+    (BLOCK_R entries a tile), how many entries have grid point g of ``mass_grid(NG)`` from o as their first at or
+    below them (``_first_points``). o: the whole sample's max, finite. A tile's histogram costs its entries a
+    thread times NG / 32, so a split's share of few entries a tile costs little where the whole sample's would
+    not."""
+    cells = tl.zeros([NG], tl.int32)
+    for start in range(split * BLOCK_R, NS, SF * BLOCK_R):
+        first = _first_points(sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R), o, NG, MASS_SPAN)
+        cells += tl.histogram(first, NG, mask=first < NG)
+    words = tl.sum(tl.reshape(cells, [NG // 4, 4]).to(tl.int64) << (16 * tl.arange(0, 4))[None, :].to(tl.int64),
+                   axis=1)
+    tl.store(cells_ptr + split * (NG // 4) + tl.arange(0, NG // 4), words)
 
 
 @triton.jit
-def _first_points(sample, o, NG: tl.constexpr):
-    """[NS] int32: each entry's first grid point at or below it (the smallest g with l / T >= o - drop_grid(NG)[g];
-    NG if none): the ceiling of the drop grid's inverse at o - l / T, moved by one where that rounds across a
-    point (the grid's own compare decides). A NaN entry is at no point, as the tally's compare counts it."""
+def summed_cells(cells_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr):
+    """[NG] int32: the SF splits' shares of ``store_cells`` summed, cell by cell. The 16-bit counts add within
+    their words (the whole sample's count in any cell is at most NS < 2**16, so no count carries into the next),
+    and the sum is exact in any order."""
+    ff = tl.arange(0, BLOCK_F)[:, None]
+    words = tl.sum(tl.load(cells_ptr + ff * (NG // 4) + tl.arange(0, NG // 4)[None, :], mask=ff < SF, other=0),
+                   axis=0)
+    counts = (words[:, None] >> (16 * tl.arange(0, 4))[None, :].to(tl.int64)) & 65535
+    return tl.reshape(counts, [NG]).to(tl.int32)
+
+
+@triton.jit
+def mass_grid(NG: tl.constexpr):
+    """[NG] drops from the sample's max of top-p's cells: MASS_SPAN (g / (NG - 1))^2, denser near the max."""
+    g = tl.arange(0, NG)
+    return MASS_SPAN * (g / (NG - 1)) * (g / (NG - 1))
+
+
+@triton.jit
+def _first_points(sample, o, NG: tl.constexpr, SPAN: tl.constexpr = DROP):
+    """Each entry's first grid point at or below it (the smallest g with l / T >= o - SPAN (g / (NG - 1))^2, the
+    drop grid's at SPAN = DROP; NG if none), int32: the ceiling of the grid's inverse at o - l / T, moved by one
+    where that rounds across a point (the grid's own compare decides). A NaN entry is at no point, as the tally's
+    compare counts it."""
     d = o - sample
     # a NaN or negative drop starts from point 0; -inf's infinite drop from past the grid
-    est = tl.sqrt(tl.where(d > 0, d, 0.0) / DROP) * (NG - 1)
+    est = tl.sqrt(tl.where(d > 0, d, 0.0) / SPAN) * (NG - 1)
     t = tl.ceil(tl.minimum(est, NG)).to(tl.int32)
-    return tl.where(_at_point(sample, o, t - 1, NG), t - 1,
-                    tl.where(_at_point(sample, o, t, NG), t, tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
+    return tl.where(_at_point(sample, o, t - 1, NG, SPAN), t - 1,
+                    tl.where(_at_point(sample, o, t, NG, SPAN), t,
+                             tl.where(sample == sample, tl.minimum(t + 1, NG), NG)))
 
 
 @triton.jit
@@ -126,9 +156,10 @@ def _crossed(sample, o, r, AT_MOST: tl.constexpr, NG: tl.constexpr):
 
 
 @triton.jit
-def _at_point(x, o, t, NG: tl.constexpr):
-    """Whether x is at or above grid point t's o - drop (``drop_grid``'s, bit for bit); no point outside [0, NG)."""
-    return (t >= 0) & (t < NG) & (x >= o - DROP * (t / (NG - 1)) * (t / (NG - 1)))
+def _at_point(x, o, t, NG: tl.constexpr, SPAN: tl.constexpr = DROP):
+    """Whether x is at or above grid point t's o - drop (``drop_grid``'s, or at SPAN ``mass_grid``'s, bit for bit);
+    no point outside [0, NG)."""
+    return (t >= 0) & (t < NG) & (x >= o - SPAN * (t / (NG - 1)) * (t / (NG - 1)))
 
 
 @triton.jit
