@@ -22,8 +22,8 @@ import triton.language as tl
 from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
-from specverify.kernels.triton_sample import (drop_grid, floats, mass_grid, sample_max, sample_run, store_share,
-                                              summed_cells, MASS_SPAN)
+from specverify.kernels.triton_sample import (MASS_SPAN, drop_grid, floats, mass_grid, sample_max, sample_run,
+                                              store_share, summed_cells)
 
 
 
@@ -175,11 +175,10 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     of NG points, its drops from o. Each entry's e lies between exp(-drop) of its point and of the point before,
     which bound the sample's mass below each point, and each test takes the bound that holds it back: the lo test
     the upper bound of the mass and of its variance, the hi test the lower bound of the mass and the upper bound of
-    its variance. The top is gathered too where few
-    tokens lie at or above the hi end. An entry past the grid holds at most exp(-MASS_SPAN) of the max's mass, and V
-    of them less than float32's least tail, 2**-24 z (z >= 1), below V = 10**6: the bounds leave them out. One
-    running sum from the deep end, of the bounds and the counts at once, so that a point's mass below is no
-    difference of two large sums; one reduction for both ends."""
+    its variance. The top is gathered too where few tokens lie at or above the hi end. An entry past the grid holds
+    at most exp(-MASS_SPAN) of the max's mass, and V of them less than float32's least tail, 2**-24 z (z >= 1),
+    below V = 10**6: the bounds leave them out. One running sum from the deep end, of the bounds and the counts at
+    once, so that a point's mass below is no difference of two large sums; one reduction for both ends."""
     g = tl.arange(0, NG)
     drop = mass_grid(NG)
     before = tl.where(g > 0, MASS_SPAN * ((g - 1) / (NG - 1)) * ((g - 1) / (NG - 1)), 0.0)

@@ -21,7 +21,7 @@ import triton.language as tl
 from specverify.kernels.triton_cut import DROP
 
 # the drops from the sample's max that top-p's cells cover (``mass_grid``): an entry deeper holds at most exp(-32) of
-# the max's mass, which the bracket's bounds count for it
+# the max's mass, which the bracket's bounds leave out (``triton_bracket._mass_from_cells``)
 MASS_SPAN = tl.constexpr(32.0)
 
 
