@@ -125,19 +125,26 @@ def row_tallies(tallies_ptr, SF, NT: tl.constexpr, BLOCK_F: tl.constexpr):
 @triton.jit
 def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.constexpr):
     """[a, b) with F(a) >= target > F(b) narrowed to the tallied keys inside it that bound the crossing most
-    closely (t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above it)."""
+    closely (keys ascending; t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above
+    it, so neither rises with the key). a's new key is the largest inside that reaches target, and its F the least
+    of theirs; b's the smallest inside that does not, and its F the most of theirs: one reduction of six operands,
+    where a reduction each cost a round trip through shared memory."""
     inside = (keys > a) & (keys < b)
     if BY_MASS:
         reach = t_mass >= target
     else:
         reach = t_cnt >= target
     up, down = inside & reach, inside & ~reach
-    a2 = tl.max(tl.where(up, keys, a), axis=0)
-    b2 = tl.min(tl.where(down, keys, b), axis=0)
-    at_a, at_b = up & (keys == a2), down & (keys == b2)
+    most = tl.full([], 9223372036854775807, tl.int64)
+    a2, c_a, w_a, b2, c_b, w_b = tl.reduce((tl.where(up, keys, a), tl.where(up, t_cnt, most),
+                                            tl.where(up, t_mass, most), tl.where(down, keys, b),
+                                            tl.where(down, t_cnt, -1), tl.where(down, t_mass, -1)), 0, _bounds_of)
     moved_a, moved_b = a2 > a, b2 < b
-    ca = tl.where(moved_a, tl.max(tl.where(at_a, t_cnt, 0), axis=0), ca)
-    wa = tl.where(moved_a, tl.max(tl.where(at_a, t_mass, 0), axis=0), wa)
-    cb = tl.where(moved_b, tl.max(tl.where(at_b, t_cnt, 0), axis=0), cb)
-    wb = tl.where(moved_b, tl.max(tl.where(at_b, t_mass, 0), axis=0), wb)
-    return a2, ca, wa, b2, cb, wb
+    return (a2, tl.where(moved_a, c_a, ca), tl.where(moved_a, w_a, wa), b2, tl.where(moved_b, c_b, cb),
+            tl.where(moved_b, w_b, wb))
+
+
+@triton.jit
+def _bounds_of(a1, ca1, wa1, b1, cb1, wb1, a2, ca2, wa2, b2, cb2, wb2):
+    return (tl.maximum(a1, a2), tl.minimum(ca1, ca2), tl.minimum(wa1, wa2), tl.minimum(b1, b2), tl.maximum(cb1, cb2),
+            tl.maximum(wb1, wb2))

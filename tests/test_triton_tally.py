@@ -1,0 +1,106 @@
+"""The record's narrowing of a key search to the tallied keys (specverify/kernels/triton_tally.py): ``hinted``,
+called from a test kernel a case a program, must return the interval, and the sums at its ends, that its definition
+gives in Python integers. The kernel runs on the device the other filter tests run on (the interpreter without
+CUDA).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from filter_settings import DEVICES
+from specverify.kernels.triton_tally import hinted
+
+NT = 16
+CASES = 96
+
+
+@triton.jit
+def _hinted_cases(keys_ptr, sums_ptr, ends_ptr, out_ptr, NT: tl.constexpr):
+    """Case c: keys [c, NT] int64, sums [c, 2, NT] (count, mass) int64, ends [c, 8] int64: a, ca, wa, b, cb, wb,
+    target, by mass (0 or 1); out [c, 6]: ``hinted``'s (a, ca, wa, b, cb, wb)."""
+    c = tl.program_id(0)
+    j = tl.arange(0, NT)
+    keys = tl.load(keys_ptr + c * NT + j)
+    t_cnt = tl.load(sums_ptr + 2 * c * NT + j)
+    t_mass = tl.load(sums_ptr + (2 * c + 1) * NT + j)
+    e = ends_ptr + 8 * c
+    a, ca, wa, b, cb, wb = tl.load(e), tl.load(e + 1), tl.load(e + 2), tl.load(e + 3), tl.load(e + 4), tl.load(e + 5)
+    if tl.load(e + 7) != 0:
+        a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, tl.load(e + 6), True)
+    else:
+        a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, tl.load(e + 6), False)
+    at = out_ptr + 6 * c
+    tl.store(at, a)
+    tl.store(at + 1, ca)
+    tl.store(at + 2, wa)
+    tl.store(at + 3, b)
+    tl.store(at + 4, cb)
+    tl.store(at + 5, wb)
+
+
+def _case(rng: random.Random) -> tuple:
+    """(keys, counts, masses, ends) of a case: NT ascending keys, some repeated (an empty bucket between each
+    pair), F at each key the count and mass at or above it (neither rises with the key), ends (a, ca, wa, b, cb,
+    wb, target, by mass) with a and b drawn among the keys or between them, target across F's range or at a key's
+    F."""
+    keys = sorted(rng.randrange(0, 40) * 1000 for _ in range(NT))
+    cnt = [0 if j + 1 < NT and keys[j] == keys[j + 1] else rng.randrange(0, 4) for j in range(NT)]
+    mass = [c * rng.randrange(1, 1 << 30) for c in cnt]
+    above_c, above_w = rng.randrange(0, 5), rng.randrange(0, 1 << 32)
+    t_cnt = [above_c + sum(cnt[j:]) for j in range(NT)]
+    t_mass = [above_w + sum(mass[j:]) for j in range(NT)]
+    a = rng.choice(keys) - rng.choice((0, 0, 500, 40_000))
+    b = max(a + 1, rng.choice(keys) + rng.choice((0, 0, 500, 40_000)))
+    by_mass = rng.randrange(2)
+    f = t_mass if by_mass else t_cnt
+    # a third of the targets are some key's F exactly: reaching it is F >= target
+    target = rng.choice(f) if rng.randrange(3) == 0 else rng.randrange(min(f), max(f) + 2)
+    ends = (a, rng.randrange(1 << 20), rng.randrange(1 << 40), b, rng.randrange(1 << 20), rng.randrange(1 << 40),
+            target, by_mass)
+    return keys, t_cnt, t_mass, ends
+
+
+def _hinted_by_definition(keys, t_cnt, t_mass, ends) -> tuple:
+    """``hinted``'s (a, ca, wa, b, cb, wb) by its docstring: a moves to the largest key inside (a, b) whose F reaches
+    the target, b to the smallest whose F does not, each with the sums at that key; an end with no such key stays,
+    with the sums it was given."""
+    a, ca, wa, b, cb, wb, target, by_mass = ends
+    f = t_mass if by_mass else t_cnt
+    inside = [j for j in range(NT) if a < keys[j] < b]
+    up = [j for j in inside if f[j] >= target]
+    down = [j for j in inside if f[j] < target]
+    if up:
+        j = max(up, key=lambda i: keys[i])
+        a, ca, wa = keys[j], t_cnt[j], t_mass[j]
+    if down:
+        j = min(down, key=lambda i: keys[i])
+        b, cb, wb = keys[j], t_cnt[j], t_mass[j]
+    return a, ca, wa, b, cb, wb
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hinted_narrows_to_the_tallied_keys_that_bound_the_crossing(device):
+    """96 cases of 16 tallied keys, by count and by mass: repeated keys, ends that are keys or lie between them or
+    outside every key, targets that every key reaches or none does (so that an end keeps its given sums), must give
+    the definition's interval and sums. ``hinted`` takes the sums at each new end from one reduction, as the least
+    (a's) or the most (b's) of the sums on its side, which holds because F never rises with the key."""
+    rng = random.Random(29)
+    cases = [_case(rng) for _ in range(CASES)]
+    keys = torch.tensor([c[0] for c in cases], dtype=torch.int64, device=device)
+    sums = torch.tensor([[c[1], c[2]] for c in cases], dtype=torch.int64, device=device)
+    ends = torch.tensor([c[3] for c in cases], dtype=torch.int64, device=device)
+    out = torch.empty(CASES, 6, dtype=torch.int64, device=device)
+    _hinted_cases[(CASES,)](keys, sums, ends, out, NT=NT)
+    got = out.cpu().tolist()
+    want = [list(_hinted_by_definition(*c)) for c in cases]
+    assert got == want, [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w][:5]
+    # the cases reach every branch: each end moved in some and stayed in others, by count and by mass
+    moved = [(g[0] != c[3][0], g[3] != c[3][3], c[3][7]) for g, c in zip(got, cases)]
+    assert {(m_a, m_b) for m_a, m_b, _ in moved} == {(True, True), (True, False), (False, True), (False, False)}
+    assert {by for *_, by in moved} == {0, 1}
