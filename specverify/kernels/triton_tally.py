@@ -88,9 +88,14 @@ def row_buckets(row_ptr, NT: tl.constexpr):
     """(count, mass) [NT] at or above each of ``tally_keys``: the row's bucket sums (``bucket_pack``) from the
     top (the record zeroes them after, ``triton_record``)."""
     jj = tl.arange(0, NT)
-    cnt, mass = tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)
-    # from the top: the whole sum less what lies below (a forward scan: every Triton version has it)
-    return (tl.sum(cnt, axis=0) - tl.cumsum(cnt, 0) + cnt, tl.sum(mass, axis=0) - tl.cumsum(mass, 0) + mass)
+    # from the top: one scan of both sums, where a sum and a forward scan of each took four round trips through
+    # shared memory
+    return tl.associative_scan((tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)), 0, _add2, reverse=True)
+
+
+@triton.jit
+def _add2(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
 
 
 @triton.jit
