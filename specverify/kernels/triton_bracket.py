@@ -146,6 +146,8 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     elif k_on | p_on:
         # top-p's crossing lies inside what top-k keeps: with top-k on, its bracket holds both
         if p_on & ~k_on:
+            # the two rounds' call stands in both branches: Triton 3.6 compiles the cells' branch under a flag bound to
+            # False outside the constexpr branch, where MASS_NG is 0 and the cells' names are unbound
             if MASS_NG > 0:
                 o, cells_ptr = mass
                 # every program of the row takes the same branch: the same sample, the same code

@@ -73,6 +73,12 @@ def pick(values, at, pos):
 
 
 @triton.jit
+def add2(a1, b1, a2, b2):
+    """The combine of a reduction or scan of two operands that adds each."""
+    return a1 + a2, b1 + b2
+
+
+@triton.jit
 def row_settings(b, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, HAS_K: tl.constexpr, HAS_P: tl.constexpr,
                  HAS_M: tl.constexpr):
     """Request b's filters: (on: random with a filter on, k, k_on, top_p, p_on, floor, 1 / T)."""

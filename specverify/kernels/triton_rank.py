@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, NONE, decode, weight
+from specverify.kernels.triton_cut import KMAX, NONE, add2, decode, weight
 from specverify.kernels.triton_search import gathered_kept_mass
 
 
@@ -40,7 +40,7 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     if k_on:
         larger = valid[None, :] & (key[None, :] > key[:, None])
         keep = keep & (c_hi + tl.sum(larger.to(tl.int32), axis=1) < k)
-        c_top, w_top = tl.reduce((keep.to(tl.int64), tl.where(keep, w, 0)), 0, _add)
+        c_top, w_top = tl.reduce((keep.to(tl.int64), tl.where(keep, w, 0)), 0, add2)
         w_k = w_hi + w_top
     target = tl.maximum((top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64), 1)
     if p_on:
@@ -62,12 +62,6 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     if floor > 0.0:
         z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_N)
     return ok, cut_key, cut_idx, z, w_k, c_k
-
-
-@triton.jit
-def _add(a, b, c, d):
-    """A reduction of two operands that adds each."""
-    return a + c, b + d
 
 
 @triton.jit

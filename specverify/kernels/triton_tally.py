@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, order_key, weight
+from specverify.kernels.triton_cut import KMAX, KMIN, NONE, add2, decode, key_value, order_key, weight
 from specverify.kernels.triton_gather import claim
 
 
@@ -88,14 +88,8 @@ def row_buckets(row_ptr, NT: tl.constexpr):
     """(count, mass) [NT] at or above each of ``tally_keys``: the row's bucket sums (``bucket_pack``) from the
     top (the record zeroes them after, ``triton_record``)."""
     jj = tl.arange(0, NT)
-    # from the top: one scan of both sums, where a sum and a forward scan of each took four round trips through
-    # shared memory
-    return tl.associative_scan((tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)), 0, _add2, reverse=True)
-
-
-@triton.jit
-def _add2(a1, b1, a2, b2):
-    return a1 + a2, b1 + b2
+    # both sums from the top in one scan: each scan or reduction is a round trip through shared memory
+    return tl.associative_scan((tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)), 0, add2, reverse=True)
 
 
 @triton.jit
@@ -133,7 +127,7 @@ def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.conste
     closely (keys ascending; t_cnt, t_mass: F at each key, the count and mass of every gathered token at or above
     it, so neither rises with the key). a's new key is the largest inside that reaches target, and its F the least
     of theirs; b's the smallest inside that does not, and its F the most of theirs: one reduction of six operands,
-    where a reduction each cost a round trip through shared memory."""
+    since each reduction is a round trip through shared memory."""
     inside = (keys > a) & (keys < b)
     if BY_MASS:
         reach = t_mass >= target
