@@ -357,6 +357,18 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
     assert int((one[5] != two[5]).sum()) <= 1 and bool((one[5] >= two[5]).all()), (one[5], two[5])
 
 
+def _sample_at(V: int) -> torch.Tensor:
+    """[NS] the row positions of the bracket's strided sample (``triton_sample._sample_at``) at the plan's NS and CH."""
+    ns, ch = triton_filter.NS, triton_filter.CH
+    i = torch.arange(ns)
+    return (i // ch) * (V - ch) // (ns // ch - 1) + i % ch
+
+
+def _sample_of(logits: torch.Tensor) -> torch.Tensor:
+    """[rows, NS] the bracket's strided sample of each row."""
+    return logits[:, _sample_at(logits.shape[1])]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, form", [
     pytest.param(None, 1, id="counts"), pytest.param(None, 2, id="ends"),
@@ -380,9 +392,7 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
     assert meta["WHOLE"] == form
     assert torch.equal(whole[:5], shared[:5]), (whole[:5] != shared[:5]).nonzero().tolist()
     # a count row whose largest logit is not in the sample has its drops from another origin: its bracket moves
-    ns, ch, V = triton_filter.NS, triton_filter.CH, batch.vocab_size
-    i = torch.arange(ns)
-    logits = batch.target_logits.cpu()[:, (i // ch) * (V - ch) // (ns // ch - 1) + i % ch]
+    logits = _sample_of(batch.target_logits.cpu())
     elsewhere = {r for r in (0, 2, 4, 6) if bool(logits[r].max() < batch.target_logits[r].max().cpu())}
     moved = {r for r in range(8) if not torch.equal(whole_brackets[r], shared_brackets[r])}
     assert len(elsewhere) >= 2 and elsewhere <= moved <= {0, 2, 4, 6}, (elsewhere, whole_brackets, shared_brackets)
@@ -398,11 +408,6 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
     assert int((whole[5] != shared[5]).sum()) <= 1, (whole[5], shared[5])
 
 
-def _sample_of(logits: torch.Tensor) -> torch.Tensor:
-    """[rows, NS] the bracket's strided sample of each row (``triton_sample._sample_at``) at this test's NS and CH."""
-    ns, ch, V = triton_filter.NS, triton_filter.CH, logits.shape[1]
-    i = torch.arange(ns)
-    return logits[:, (i // ch) * (V - ch) // (ns // ch - 1) + i % ch]
 
 
 def _mass_bracket_by_definition(logits: torch.Tensor, t: float, top_p: float, ng: int) -> tuple:
@@ -450,11 +455,9 @@ def _top_p_rows(device: str, monkeypatch) -> SpecBatch:
     widths = (1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 1.5, 3.0)
     logits = torch.stack([torch.randn(3000, generator=torch.Generator().manual_seed(r)) * s
                           for r, s in enumerate(widths)])
-    i = torch.arange(triton_filter.NS)
-    ch, V = triton_filter.CH, logits.shape[1]
-    logits[7, (i // ch) * (V - ch) // (triton_filter.NS // ch - 1) + i % ch] = float("-inf")
+    logits[7, _sample_at(logits.shape[1])] = float("-inf")
     # row 0's largest logit lies between the sample's first two chunks: its drops start below the row's max
-    logits[0, ch + 1] = logits[0].max() + 2.0
+    logits[0, triton_filter.CH + 1] = logits[0].max() + 2.0
     return dataclasses.replace(base, target_logits=logits.float().to(device),
                                top_k=torch.zeros(8, dtype=torch.int64, device=device),
                                top_p=torch.tensor([0.9, 0.9, 0.5, 0.99, 0.5, 0.4, 0.3, 0.9], device=device),
