@@ -13,6 +13,8 @@ import threading
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from filter_settings import DEVICE, DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
 from reference import SpecBatch
@@ -20,6 +22,7 @@ from specverify.kernels import triton_filter, triton_sampler
 from specverify.kernels.triton_cut import DROP
 from specverify.kernels.triton_filter_plan import one_launch_splits
 from specverify.kernels.triton_sample import MASS_SPAN
+from specverify.kernels.triton_tally import tally_keys
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -547,10 +550,107 @@ def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(d
     assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
 
 
+@triton.jit
+def _tally_keys_of(ends_ptr, keys_ptr, NT: tl.constexpr):
+    """Row r's ``tally_keys`` [NT] int64 of its ends [R, 2] int64 (lo, hi), to keys [R, NT]."""
+    r = tl.program_id(0)
+    tl.store(keys_ptr + r * NT + tl.arange(0, NT), tally_keys(tl.load(ends_ptr + 2 * r), tl.load(ends_ptr + 2 * r + 1),
+                                                             NT))
+
+
+def _order_keys(values: torch.Tensor) -> torch.Tensor:
+    """The int64 order keys of float32 values (``triton_gather.order_key``: -0.0 that of +0.0)."""
+    bits = torch.where(values == 0, torch.zeros_like(values), values).float().view(torch.int32).long()
+    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+def _bucketed(batch: SpecBatch, brackets: torch.Tensor, nt: int) -> list:
+    """For each row, (its gathered tokens' words [n] int64, their buckets [n]): the row's logits with keys in its
+    bracket [lo, min(hi, the key above its largest logit)), as the one launch's read gathers them (key << 32 | 2**32 - 1
+    - index), and the bucket of each among ``tally_keys`` of those ends (the last key at or below its own), the keys
+    computed by the kernels' own function on the device the cut ran on."""
+    logits = batch.target_logits.cpu()
+    keys = _order_keys(logits)
+    ends = brackets.clone()
+    ends[:, 1] = torch.minimum(ends[:, 1], keys.max(1).values + 1)
+    tallied = torch.empty(len(ends), nt, dtype=torch.int64, device=batch.device)
+    _tally_keys_of[(len(ends),)](ends.to(batch.device), tallied, NT=nt)
+    rows = []
+    for r in range(len(ends)):
+        inside = ((keys[r] >= ends[r, 0]) & (keys[r] < ends[r, 1])).nonzero()[:, 0]
+        words = (keys[r, inside] << 32) | (2 ** 32 - 1 - inside)
+        rows.append((words, torch.searchsorted(tallied[r].cpu(), keys[r, inside], right=True) - 1))
+    return rows
+
+
+def _slots_after(batch: SpecBatch, slots: int, monkeypatch) -> tuple:
+    """(records [6, 8], brackets [8, 2], slots [8, TALLY_N, slots] int64) of a one-launch cut of ``batch``'s 8 rows
+    with ONE_LAUNCH_BUCKET_SLOTS = slots, on a work space filled with NaN bits before it (after a first cut that sizes
+    it): a slot that no token was stored at reads as NaN."""
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_BUCKET_SLOTS", slots)
+    _, _, _ = _cut_and_partials(batch, 0, block_v=256)
+    for work, *_ in triton_filter._buffers.values():
+        work.fill_(0x7FC00000)
+    _, records, _ = _cut_and_partials(batch, 0, block_v=256)
+    plans = [(plan[6], stage[1], stage[2]) for plan in triton_filter._plans.values() for stage in plan[7]]
+    assert len(plans) == 1 and plans[0][2]["SLOTS"] == slots and not plans[0][2]["STAMPS"], plans
+    words, grid, meta = plans[0]
+    nt, rows = meta["TALLY_N"], grid[0] * grid[1]
+    work = [work for work, *_ in triton_filter._buffers.values()][0]
+    return records, _brackets(8), work[words - rows * nt * slots:words].view(rows, nt, slots).cpu().clone()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bucket_slots_hold_the_first_tokens_of_each_bucket(device, monkeypatch):
+    """With ONE_LAUNCH_BUCKET_SLOTS each split stores every token it packs at its slot in its bucket, the count that
+    the bucket's atomic add returns (``triton_tally.bucket_pack``). At 32 buckets over brackets of up to 1,024
+    tokens and 8 slots a bucket, most buckets hold more tokens than slots and some fewer: each bucket's slots must
+    hold as many of its own tokens as fit, each once, from its first slot on, and nothing else (a slot nobody
+    stored at reads as NaN); a bucket of at most 8 tokens holds all of them. The rows are the cells test's top-p
+    rows, every one found from its gathered bracket except row 7's (the slow path)."""
+    batch = _top_p_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "TALLY_N", 32)
+    records, brackets, slots = _slots_after(batch, 8, monkeypatch)
+    assert records[5].tolist() == [1.0] * 7 + [2.0], records[5]
+    whole = under = 0
+    for r, (words, buckets) in enumerate(_bucketed(batch, brackets, 32)[:7]):
+        for t in range(32):
+            mine, held = words[buckets == t], slots[r, t]
+            fit = min(len(mine), 8)
+            assert bool((held[fit:] == 0x7FC00000).all()), (r, t, held, len(mine))
+            stored = held[:fit]
+            assert len(set(stored.tolist())) == fit and bool(torch.isin(stored, mine).all()), (r, t, held, mine)
+            whole, under = whole + (len(mine) > 8), under + (0 < len(mine) <= 8)
+    assert whole >= 20 and under >= 20, (whole, under)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searches(device, monkeypatch):
+    """With ONE_LAUNCH_BUCKET_SLOTS a key search whose tallied interval is one bucket of at most that many tokens
+    ranks the bucket's slots at once (``triton_search._key_find``), where it copies the interval out of the packed
+    list and steps until at most FINISH_N are left. On the cells test's top-p rows at 8 buckets, most crossings lie
+    in a bucket of 2 to 32 tokens, some of more than FINISH_N's 16 (where the search steps), and one in a bucket of
+    more than 32 (where it still searches): every record (cut value and index, Z', how the cut was found) must be
+    the searches'."""
+    batch = _top_p_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "TALLY_N", 8)
+    _, meta = _records_unchanged(batch, "ONE_LAUNCH_BUCKET_SLOTS", 0, 32, monkeypatch)
+    assert meta["SLOTS"] == 32 and meta["ROW_TALLY"] and triton_filter.FINISH_N == 16
+    records, brackets, _ = _slots_after(batch, 32, monkeypatch)
+    cut = _order_keys(records[0])
+    sizes = []
+    for r, (words, buckets) in enumerate(_bucketed(batch, brackets, 8)[:7]):
+        crossing = buckets[(words >> 32) == cut[r]]
+        sizes.append(int((buckets == crossing[0]).sum()))
+    assert sum(2 <= size <= 32 for size in sizes) >= 5 and any(16 < size <= 32 for size in sizes), sizes
+    assert any(size > 32 for size in sizes), sizes
+
+
 @pytest.mark.parametrize("name, value", [("ONE_LAUNCH_ROUND_NG", 48), ("ONE_LAUNCH_ROUND_NG", 1),
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
                                          ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96),
-                                         ("ONE_LAUNCH_SUMS_ONCE", 2)])
+                                         ("ONE_LAUNCH_SUMS_ONCE", 2), ("ONE_LAUNCH_BUCKET_SLOTS", 48),
+                                         ("ONE_LAUNCH_BUCKET_SLOTS", 256)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set

@@ -186,6 +186,14 @@ def bracket_shares(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constex
     return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT) + rid * SF * (6 * NG)
 
 
+@triton.jit
+def bucket_slots(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
+                 SLOTS: tl.constexpr):
+    """Row rid's [NT, SLOTS] slots of its buckets' tokens in the one-launch plan's work space, after the bracket's
+    shares (``triton_tally.bucket_pack``): a bucket's first tokens, in the order its count reached them."""
+    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) + rid * (NT * SLOTS)
+
+
 # the one launch's stamps a split (``triton_cut_kernel``'s STAMPS): its eight phases (0-7), the record's seven (8-14),
 # which the split that writes the record stamps (``triton_record``), and what the splits wait on: its own pass-1
 # partials published (15, ``triton_handoff``), then each round of the sample bracket's shared tally, its own share
@@ -196,11 +204,11 @@ SM_SLOT = tl.constexpr(20)
 
 
 @triton.jit
-def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr):
-    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the bracket's shares
+def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
+              SLOTS: tl.constexpr):
+    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the buckets' slots
     (``stamp``)."""
-    return work_ptr + NR * (3 + SF * NPART + 2 * CAP + SCRATCH + SF * 2 * NT + SF * 6 * NG) \
-        + (rid * SF + tl.program_id(2)) * STAMPS_N
+    return bucket_slots(work_ptr, NR, NR, SF, CAP, SCRATCH, NT, NG, SLOTS) + (rid * SF + tl.program_id(2)) * STAMPS_N
 
 
 @triton.jit

@@ -12,7 +12,8 @@ The three launches share one argument list (``cut_launches``), for the rows j <=
                                  slots [s region, (s + 1) region); [R, SCRATCH] the search's scratch
                                  (``triton_search``); in the one-launch plan, [R, CAP] each row's tokens packed
                                  split after split, [R, SF, 2 TALLY_N] its splits' tallies (``triton_tally``),
-                                 then the shares of its sample bracket's tallies (``triton_cut.bracket_shares``)
+                                 then the shares of its sample bracket's tallies (``triton_cut.bracket_shares``),
+                                 [R, TALLY_N, SLOTS] its buckets' first tokens (``triton_cut.bucket_slots``)
     record_ptr [6, R] float32 (out)
     tickets_ptr [5, R] int32     the one-launch plan's count of a row's splits done, of the tokens they packed,
                                  and the bits of its splits' parts published (``triton_handoff``): with PASS1
@@ -50,7 +51,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, count_bounds, pre_bracket, whole_rows
-from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, cut_request,
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
                                            cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
                                            stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import pack
@@ -80,7 +81,7 @@ def _cut_kernel(
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
-    MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr,
+    MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -109,7 +110,7 @@ def _cut_kernel(
         stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
-                               SHARE_G)
+                               SHARE_G, SLOTS)
             stamp(stamps, 0, 0)
             place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
@@ -207,7 +208,9 @@ def _cut_kernel(
                         if ROW_TALLY:       # tallied in the row's buckets as they are packed
                             bucket_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                         tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
-                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK)
+                                        lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK,
+                                        bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS),
+                                        SLOTS)
                         elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,
@@ -234,7 +237,8 @@ def _cut_kernel(
                              k, k_on, top_p, p_on, floor, inv_t, m, z, above, CAP, NC, BLOCK_F, BLOCK_R, BLOCK_FB,
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
                              STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOW_TILE,
-                             RANK_TOP, COPY_TILE, SUMS_ONCE)
+                             RANK_TOP, COPY_TILE, SUMS_ONCE,
+                             bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS), SLOTS)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:

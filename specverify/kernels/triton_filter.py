@@ -190,6 +190,11 @@ ONE_LAUNCH_SUMS_ONCE = 1
 # and 5.0 us sooner than with 1,024 points; every split counting the whole sample's cells alone, by one histogram,
 # took 5 us at 512 points and 10 us at 1,024 (docs/benchmarks.md, the thirty-third session)
 ONE_LAUNCH_MASS_CELLS = 512
+# with ONE_LAUNCH_ROW_TALLY, its splits also store each token at its slot in its bucket, this many slots a bucket (a
+# power of 2; 0: none), the slot the count that the bucket's atomic add returns (``triton_tally.bucket_pack``): a
+# key search whose tallied interval is one bucket of at most this many tokens ranks them from their slots at once
+# (``triton_search.resolve``), where it copies them out of the list first and steps until few are left
+ONE_LAUNCH_BUCKET_SLOTS = 32
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -295,7 +300,8 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_STAMPS", "ONE_LAUNCH_MAXNREG", "ONE_LAUNCH_FIT_SMS", "ONE_LAUNCH_SCAN_GATHER",
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
-             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS")
+             "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
+             "ONE_LAUNCH_BUCKET_SLOTS")
 
 
 def _settings() -> tuple:

@@ -40,7 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
      one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once,
-     one_launch_mass_cells) = settings
+     one_launch_mass_cells, one_launch_bucket_slots) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -69,7 +69,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
-                SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, num_warps=warps)
+                SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, SLOTS=0, num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -94,7 +94,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             assert tally_n & (tally_n - 1) == 0, f"ONE_LAUNCH_ROW_TALLY takes a power of 2 TALLY_N, not {tally_n}"
             one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, TALLY_BLOCK=1024 if wide else pack_tile,
                        RANK_TOP=int(one_launch_rank_top) if 2 <= rank_n <= meta["SCRATCH"] else 0,
-                       COPY_TILE=int(one_launch_copy_tile), SUMS_ONCE=bool(one_launch_sums_once))
+                       COPY_TILE=int(one_launch_copy_tile), SUMS_ONCE=bool(one_launch_sums_once),
+                       SLOTS=int(one_launch_bucket_slots))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
@@ -120,6 +121,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(MASS_NG=int(one_launch_mass_cells),
                        CELL_TILE=min(ns, max(lanes, 1 << (max(1, ns // sf).bit_length() - 1))),
                        SHARE_G=max(one["SHARE_G"], -(-one_launch_mass_cells // 24)))
+        _takes("ONE_LAUNCH_BUCKET_SLOTS", one_launch_bucket_slots,
+               one_launch_bucket_slots == 0 or 2 <= one_launch_bucket_slots <= 128 and not one_launch_bucket_slots & (
+                   one_launch_bucket_slots - 1), "0 (none) or a power of 2 from 2 to 128")
         _takes("ONE_LAUNCH_COPY_TILE", one_launch_copy_tile,
                one_launch_copy_tile >= 0 and not one_launch_copy_tile & (one_launch_copy_tile - 1),
                "0 (four search tiles) or a power of 2")
@@ -134,8 +138,8 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         nw = LANES.value if one_launch_scan_gather else 0
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
-        # their sample brackets (``triton_cut.bracket_shares``)
-        words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * one["SHARE_G"])
+        # their sample brackets (``triton_cut.bracket_shares``), their buckets' slots (``triton_cut.bucket_slots``)
+        words += B * K1 * (cap + sf * 2 * one["TALLY_N"] + sf * 6 * one["SHARE_G"] + one["TALLY_N"] * one["SLOTS"])
         if one["STAMPS"]:   # the splits' phase stamps last (``triton_cut.stamp``): a reader finds them from the end
             words += B * K1 * sf * STAMPS_N.value
     else:       # a row of at most CAP tokens is gathered whole: no bracket to find (stages 1 and 2 know it from V)

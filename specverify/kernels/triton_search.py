@@ -280,10 +280,52 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 
 @triton.jit
+def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, keys, inv_t, m, BY_MASS: tl.constexpr, NC: tl.constexpr,
+              BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, WIDE: tl.constexpr, stamps,
+              STAMPS: tl.constexpr, TILE: tl.constexpr, slots_ptr, SLOTS: tl.constexpr):
+    """``_find`` of a key search (base 0), or, with SLOTS, where [a, b) is one bucket of ``keys`` (``tally_keys``,
+    ascending) and holds at most SLOTS tokens, ``_rank_finish`` of them at the bucket's slots at slots_ptr
+    (``triton_tally.bucket_pack``): the ranked end of ``_find``'s search, without its copy out of the list or its
+    steps. STAMPS: 21 on entry, 22 and 23 once ranked, as ``_find`` stamps them."""
+    zero = tl.zeros([], tl.int64)
+    # two call sites of _find: with one, under a flag that is False where SLOTS is 0, Triton 3.6 compiles the ranked
+    # branch there too, with the bucket's names unbound
+    if SLOTS > 0:
+        # the bucket that holds a: the last key at or below it, whose key must be a, with no key inside [a, b)
+        below = keys <= a
+        t, key_t, inside = tl.reduce((tl.where(below, tl.arange(0, keys.numel), 0), tl.where(below, keys, a - 1),
+                                      ((keys > a) & (keys < b)).to(tl.int32)), 0, _bucket_of)
+        if (key_t == a) & (inside == 0) & (b - a > 1) & (ca - cb >= 1) & (ca - cb <= SLOTS):
+            if STAMPS:
+                stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
+                tl.store(stamps + 24, tl.zeros([], tl.int64))
+                stamp(stamps, 22, (ca - cb).to(tl.int32))
+            c, c_at, w_at, c_above, w_above = _rank_finish(slots_ptr + t * SLOTS, ca - cb, cb, wb, target, zero, 0,
+                                                           inv_t, m, False, BY_MASS, SLOTS)
+            if STAMPS:
+                stamp(stamps, 23, (c ^ c_at).to(tl.int32))
+        else:
+            c, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, zero, 0, inv_t,
+                                                    m, False, BY_MASS, NC, BLOCK_R, SCRATCH, FINISH, WIDE, stamps,
+                                                    STAMPS, TILE)
+    else:
+        c, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, zero, 0, inv_t, m,
+                                                False, BY_MASS, NC, BLOCK_R, SCRATCH, FINISH, WIDE, stamps, STAMPS,
+                                                TILE)
+    return c, c_at, w_at, c_above, w_above
+
+
+@triton.jit
+def _bucket_of(t1, k1, n1, t2, k2, n2):
+    return tl.maximum(t1, t2), tl.maximum(k1, k2), n1 + n2
+
+
+@triton.jit
 def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, V, inv_t, m,
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
-            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0, sums=None):
+            buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0, sums=None, slots_ptr=None,
+            SLOTS: tl.constexpr = 0):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -295,7 +337,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     (``_keep_lanes``). STAMPS: its phases stamped at ``stamps`` (``triton_cut.stamp``): 9 the tallies, 10
     top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``). TILE: the
     key searches' copy tile (``_find``). sums: the bucket sums as ``row_buckets`` gives them, where the caller
-    has them (None: loaded here)."""
+    has them (None: loaded here). SLOTS (with ROW_TALLY): the buckets' first SLOTS tokens at slots_ptr, which a key
+    search whose tallied interval is one bucket of at most SLOTS tokens ranks at once (``_key_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
@@ -310,6 +353,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
     else:
         n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
+        keys = jt.to(tl.int64)      # no buckets: the key searches take no slots (SLOTS needs ROW_TALLY)
     kept_in = w_all_in
     ok = n_in > 0
     c_k = c_hi + n_in
@@ -321,9 +365,9 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
-        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, zero, 0,
-                                                      inv_t, m, False, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                      stamps, STAMPS, TILE)
+        cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, keys,
+                                                          inv_t, m, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
+                                                          stamps, STAMPS, TILE, slots_ptr, SLOTS)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -335,9 +379,9 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
-        cut_key, c_at, w_at, c_above, w_above = _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi, zero,
-                                                      0, inv_t, m, False, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                      ROW_TALLY, stamps, STAMPS, TILE)
+        cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi,
+                                                          keys, inv_t, m, True, NC, BLOCK_R, SCRATCH, FINISH,
+                                                          ROW_TALLY, stamps, STAMPS, TILE, slots_ptr, SLOTS)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept

@@ -8,6 +8,7 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
     tally_pack(...)         a split's tokens into the row's list, and its tallies (count and mass at or above
                             each key) to the work space, in one read
     bucket_pack(...)        the same, each token's count and mass added to its bucket of the row's sums instead
+                            (and the token stored at its slot in the bucket, with SLOTS)
     row_buckets(...)        -> the row's tallies [NT] from those buckets (ONE_LAUNCH_ROW_TALLY)
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
@@ -52,13 +53,15 @@ def _key_at(t, lo, hi, va, vb, usable, NT: tl.constexpr):
 
 @triton.jit
 def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi, inv_t, m, CAP: tl.constexpr,
-                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr):
+                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, slots_ptr=None, SLOTS: tl.constexpr = 0):
     """``triton_gather.pack`` of one split that also adds each token's count and mass to its bucket of the row's
     [2, NT] int64 sums at row_ptr (counts, then masses; zero before the row's first split): bucket t holds the
     keys in [key t, key t + 1) of ``tally_keys(lo, hi, NT)``, found by a binary search of BITS = log2(NT) steps
     over the keys, each computed where it is compared (``_key_at``). The record's tallies are the buckets'
     sums from the top (``row_buckets``): one load of the row's, where ``tally_pack`` leaves SF splits' of them,
-    and a token's cost does not grow with NT."""
+    and a token's cost does not grow with NT. SLOTS: each token is also stored at the row's [NT, SLOTS] slots at
+    slots_ptr, in its bucket's row at the count before its own (its atomic add's return), where under SLOTS: the
+    bucket's first SLOTS tokens, whichever split packed them."""
     n, at, copied = claim(parts_ptr, region, total_ptr, CAP)
     va, vb, usable = _key_span(lo, hi)
     for start in range(0, n, BLOCK):
@@ -71,8 +74,10 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
         for bit in tl.static_range(BITS):
             up = bucket + (NT >> (bit + 1))
             bucket = tl.where(_key_at(up, lo, hi, va, vb, usable, NT) <= key, up, bucket)
-        tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
+        slot = tl.atomic_add(row_ptr + bucket, tl.full([BLOCK], 1, tl.int64), mask=valid, sem="relaxed")
         tl.atomic_add(row_ptr + NT + bucket, weight(e), mask=valid, sem="relaxed")
+        if SLOTS > 0:
+            tl.store(slots_ptr + bucket * SLOTS + slot, packed, mask=valid & (slot < SLOTS))
 
 
 @triton.jit
