@@ -224,7 +224,9 @@ def _cut_kernel(
                         stamp(stamps, 5, 0)
                     writes = last_split(tickets_ptr + rid, SF)
                     if writes:
-                        n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0)
+                        # relaxed: the ticket's acquire orders it after every split's claim, and the record's loads
+                        # need not wait for it (its count is first read after the partial sums are in)
+                        n_packed = tl.atomic_xchg(tickets_ptr + NR + rid, 0, sem="relaxed")
             elif PASS1 & live:      # an unfiltered row's record too waits for its norms: its last split writes it
                 writes = last_split(tickets_ptr + rid, SF)
             if STAMPS:

@@ -19,10 +19,19 @@ from specverify.kernels.triton_tally import row_buckets
 
 
 @triton.jit
-def _total(parts_ptr, field, SF, BLOCK_F: tl.constexpr):
-    """The sum of field ``field`` over a row's SF splits' partial sums."""
-    ff = tl.arange(0, BLOCK_F)
-    return tl.sum(tl.load(parts_ptr + ff * NPART + field, mask=ff < SF, other=0), axis=0)
+def _totals(parts_ptr, SF, BLOCK_F: tl.constexpr):
+    """The sums of fields 0, 1, 2, 4, 5 and 6 over a row's SF splits' partial sums, in one reduction (each is a round
+    trip through shared memory)."""
+    at = parts_ptr + tl.arange(0, BLOCK_F) * NPART
+    on = tl.arange(0, BLOCK_F) < SF
+    return tl.reduce((tl.load(at, mask=on, other=0), tl.load(at + 1, mask=on, other=0),
+                      tl.load(at + 2, mask=on, other=0), tl.load(at + 4, mask=on, other=0),
+                      tl.load(at + 5, mask=on, other=0), tl.load(at + 6, mask=on, other=0)), 0, _add6)
+
+
+@triton.jit
+def _add6(a1, b1, c1, d1, e1, f1, a2, b2, c2, d2, e2, f2):
+    return a1 + a2, b1 + b2, c1 + c2, d1 + d2, e1 + e2, f1 + f2
 
 
 @triton.jit
@@ -65,10 +74,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
         else:
             buf = work_tokens(work_ptr, NR, rid, SF, CAP)
             scr_at = NR.to(tl.int64) * CAP + rid.to(tl.int64) * (SCRATCH - CAP)
-        c_hi, w_hi, w_hi_mp = _total(parts, 0, SF, BLOCK_F), _total(parts, 1, SF, BLOCK_F), \
-            _total(parts, 2, SF, BLOCK_F)
-        w_all, c_mp, w_mp = _total(parts, 4, SF, BLOCK_F), _total(parts, 5, SF, BLOCK_F), \
-            _total(parts, 6, SF, BLOCK_F)
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _totals(parts, SF, BLOCK_F)
         # min-p alone decides when what it keeps lies inside the top-k and top-p prefixes (each of its
         # tokens weighs at least the floor, so the mass before the last one is below the target)
         lb = (top_p * tl.where(k_on, w_mp, w_all).to(tl.float64)).to(tl.int64)
