@@ -15,7 +15,7 @@ from specverify.kernels.triton_gather import NPART, compact
 from specverify.kernels.triton_rank import rank_cut
 from specverify.kernels.triton_search import resolve, top_set
 from specverify.kernels.triton_slow import kept_mass, slow_cut
-from specverify.kernels.triton_tally import row_buckets
+from specverify.kernels.triton_tally import bucket_sums, from_top
 
 
 @triton.jit
@@ -66,6 +66,8 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     how = tl.zeros([], tl.int32)
     if live & on:
         parts = work_parts(work_ptr, NR, rid, SF, 0)
+        if SUMS_ONCE and ROW_TALLY:     # in flight with the partial sums' loads
+            own_sums = bucket_sums(buckets_ptr, TALLY_N)
         # the search's scratch, [R, SCRATCH] after the gathered tokens, as an offset from buf: the gathered
         # tokens, or the packed list after every row's scratch
         if PACKED:
@@ -94,7 +96,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
             else:
                 src, n_rank = buf, n
                 if SUMS_ONCE and ROW_TALLY:
-                    sums = row_buckets(buckets_ptr, TALLY_N)
+                    sums = from_top(own_sums)
                 else:
                     sums = None
                 if RANK_TOP:

@@ -10,6 +10,7 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
     bucket_pack(...)        the same, each token's count and mass added to its bucket of the row's sums instead
                             (and the token stored at its slot in the bucket, with SLOTS)
     row_buckets(...)        -> the row's tallies [NT] from those buckets (ONE_LAUNCH_ROW_TALLY)
+    bucket_sums / from_top  its two halves: the buckets' own sums loaded, then summed from the top
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
 
@@ -92,9 +93,21 @@ def row_buckets_at(tickets_ptr, NR, rid, NT: tl.constexpr):
 def row_buckets(row_ptr, NT: tl.constexpr):
     """(count, mass) [NT] at or above each of ``tally_keys``: the row's bucket sums (``bucket_pack``) from the
     top (the record zeroes them after, ``triton_record``)."""
+    return from_top(bucket_sums(row_ptr, NT))
+
+
+@triton.jit
+def bucket_sums(row_ptr, NT: tl.constexpr):
+    """(count, mass) [NT] of each bucket alone (``bucket_pack``): loaded where a caller wants them in flight early."""
     jj = tl.arange(0, NT)
+    return tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)
+
+
+@triton.jit
+def from_top(sums):
+    """``row_buckets`` of the buckets' own (count, mass) ``sums``."""
     # both sums from the top in one scan: each scan or reduction is a round trip through shared memory
-    return tl.associative_scan((tl.load(row_ptr + jj), tl.load(row_ptr + NT + jj)), 0, add2, reverse=True)
+    return tl.associative_scan(sums, 0, add2, reverse=True)
 
 
 @triton.jit
