@@ -100,7 +100,10 @@ SCRATCH_SHARE, FINISH_N = 4, 16
 # a batch of at most this many rows (B K1; B = 4 at k = 4) is cut in one launch (STAGE 3): a small batch's call
 # is bound by its host, and the three launches' plan is up to six launches to the one's (docs/benchmarks.md)
 ONE_LAUNCH_ROWS = 20
-ONE_LAUNCH_TILE = 256   # its read's tile on the GPU
+# its read's tile on the GPU: two logits a thread of its 8 warps, where one left each warp's loop a chain of waits (at
+# B = 1 top-p's read ends 0.8 us sooner than at 256, and as soon as at 1,024; docs/benchmarks.md, the thirty-fourth
+# session)
+ONE_LAUNCH_TILE = 512
 # it splits its rows until about this many programs read, at most ONE_LAUNCH_SPLITS a row (a split's region
 # is CAP / 32 tokens then), and never past the GPU's SMs (``one_launch_sms``): one program an SM of an H100's or
 # H200's 132 (B = 1's 5 rows: 25 splits each), where more programs (a second wave) cost more than their shorter
