@@ -269,15 +269,19 @@ def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
                                min_p=torch.tensor([0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.0], device=device))
 
 
-def _cut_before_and_after(batch: SpecBatch, name: str, before, after, monkeypatch) -> tuple:
+def _cut_before_and_after(batch: SpecBatch, name, before, after, monkeypatch) -> tuple:
     """((records [6, 8], brackets [8, 2]) with triton_filter's setting ``name`` at ``before``, the same at ``after``,
-    the one launch's meta then) of one-launch cuts of ``batch``'s 8 rows. The work space is filled with NaN bits
-    between the two cuts, so that a share or sum the second reads but did not write reads as NaN."""
+    the one launch's meta then) of one-launch cuts of ``batch``'s 8 rows (a tuple of names: each at its value of
+    the tuples before and after). The work space is filled with NaN bits between the two cuts, so that a share or
+    sum the second reads but did not write reads as NaN."""
     plan = dict(block_v=256)
-    monkeypatch.setattr(triton_filter, name, before)
+    names = name if isinstance(name, tuple) else (name,)
+    set_all = lambda values: [monkeypatch.setattr(triton_filter, n, v)  # noqa: E731
+                              for n, v in zip(names, values if isinstance(name, tuple) else (values,))]
+    set_all(before)
     first_launches, first, _ = _cut_and_partials(batch, 0, **plan)
     first_brackets = _brackets(8)
-    monkeypatch.setattr(triton_filter, name, after)
+    set_all(after)
     for work, *_ in triton_filter._buffers.values():
         work.fill_(0x7FC00000)
     second_launches, second, _ = _cut_and_partials(batch, 0, **plan)
@@ -288,7 +292,7 @@ def _cut_before_and_after(batch: SpecBatch, name: str, before, after, monkeypatc
     return (first, first_brackets), (second, second_brackets), metas[0]
 
 
-def _records_unchanged(batch: SpecBatch, name: str, before, after, monkeypatch) -> tuple:
+def _records_unchanged(batch: SpecBatch, name, before, after, monkeypatch) -> tuple:
     """(records [6, 8], meta) of ``_cut_before_and_after``'s second cut, whose records and brackets must be the
     first's: a setting that changes only how the one launch finds the cut."""
     (first, first_brackets), (second, second_brackets), meta = _cut_before_and_after(batch, name, before, after,
@@ -381,12 +385,12 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
     """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample after its pass 1 and, once it has
     published its pass-1 partials, counts a count bracket's round (top-k's, alone or with top-p) from it alone, its
     drops from the sample's max rather than the row's (``triton_sample.whole_counts``, or with 2 the bracket's ends
-    alone, ``whole_ends``): no share, no rendezvous. The
-    count brackets then move (the drops' origin differs), the mass brackets (top-p alone) stay, and the records (cut
-    value and index, Z', how the cut was found) must be the shared round's, on rows bracketed by count and by mass
-    and rows that the small capacity sends down the slow path, where the other origin may send one more. The shared round's shares left in the work space read
-    as NaN, so that a bracket summing shares nobody published fails. On CUDA, spin 0 makes every split take over
-    whatever is unpublished at its first look."""
+    alone, ``whole_ends``): no share, no rendezvous. The count brackets then move (the drops' origin differs), the
+    mass brackets (top-p alone) stay, and the records (cut value and index, Z', how the cut was found) must be the
+    shared round's, on rows bracketed by count and by mass and rows that the small capacity sends down the slow path,
+    where the other origin may send one more. The shared round's shares left in the work space read as NaN, so that a
+    bracket summing shares nobody published fails. On CUDA, spin 0 makes every split take over whatever is
+    unpublished at its first look."""
     if spin is not None:
         monkeypatch.setattr(triton_filter, "HANDOFF_SPIN", spin)
     batch = _bracketed_rows(device, monkeypatch)
@@ -512,6 +516,20 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_cells_and_their_sample_loaded_ahead_leave_the_records_of_the_cells(device, monkeypatch):
+    """ONE_LAUNCH_SAMPLE_AHEAD loads the cells' sample before each split's pass 1, as loaded, and scales it after;
+    ONE_LAUNCH_CELLS_AHEAD loads the row's cells beside its norms and sums them in the bracket. Both change only when
+    the loads are issued: on the cells test's top-p rows (temperatures 0.5 to 2.5, so that a sample left unscaled
+    moves the origin; 16 tiles of cells over 12 splits, so that a split's share left out changes the cells), every
+    bracket and record must be the cells' loaded after, on a work space filled with NaN bits between the two cuts."""
+    batch = _top_p_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_MASS_CELLS", 512)
+    _, meta = _records_unchanged(batch, ("ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD"), (0, 0), (1, 1),
+                                 monkeypatch)
+    assert meta["SAMPLE_AHEAD"] and meta["CELLS_AHEAD"] and meta["MASS_NG"] == 512
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_top_k_set_ranked_from_one_copy_leaves_the_records_of_the_searches(device, monkeypatch):
     """With ONE_LAUNCH_RANK_TOP a top-k row's record copies every gathered token at or above top-k's tallied
     interval out of the packed list, where the row's bucket sums put at most RANK_N there, and ranks the copy
@@ -634,9 +652,9 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
     the searches'."""
     batch = _top_p_rows(device, monkeypatch)
     monkeypatch.setattr(triton_filter, "TALLY_N", 8)
-    _, meta = _records_unchanged(batch, "ONE_LAUNCH_BUCKET_SLOTS", 0, 32, monkeypatch)
+    records, meta = _records_unchanged(batch, "ONE_LAUNCH_BUCKET_SLOTS", 0, 32, monkeypatch)
     assert meta["SLOTS"] == 32 and meta["ROW_TALLY"] and triton_filter.FINISH_N == 16
-    records, brackets, _ = _slots_after(batch, 32, monkeypatch)
+    brackets = _brackets(8)
     cut = _order_keys(records[0])
     sizes = []
     for r, (words, buckets) in enumerate(_bucketed(batch, brackets, 8)[:7]):
@@ -650,7 +668,8 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
                                          ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96),
                                          ("ONE_LAUNCH_SUMS_ONCE", 2), ("ONE_LAUNCH_BUCKET_SLOTS", 48),
-                                         ("ONE_LAUNCH_BUCKET_SLOTS", 256)])
+                                         ("ONE_LAUNCH_BUCKET_SLOTS", 256), ("ONE_LAUNCH_SAMPLE_AHEAD", 2),
+                                         ("ONE_LAUNCH_CELLS_AHEAD", -1)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set

@@ -119,7 +119,7 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
             BLOCK_MASS: tl.constexpr, share_ptr, word_ptr, word_step, SF, SPIN, SHARED: tl.constexpr,
             BLOCK_F: tl.constexpr, stamps=None, STAMPS: tl.constexpr = False, SIGMAS: tl.constexpr = 4.0,
             ROUND_NG: tl.constexpr = 0, BLOCK_ROUND: tl.constexpr = 2, whole=None, WHOLE: tl.constexpr = 0,
-            mass=None, MASS_NG: tl.constexpr = 0):
+            mass=None, MASS_NG: tl.constexpr = 0, words=None):
     """[lo, hi) order keys expected to hold the crossing (lo = KMIN: everything below hi; hi = KMAX: nothing
     above). Top-k: sample counts SIGMAS standard deviations (and SIGMAS more) either side of k; top-p: the
     sample's mass below a drop from the max, +- SIGMAS standard deviations, against (1 - top_p) z. Two grids of drops
@@ -137,7 +137,8 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
     points, of ``triton_sample.whole_ends``. MASS_NG (the one launch's): top-p's bracket in one round of MASS_NG
     points from the whole sample's cells, where ``mass`` = (o, cells_ptr) has o, the sample's max, finite: the
     splits' shares at cells_ptr (``triton_sample.store_cells``), stored before the splits published pass 1,
-    summed (``_mass_from_cells``); the two shared rounds otherwise."""
+    summed (``_mass_from_cells``); the two shared rounds otherwise. ``words``: the shares as
+    ``triton_sample.cell_words`` loaded them, where the caller has them (None: loaded here)."""
     share = (share_ptr, word_ptr, word_step, SF, SPIN)
     lo = tl.full([], KMAX, tl.int64)
     hi = tl.full([], KMAX, tl.int64)
@@ -152,8 +153,8 @@ def bracket(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, CAP: tl.constexpr, NS
                 o, cells_ptr = mass
                 # every program of the row takes the same branch: the same sample, the same code
                 if (o > float("-inf")) & (o < float("inf")):
-                    lo, hi = _mass_from_cells(o, summed_cells(cells_ptr, SF, MASS_NG, BLOCK_F), V, top_p, z, m, inv_t,
-                                              CAP, NS, MASS_NG, SIGMAS)
+                    lo, hi = _mass_from_cells(o, summed_cells(cells_ptr, SF, MASS_NG, BLOCK_F, words), V, top_p, z, m,
+                                              inv_t, CAP, NS, MASS_NG, SIGMAS)
                 else:
                     lo, hi = _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, True, CAP, NS, CH, NG,
                                          BLOCK_MASS, share, SHARED, BLOCK_F, stamps, STAMPS, SIGMAS)

@@ -58,6 +58,7 @@ from specverify.kernels.triton_gather import pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
+from specverify.kernels.triton_sample import cell_words
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack
 
 
@@ -81,7 +82,8 @@ def _cut_kernel(
     BUCKET_BITS: tl.constexpr, SIGMAS: tl.constexpr, SLOW_TILE: tl.constexpr,
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
-    MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr,
+    MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr, CELLS_AHEAD: tl.constexpr,
+    SAMPLE_AHEAD: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -135,14 +137,19 @@ def _cut_kernel(
             whole, o_mass = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V,
                                           K1, S1, n_part, ints_at, stats_at, chunk,
                                           handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B, stamps,
-                                          STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH, MASS_NG, CELL_TILE)
+                                          STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH, MASS_NG, CELL_TILE,
+                                          SAMPLE_AHEAD)
             mass = (o_mass, cells_ptr)
+            words = None
+            if CELLS_AHEAD:     # every split's cells are in once its partials are: loaded in flight with the norms'
+                words = cell_words(cells_ptr, SF, MASS_NG, BLOCK_F, (o_mass > float("-inf")) & (o_mass < float("inf")))
             if STAMPS:
                 stamp(stamps, 1, 0)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
         else:
             whole = None
             mass = None
+            words = None
             # pass 1's partials first, then the settings, as the compiler schedules them best (ci/cut_sass.py)
             m, z, above = cut_row_norms(scratch_ptr, k_b, K1, S1, n_part, ints_at, stats_at, BLOCK_K, BLOCK_S)
             live, on, row_ptr, rid, k, k_on, top_p, p_on, floor, inv_t = cut_request(
@@ -191,7 +198,7 @@ def _cut_kernel(
                                      BLOCK_SAMPLE, BLOCK_MASS,
                                      bracket_shares(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G),
                                      handoff_word(tickets_ptr, NR, rid, 1), NR, SF, SPIN, SHARED, BLOCK_F, stamps,
-                                     STAMPS, SIGMAS, ROUND_NG, BLOCK_ROUND, whole, WHOLE, mass, MASS_NG)
+                                     STAMPS, SIGMAS, ROUND_NG, BLOCK_ROUND, whole, WHOLE, mass, MASS_NG, words)
                     if tl.program_id(2) == 0:   # where stage 0 leaves it, for a test to compare the two
                         tl.store(work_ptr + 2 * rid, lo)
                         tl.store(work_ptr + 2 * rid + 1, hi)

@@ -198,6 +198,11 @@ ONE_LAUNCH_MASS_CELLS = 512
 # key search whose tallied interval is one bucket of at most this many tokens ranks them from their slots at once
 # (``triton_search.resolve``), where it copies them out of the list first and steps until few are left
 ONE_LAUNCH_BUCKET_SLOTS = 32
+# with ONE_LAUNCH_MASS_CELLS, each split loads the cells' sample before its pass 1, the loads in flight through it,
+# where it loads the sample after (1; 0); and it loads the row's cells in flight with the row's norms, where it loads
+# them after the norms (ONE_LAUNCH_CELLS_AHEAD 1; 0). Both off until timed (docs/benchmarks.md, the thirty-fourth
+# session)
+ONE_LAUNCH_SAMPLE_AHEAD, ONE_LAUNCH_CELLS_AHEAD = 0, 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -304,7 +309,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
              "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
-             "ONE_LAUNCH_BUCKET_SLOTS")
+             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD")
 
 
 def _settings() -> tuple:

@@ -46,10 +46,17 @@ def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BL
 def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
     """[NS] l / T of the whole sample (``sample_tile``), or -inf where not ``wanted`` (a row past its request's
     drafts has no logits at row_ptr)."""
+    return sample_loads(row_ptr, V, wanted, NS, CH).to(tl.float32) * inv_t
+
+
+@triton.jit
+def sample_loads(row_ptr, V, wanted, NS: tl.constexpr, CH: tl.constexpr):
+    """[NS] the whole sample's logits as loaded (``whole_sample`` before its scaling): a caller that loads them early
+    keeps their loads in flight, where the scaling would wait on them."""
     i = tl.arange(0, NS)
     # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
     live = tl.where(wanted, i < NS, False)
-    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
+    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf"))
 
 
 @triton.jit
@@ -83,15 +90,25 @@ def store_cells(row_ptr, V, inv_t, o, split, SF, cells_ptr, NS: tl.constexpr, CH
 
 
 @triton.jit
-def summed_cells(cells_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr):
-    """[NG] int32: the SF splits' shares of ``store_cells`` summed, cell by cell. The 16-bit counts add within
-    their words (the whole sample's count in any cell is at most NS < 2**16, so no count carries into the next),
-    and the sum is exact in any order."""
-    ff = tl.arange(0, BLOCK_F)[:, None]
-    words = tl.sum(tl.load(cells_ptr + ff * (NG // 4) + tl.arange(0, NG // 4)[None, :], mask=ff < SF, other=0),
-                   axis=0)
-    counts = (words[:, None] >> (16 * tl.arange(0, 4))[None, :].to(tl.int64)) & 65535
+def summed_cells(cells_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr, words=None):
+    """[NG] int32: the SF splits' shares of ``store_cells`` summed, cell by cell; ``words``: the shares as
+    ``cell_words`` loaded them, where a caller has them (None: loaded here). The 16-bit counts add within their words
+    (the whole sample's count in any cell is at most NS < 2**16, so no count carries into the next), and the sum is
+    exact in any order."""
+    if words is None:
+        words = cell_words(cells_ptr, SF, NG, BLOCK_F, True)
+    summed = tl.sum(words, axis=0)
+    counts = (summed[:, None] >> (16 * tl.arange(0, 4))[None, :].to(tl.int64)) & 65535
     return tl.reshape(counts, [NG]).to(tl.int32)
+
+
+@triton.jit
+def cell_words(cells_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr, on):
+    """[BLOCK_F, NG / 4] int64 the SF splits' shares of ``store_cells``, as stored (zero past SF, or where not on)."""
+    ff = tl.arange(0, BLOCK_F)[:, None]
+    # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
+    return tl.load(cells_ptr + ff * (NG // 4) + tl.arange(0, NG // 4)[None, :], mask=tl.where(on, ff < SF, False),
+                   other=0)
 
 
 @triton.jit
