@@ -196,7 +196,9 @@ ONE_LAUNCH_MASS_CELLS = 512
 # with ONE_LAUNCH_ROW_TALLY, its splits also store each token at its slot in its bucket, this many slots a bucket (a
 # power of 2; 0: none), the slot the count that the bucket's atomic add returns (``triton_tally.bucket_pack``): a
 # key search whose tallied interval is one bucket of at most this many tokens ranks them from their slots at once
-# (``triton_search.resolve``), where it copies them out of the list first and steps until few are left
+# (``triton_search.resolve``), where it copies them out of the list first and steps until few are left. At B = 1
+# top-p's launch ends 4.4 us sooner with 32 slots than with none, and 1.3 us sooner than with 64, whose rank compares
+# 64 tokens with 64 (docs/benchmarks.md, the thirty-fourth session)
 ONE_LAUNCH_BUCKET_SLOTS = 32
 # with ONE_LAUNCH_MASS_CELLS, each split loads the cells' sample before its pass 1, the loads in flight through it,
 # where it loads the sample after (1; 0); and it loads the row's cells in flight with the row's norms, where it loads

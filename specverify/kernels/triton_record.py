@@ -31,6 +31,7 @@ def _totals(parts_ptr, SF, BLOCK_F: tl.constexpr):
 
 @triton.jit
 def _add6(a1, b1, c1, d1, e1, f1, a2, b2, c2, d2, e2, f2):
+    """``_totals``' combine: each of the six sums adds."""
     return a1 + a2, b1 + b2, c1 + c2, d1 + d2, e1 + e2, f1 + f2
 
 

@@ -286,7 +286,7 @@ def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, keys, inv_t, m, 
     """``_find`` of a key search (base 0), or, with SLOTS, where [a, b) is one bucket of ``keys`` (``tally_keys``,
     ascending) and holds at most SLOTS tokens, ``_rank_finish`` of them at the bucket's slots at slots_ptr
     (``triton_tally.bucket_pack``): the ranked end of ``_find``'s search, without its copy out of the list or its
-    steps. STAMPS: 21 on entry, 22 and 23 once ranked, as ``_find`` stamps them."""
+    steps. STAMPS: 21 and 22 on entry (no copy: 24 reads 0), 23 once ranked, as ``_find`` stamps them."""
     zero = tl.zeros([], tl.int64)
     # two call sites of _find: with one, under a flag that is False where SLOTS is 0, Triton 3.6 compiles the ranked
     # branch there too, with the bucket's names unbound
@@ -317,6 +317,7 @@ def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, keys, inv_t, m, 
 
 @triton.jit
 def _bucket_of(t1, k1, n1, t2, k2, n2):
+    """``_key_find``'s combine: the last bucket and key at or below a, the keys inside [a, b) counted."""
     return tl.maximum(t1, t2), tl.maximum(k1, k2), n1 + n2
 
 
