@@ -1,7 +1,7 @@
 """What the Triton filter cut's kernel tests share (tests/test_triton_filters.py, test_triton_lazy_cut.py,
 test_triton_one_launch.py): the device the kernels run on, fixtures that pin or shrink the cut's tuning
-settings so that small batches reach every path, rows of every logit style and filter mix, and the records
-a cut writes.
+settings so that small batches reach every path, rows of every logit style and filter mix, the records
+a cut writes, and the keys that the one launch's buckets start at (``tally_keys_of``).
 
 Without CUDA the kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before
 anything imports Triton); the parameter id says which device ran.
@@ -13,9 +13,12 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
+from specverify.kernels.triton_tally import tally_keys
 from specverify.strategies import _logits
 
 _CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
@@ -62,3 +65,18 @@ def _records(batch: SpecBatch, **plan) -> torch.Tensor:
     _, _, record = triton_sampler._cut(batch, token_ids, torch.empty(B, dtype=torch.int64, device=batch.device),
                                       dict(seeds=torch.zeros(B, dtype=torch.int64, device=batch.device), **plan))
     return record.view(6, -1).cpu().clone()
+
+
+@triton.jit
+def _tally_keys_of(ends_ptr, keys_ptr, NT: tl.constexpr):
+    """Row r's ``tally_keys`` [NT] int64 of its ends [R, 2] int64 (lo, hi), to keys [R, NT]."""
+    r = tl.program_id(0)
+    tl.store(keys_ptr + r * NT + tl.arange(0, NT), tally_keys(tl.load(ends_ptr + 2 * r), tl.load(ends_ptr + 2 * r + 1),
+                                                             NT))
+
+
+def tally_keys_of(ends: torch.Tensor, nt: int) -> torch.Tensor:
+    """[R, nt] int64 the kernels' own ``tally_keys`` of each row's ends [R, 2] int64 (lo, hi), on ends' device."""
+    keys = torch.empty(len(ends), nt, dtype=torch.int64, device=ends.device)
+    _tally_keys_of[(len(ends),)](ends.contiguous(), keys, NT=nt)
+    return keys

@@ -13,16 +13,14 @@ import threading
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
-from filter_settings import DEVICE, DEVICES, _records, _rows, small_gather, three_launches_from_nine_rows  # noqa: F401
+from filter_settings import (DEVICE, DEVICES, _records, _rows, small_gather, tally_keys_of,  # noqa: F401
+                             three_launches_from_nine_rows)
 from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
 from specverify.kernels.triton_cut import DROP
 from specverify.kernels.triton_filter_plan import one_launch_splits
 from specverify.kernels.triton_sample import MASS_SPAN
-from specverify.kernels.triton_tally import tally_keys
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -568,14 +566,6 @@ def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(d
     assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
 
 
-@triton.jit
-def _tally_keys_of(ends_ptr, keys_ptr, NT: tl.constexpr):
-    """Row r's ``tally_keys`` [NT] int64 of its ends [R, 2] int64 (lo, hi), to keys [R, NT]."""
-    r = tl.program_id(0)
-    tl.store(keys_ptr + r * NT + tl.arange(0, NT), tally_keys(tl.load(ends_ptr + 2 * r), tl.load(ends_ptr + 2 * r + 1),
-                                                             NT))
-
-
 def _order_keys(values: torch.Tensor) -> torch.Tensor:
     """The int64 order keys of float32 values (``triton_gather.order_key``: -0.0 that of +0.0)."""
     bits = torch.where(values == 0, torch.zeros_like(values), values).float().view(torch.int32).long()
@@ -591,8 +581,7 @@ def _bucketed(batch: SpecBatch, brackets: torch.Tensor, nt: int) -> list:
     keys = _order_keys(logits)
     ends = brackets.clone()
     ends[:, 1] = torch.minimum(ends[:, 1], keys.max(1).values + 1)
-    tallied = torch.empty(len(ends), nt, dtype=torch.int64, device=batch.device)
-    _tally_keys_of[(len(ends),)](ends.to(batch.device), tallied, NT=nt)
+    tallied = tally_keys_of(ends.to(batch.device), nt)
     rows = []
     for r in range(len(ends)):
         inside = ((keys[r] >= ends[r, 0]) & (keys[r] < ends[r, 1])).nonzero()[:, 0]

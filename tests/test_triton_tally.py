@@ -13,8 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from filter_settings import DEVICES
-from specverify.kernels.triton_tally import hinted
+from filter_settings import DEVICES, tally_keys_of
+from specverify.kernels.triton_cut import KMAX, KMIN
+from specverify.kernels.triton_tally import bucket_of, hinted
 
 NT = 16
 CASES = 96
@@ -104,3 +105,62 @@ def test_hinted_narrows_to_the_tallied_keys_that_bound_the_crossing(device):
     moved = [(g[0] != c[3][0], g[3] != c[3][3], c[3][7]) for g, c in zip(got, cases)]
     assert {(m_a, m_b) for m_a, m_b, _ in moved} == {(True, True), (True, False), (False, True), (False, False)}
     assert {by for *_, by in moved} == {0, 1}
+
+
+@triton.jit
+def _bucket_of_cases(spans_ptr, queries_ptr, out_ptr, Q: tl.constexpr, NT: tl.constexpr):
+    """Span c: its ends [c, 2] int64 (lo, hi); queries [c, Q, 2] int64 (a, b); out [c, Q] int32: ``bucket_of``'s."""
+    c = tl.program_id(0)
+    q = tl.arange(0, Q)
+    a, b = tl.load(queries_ptr + (c * Q + q) * 2), tl.load(queries_ptr + (c * Q + q) * 2 + 1)
+    tl.store(out_ptr + c * Q + q, bucket_of(a, b, tl.load(spans_ptr + 2 * c), tl.load(spans_ptr + 2 * c + 1), NT))
+
+
+def _key(v: float) -> int:
+    """The order key of float32 v."""
+    bits = torch.tensor([v], dtype=torch.float32).view(torch.int32).item()
+    return bits if bits >= 0 else bits ^ 0x7FFFFFFF
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bucket_of_finds_each_tallied_keys_bucket_and_no_other(device):
+    """``bucket_of(a, b, lo, hi)`` names the bucket of ``bucket_pack``'s that is [a, b) whole, or -1: the last of the
+    keys equal to a (a token's bucket is the last whose key is at or below its own), provided no key lies in (a, b).
+    Over spans of logits wide and narrow (where neighbouring keys are equal) and spans whose keys are all lo, asked at
+    each key with the next larger key (or hi) as b, at each key with b past the next key, and one above each key: it
+    must name that bucket or -1 and nothing else, and on spans of distinct keys it must name every bucket."""
+    nt = 16
+    spans = [(_key(-3.0), _key(5.0)), (_key(-40.0), _key(0.25)), (_key(1.0), _key(1.0) + 10), (_key(0.5), _key(0.5) + 4),
+             (_key(-1.0) - 9, _key(-1.0) + 9), (KMIN, _key(2.0)), (_key(7.0), KMAX)]
+    ends = torch.tensor(spans, dtype=torch.int64, device=device)
+    keys = tally_keys_of(ends, nt).cpu().tolist()
+    queries, want, distinct = [], [], []
+    for (lo, hi), k in zip(spans, keys):
+        qs, ws = [], []
+        for t in range(nt):
+            last = max(j for j in range(nt) if k[j] == k[t])
+            after = min([x for x in k if x > k[t]] + [min(hi, KMAX)])
+            qs += [(k[t], after), (k[t], after + 1), (k[t] + 1, after)]
+            ws += [last, -1 if after < min(hi, KMAX) else last, -1 if k[t] + 1 not in k else None]
+        qs += [(lo, hi)] * (64 - len(qs))       # a power of 2 of queries, the rest unchecked
+        ws += [None] * (64 - len(ws))
+        queries.append(qs)
+        want.append(ws)
+        distinct.append(len(set(k)) == nt)
+    q = len(queries[0])
+    out = torch.empty(len(spans), q, dtype=torch.int32, device=device)
+    _bucket_of_cases[(len(spans),)](ends, torch.tensor(queries, dtype=torch.int64, device=device), out, Q=q, NT=nt)
+    got = out.cpu().tolist()
+    for c, (g, w) in enumerate(zip(got, want)):
+        for i, (gi, wi) in enumerate(zip(g, w)):
+            # a query one above a key that is itself a key is the last query's bucket again: not checked
+            assert wi is None or gi in (-1, wi), (c, i, queries[c][i], gi, wi, keys[c])
+            if distinct[c] and wi is not None:
+                assert gi == wi, (c, i, queries[c][i], gi, wi, keys[c])
+    # the spans reach every case: distinct keys; equal neighbours, the last of them found; keys all lo (a span from
+    # KMIN, or to KMAX, whose last key has no float), which confirm no bucket
+    assert distinct == [True, True, False, False, False, False, False], (distinct, keys)
+    for c in (2, 3, 4):
+        assert any(k < nt - 1 and keys[c][k] == keys[c][k + 1] for k in range(nt)), keys[c]
+        assert sum(gi == wi for gi, wi in zip(got[c], want[c]) if wi is not None and wi >= 0) >= 8, (got[c], want[c])
+    assert got[5].count(-1) == got[6].count(-1) == q and len(set(keys[5])) == len(set(keys[6])) == 1, (got, keys)

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMIN, NONE, add2, decode, key_value, kept, pick, stamp, unpack, weight
-from specverify.kernels.triton_tally import hinted, row_buckets, row_tallies, tally_keys
+from specverify.kernels.triton_tally import bucket_of, hinted, row_buckets, row_tallies, tally_keys
 
 
 @triton.jit
@@ -280,22 +280,19 @@ def _find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, base, key_eq, inv_t,
 
 
 @triton.jit
-def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, keys, inv_t, m, BY_MASS: tl.constexpr, NC: tl.constexpr,
-              BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, WIDE: tl.constexpr, stamps,
-              STAMPS: tl.constexpr, TILE: tl.constexpr, slots_ptr, SLOTS: tl.constexpr):
-    """``_find`` of a key search (base 0), or, with SLOTS, where [a, b) is one bucket of ``keys`` (``tally_keys``,
-    ascending) and holds at most SLOTS tokens, ``_rank_finish`` of them at the bucket's slots at slots_ptr
-    (``triton_tally.bucket_pack``): the ranked end of ``_find``'s search, without its copy out of the list or its
-    steps. STAMPS: 21 and 22 on entry (no copy: 24 reads 0), 23 once ranked, as ``_find`` stamps them."""
+def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, lo, hi, inv_t, m, BY_MASS: tl.constexpr,
+              NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, WIDE: tl.constexpr,
+              stamps, STAMPS: tl.constexpr, TILE: tl.constexpr, slots_ptr, SLOTS: tl.constexpr, NT: tl.constexpr):
+    """``_find`` of a key search (base 0), or, with SLOTS, where [a, b) is one bucket of ``tally_keys(lo, hi, NT)``
+    (``triton_tally.bucket_of``) and holds at most SLOTS tokens, ``_rank_finish`` of them at the bucket's slots at
+    slots_ptr (``triton_tally.bucket_pack``): the ranked end of ``_find``'s search, without its copy out of the list
+    or its steps. STAMPS: 21 and 22 on entry (no copy: 24 reads 0), 23 once ranked, as ``_find`` stamps them."""
     zero = tl.zeros([], tl.int64)
     # two call sites of _find: with one, under a flag that is False where SLOTS is 0, Triton 3.6 compiles the ranked
     # branch there too, with the bucket's names unbound
     if SLOTS > 0:
-        # the bucket that holds a: the last key at or below it, whose key must be a, with no key inside [a, b)
-        below = keys <= a
-        t, key_t, inside = tl.reduce((tl.where(below, tl.arange(0, keys.numel), 0), tl.where(below, keys, a - 1),
-                                      ((keys > a) & (keys < b)).to(tl.int32)), 0, _bucket_of)
-        if (key_t == a) & (inside == 0) & (b - a > 1) & (ca - cb >= 1) & (ca - cb <= SLOTS):
+        t = bucket_of(a, b, lo, hi, NT)
+        if (t >= 0) & (b - a > 1) & (ca - cb >= 1) & (ca - cb <= SLOTS):
             if STAMPS:
                 stamp(stamps, 21, (a ^ b ^ ca ^ cb).to(tl.int32))
                 tl.store(stamps + 24, tl.zeros([], tl.int64))
@@ -313,12 +310,6 @@ def _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target, keys, inv_t, m, 
                                                 False, BY_MASS, NC, BLOCK_R, SCRATCH, FINISH, WIDE, stamps, STAMPS,
                                                 TILE)
     return c, c_at, w_at, c_above, w_above
-
-
-@triton.jit
-def _bucket_of(t1, k1, n1, t2, k2, n2):
-    """``_key_find``'s combine: the last bucket and key at or below a, the keys inside [a, b) counted."""
-    return tl.maximum(t1, t2), tl.maximum(k1, k2), n1 + n2
 
 
 @triton.jit
@@ -355,7 +346,6 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
     else:
         n_in, w_all_in = _sum_gathered(buf_ptr, n, inv_t, m, BLOCK_R)
-        keys = jt.to(tl.int64)      # no buckets: the key searches take no slots (SLOTS needs ROW_TALLY)
     kept_in = w_all_in
     ok = n_in > 0
     c_k = c_hi + n_in
@@ -367,9 +357,9 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
-        cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, keys,
+        cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, lo, hi,
                                                           inv_t, m, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
-                                                          stamps, STAMPS, TILE, slots_ptr, SLOTS)
+                                                          stamps, STAMPS, TILE, slots_ptr, SLOTS, NT)
         c_k, w_k = c_hi + c_at, w_hi + w_at
         w_all_in = w_at
         kept_in = w_at          # top-k keeps its crossing's whole tie group
@@ -382,8 +372,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi,
-                                                          keys, inv_t, m, True, NC, BLOCK_R, SCRATCH, FINISH,
-                                                          ROW_TALLY, stamps, STAMPS, TILE, slots_ptr, SLOTS)
+                                                          lo, hi, inv_t, m, True, NC, BLOCK_R, SCRATCH, FINISH,
+                                                          ROW_TALLY, stamps, STAMPS, TILE, slots_ptr, SLOTS, NT)
         if STAMPS:
             stamp(stamps, 11, (cut_key ^ w_at ^ c_above).to(tl.int32))
         # the crossing's tie group: the first ceil((target - mass above it) / its mass each) are kept

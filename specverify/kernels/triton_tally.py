@@ -11,6 +11,7 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
                             (and the token stored at its slot in the bucket, with SLOTS)
     row_buckets(...)        -> the row's tallies [NT] from those buckets (ONE_LAUNCH_ROW_TALLY)
     bucket_sums / from_top  its two halves: the buckets' own sums loaded, then summed from the top
+    bucket_of(a, b, lo, hi, NT) -> the bucket that is [a, b) whole, or -1
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
 
@@ -50,6 +51,30 @@ def _key_at(t, lo, hi, va, vb, usable, NT: tl.constexpr):
     v = va + (vb - va) * (t.to(tl.float32) / NT)
     key = order_key(v).to(tl.int64)
     return tl.where(usable & (t > 0) & (key > lo) & (key < hi), key, lo)
+
+
+@triton.jit
+def bucket_of(a, b, lo, hi, NT: tl.constexpr):
+    """The bucket of ``bucket_pack``'s that is [a, b) whole, where a is one of ``tally_keys(lo, hi, NT)`` and no key
+    lies in (a, b); else -1 (also where it cannot confirm one). Scalar arithmetic, no reduction: the midpoint of
+    a's float and the next places the bucket within one, and the keys next to that place, computed as ``_key_at``
+    computes them for every caller, confirm it (a token's bucket is the last whose key is at or below its own, so of
+    equal keys the last)."""
+    va, vb, usable = _key_span(lo, hi)
+    # the place of the midpoint between a's float and the next: the last t whose key rounds to a lies just below
+    # it, where keys repeat too (an unusable span, its keys all lo, divides by 1: no guess of it is confirmed)
+    at = tl.minimum(tl.maximum(a, KMIN), KMAX - 2).to(tl.int32)
+    # differences, not the midpoint itself, which rounds to one of the two floats
+    v = key_value(at)
+    place = ((v - va) + 0.5 * (key_value(at + 1) - v)) / tl.where(usable, vb - va, 1.0) * NT
+    # a value outside the keys' span (or NaN, from a key that is no float's) guesses 0, which no check confirms
+    guess = tl.where((place >= 0.0) & (place <= NT), place, 0.0).to(tl.int32)
+    t = tl.full([], -1, tl.int32)
+    for d in tl.static_range(3):
+        c = tl.minimum(tl.maximum(guess + (d - 1), 0), NT - 1)
+        after = tl.where(c + 1 < NT, _key_at(tl.minimum(c + 1, NT - 1), lo, hi, va, vb, usable, NT), KMAX)
+        t = tl.where(usable & (_key_at(c, lo, hi, va, vb, usable, NT) == a) & (after > a) & (after >= b), c, t)
+    return t
 
 
 @triton.jit
