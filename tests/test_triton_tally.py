@@ -130,7 +130,8 @@ def test_bucket_of_finds_each_tallied_keys_bucket_and_no_other(device):
     each key with the next larger key (or hi) as b, at each key with b past the next key, and one above each key: it
     must name that bucket or -1 and nothing else, and on spans of distinct keys it must name every bucket."""
     nt = 16
-    spans = [(_key(-3.0), _key(5.0)), (_key(-40.0), _key(0.25)), (_key(1.0), _key(1.0) + 10), (_key(0.5), _key(0.5) + 4),
+    spans = [(_key(-3.0), _key(5.0)), (_key(-40.0), _key(0.25)), (_key(1.0), _key(1.0) + 10),
+             (_key(0.5), _key(0.5) + 4),
              (_key(-1.0) - 9, _key(-1.0) + 9), (KMIN, _key(2.0)), (_key(7.0), KMAX)]
     ends = torch.tensor(spans, dtype=torch.int64, device=device)
     keys = tally_keys_of(ends, nt).cpu().tolist()
