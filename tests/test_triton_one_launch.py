@@ -481,7 +481,11 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
     hi end taking it on two rows, at grid drops from the sample's max, except row 7's, whose sample has no finite
     max and which takes the two shared rounds; every record (cut value and index, Z', how
     the cut was found: from the gathered bracket, and row 7's by the slow path) must be the two shared rounds'. The
-    rounds' shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails."""
+    rounds' shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails.
+    With the cells' sample loaded before pass 1 and scaled after (ONE_LAUNCH_SAMPLE_AHEAD: a sample left unscaled
+    moves the origin at these temperatures) and the cells loaded beside the norms (ONE_LAUNCH_CELLS_AHEAD: a split's
+    share left out changes the cells, since some splits count two tiles), every bracket and record must be the
+    same."""
     batch = _top_p_rows(device, monkeypatch)
     ng = 512
     (rounds, rounds_brackets), (cells, cells_brackets), meta = _cut_before_and_after(
@@ -490,6 +494,15 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
     assert torch.equal(cells, rounds), (cells != rounds).nonzero().tolist()
     assert cells[5].tolist() == [1.0] * 7 + [2.0], cells[5]
     assert torch.equal(cells_brackets[7], rounds_brackets[7])
+    # the cells' sample loaded before pass 1, and the cells beside the norms, change only when the loads are issued
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SAMPLE_AHEAD", 1)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_CELLS_AHEAD", 1)
+    for work, *_ in triton_filter._buffers.values():
+        work.fill_(0x7FC00000)
+    _, ahead, _ = _cut_and_partials(batch, 0, block_v=256)
+    assert torch.equal(ahead, cells) and torch.equal(_brackets(8), cells_brackets), (ahead != cells).nonzero().tolist()
+    metas = [stage[2] for plan in triton_filter._plans.values() for stage in plan[7]]
+    assert len(metas) == 1 and metas[0]["SAMPLE_AHEAD"] and metas[0]["CELLS_AHEAD"], metas
     grid = MASS_SPAN.value * (torch.arange(ng) / (ng - 1)) ** 2
     logits = batch.target_logits.cpu()
     took = []
@@ -511,20 +524,6 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
         assert not torch.equal(cells_brackets[r], rounds_brackets[r]), r
     # the rows' ends: two hi ends taken by the few tokens above them, three by the hi test, two by neither
     assert took == [False, False, True, True, False, False, False], took
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_cells_and_their_sample_loaded_ahead_leave_the_records_of_the_cells(device, monkeypatch):
-    """ONE_LAUNCH_SAMPLE_AHEAD loads the cells' sample before each split's pass 1, as loaded, and scales it after;
-    ONE_LAUNCH_CELLS_AHEAD loads the row's cells beside its norms and sums them in the bracket. Both change only when
-    the loads are issued: on the cells test's top-p rows (temperatures 0.5 to 2.5, so that a sample left unscaled
-    moves the origin; 16 tiles of cells over 12 splits, so that a split's share left out changes the cells), every
-    bracket and record must be the cells' loaded after, on a work space filled with NaN bits between the two cuts."""
-    batch = _top_p_rows(device, monkeypatch)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_MASS_CELLS", 512)
-    _, meta = _records_unchanged(batch, ("ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD"), (0, 0), (1, 1),
-                                 monkeypatch)
-    assert meta["SAMPLE_AHEAD"] and meta["CELLS_AHEAD"] and meta["MASS_NG"] == 512
 
 
 @pytest.mark.parametrize("device", DEVICES)
