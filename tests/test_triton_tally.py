@@ -128,7 +128,8 @@ def test_bucket_of_finds_each_tallied_keys_bucket_and_no_other(device):
     keys equal to a (a token's bucket is the last whose key is at or below its own), provided no key lies in (a, b).
     Over spans of logits wide and narrow (where neighbouring keys are equal) and spans whose keys are all lo, asked at
     each key with the next larger key (or hi) as b, at each key with b past the next key, and one above each key: it
-    must name that bucket or -1 and nothing else, and on spans of distinct keys it must name every bucket."""
+    must name that bucket or -1 and nothing else, and on spans of distinct keys it must name every bucket, at 16 keys
+    and at the one launch's 256."""
     nt = 16
     spans = [(_key(-3.0), _key(5.0)), (_key(-40.0), _key(0.25)), (_key(1.0), _key(1.0) + 10),
              (_key(0.5), _key(0.5) + 4),
@@ -165,3 +166,12 @@ def test_bucket_of_finds_each_tallied_keys_bucket_and_no_other(device):
         assert any(k < nt - 1 and keys[c][k] == keys[c][k + 1] for k in range(nt)), keys[c]
         assert sum(gi == wi for gi, wi in zip(got[c], want[c]) if wi is not None and wi >= 0) >= 8, (got[c], want[c])
     assert got[5].count(-1) == got[6].count(-1) == q and len(set(keys[5])) == len(set(keys[6])) == 1, (got, keys)
+    # at the one launch's 256 keys, over brackets 0.01 to 12 wide, every bucket is found
+    wide = [(_key(v), _key(v + w)) for v, w in ((-30.0, 12.0), (-8.5, 3.0), (-1.2, 0.3), (2.0, 0.01))]
+    ends = torch.tensor(wide, dtype=torch.int64, device=device)
+    keys = tally_keys_of(ends, 256).cpu().tolist()
+    after = [[min([x for x in k if x > k[t]] + [hi]) for t in range(256)] for (_, hi), k in zip(wide, keys)]
+    queries = torch.tensor([[(k[t], a[t]) for t in range(256)] for k, a in zip(keys, after)], device=device)
+    out = torch.empty(len(wide), 256, dtype=torch.int32, device=device)
+    _bucket_of_cases[(len(wide),)](ends, queries, out, Q=256, NT=256)
+    assert all(len(set(k)) == 256 for k in keys) and out.cpu().tolist() == [list(range(256))] * len(wide), out
