@@ -22,8 +22,8 @@ import triton.language as tl
 from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
-from specverify.kernels.triton_sample import (MASS_SPAN, drop_grid, floats, mass_grid, sample_max, sample_run,
-                                              store_share, summed_cells)
+from specverify.kernels.triton_sample import (MASS_SPAN, drop_grid, floats, grid_drop, mass_grid, sample_max,
+                                              sample_run, store_share, summed_cells)
 
 
 
@@ -184,7 +184,7 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     once, so that a point's mass below is no difference of two large sums; one reduction for both ends."""
     g = tl.arange(0, NG)
     drop = mass_grid(NG)
-    before = tl.where(g > 0, MASS_SPAN * ((g - 1) / (NG - 1)) * ((g - 1) / (NG - 1)), 0.0)
+    before = tl.where(g > 0, grid_drop(g - 1, NG, MASS_SPAN), 0.0)
     n = cells.to(tl.float32)
     hi_w = n * tl.exp(-before)
     lo_w = n * tl.exp(-drop)
@@ -205,10 +205,9 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     j_lo, j_hi, at_hi = tl.reduce((tl.where(rho * below_hi + spread <= tail, g, NG), tl.where(ok_hi, g, -1),
                                    tl.where(ok_hi, pick(n_r, 0, g) - (n_r - n), 0.0)), 0, _ends_of)
     temperature = 1.0 / inv_t
-    lo = tl.where(j_lo < NG, order_key((o - MASS_SPAN * (j_lo / (NG - 1)) * (j_lo / (NG - 1))) * temperature)
-                  .to(tl.int64), KMIN)
+    lo = tl.where(j_lo < NG, order_key((o - grid_drop(j_lo, NG, MASS_SPAN)) * temperature).to(tl.int64), KMIN)
     hi = tl.where((j_hi >= 0) & (rho * at_hi >= CAP / 8),
-                  order_key((o - MASS_SPAN * (j_hi / (NG - 1)) * (j_hi / (NG - 1))) * temperature).to(tl.int64), KMAX)
+                  order_key((o - grid_drop(j_hi, NG, MASS_SPAN)) * temperature).to(tl.int64), KMAX)
     return lo, hi
 
 

@@ -114,8 +114,14 @@ def cell_words(cells_ptr, SF, NG: tl.constexpr, BLOCK_F: tl.constexpr, on):
 @triton.jit
 def mass_grid(NG: tl.constexpr):
     """[NG] drops from the sample's max of top-p's cells: MASS_SPAN (g / (NG - 1))^2, denser near the max."""
-    g = tl.arange(0, NG)
-    return MASS_SPAN * (g / (NG - 1)) * (g / (NG - 1))
+    return grid_drop(tl.arange(0, NG), NG, MASS_SPAN)
+
+
+@triton.jit
+def grid_drop(t, NG: tl.constexpr, SPAN: tl.constexpr = DROP):
+    """The drop of grid point t (any shape of int32 t) of NG points over SPAN: SPAN (t / (NG - 1))^2, the same bits
+    wherever a grid, a point's compare or a bracket's end asks."""
+    return SPAN * (t / (NG - 1)) * (t / (NG - 1))
 
 
 @triton.jit
@@ -176,7 +182,7 @@ def _crossed(sample, o, r, AT_MOST: tl.constexpr, NG: tl.constexpr):
 def _at_point(x, o, t, NG: tl.constexpr, SPAN: tl.constexpr = DROP):
     """Whether x is at or above grid point t's o - drop (``drop_grid``'s, or at SPAN ``mass_grid``'s, bit for bit);
     no point outside [0, NG)."""
-    return (t >= 0) & (t < NG) & (x >= o - SPAN * (t / (NG - 1)) * (t / (NG - 1)))
+    return (t >= 0) & (t < NG) & (x >= o - grid_drop(t, NG, SPAN))
 
 
 @triton.jit
@@ -236,8 +242,7 @@ def floats(w):
 @triton.jit
 def drop_grid(NG: tl.constexpr):
     """[NG] drops from the row's max of the bracket's first round: DROP (g / (NG - 1))^2, denser near the max."""
-    g = tl.arange(0, NG)
-    return DROP * (g / (NG - 1)) * (g / (NG - 1))
+    return grid_drop(tl.arange(0, NG), NG)
 
 
 @triton.jit
