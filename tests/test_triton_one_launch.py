@@ -593,17 +593,13 @@ def _slots_after(batch: SpecBatch, slots: int, monkeypatch) -> tuple:
     """(records [6, 8], brackets [8, 2], slots [8, TALLY_N, slots] int64) of a one-launch cut of ``batch``'s 8 rows
     with ONE_LAUNCH_BUCKET_SLOTS = slots, on a work space filled with NaN bits before it (after a first cut that sizes
     it): a slot that no token was stored at reads as NaN."""
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_BUCKET_SLOTS", slots)
-    _cut_and_partials(batch, 0, block_v=256)       # sizes the work space for the slots
-    for work, *_ in triton_filter._buffers.values():
-        work.fill_(0x7FC00000)
-    _, records, _ = _cut_and_partials(batch, 0, block_v=256)
+    _, (records, brackets), _ = _cut_before_and_after(batch, "ONE_LAUNCH_BUCKET_SLOTS", slots, slots, monkeypatch)
     plans = [(plan[6], stage[1], stage[2]) for plan in triton_filter._plans.values() for stage in plan[7]]
     assert len(plans) == 1 and plans[0][2]["SLOTS"] == slots and not plans[0][2]["STAMPS"], plans
     words, grid, meta = plans[0]
     nt, rows = meta["TALLY_N"], grid[0] * grid[1]
     work = [work for work, *_ in triton_filter._buffers.values()][0]
-    return records, _brackets(8), work[words - rows * nt * slots:words].view(rows, nt, slots).cpu().clone()
+    return records, brackets, work[words - rows * nt * slots:words].view(rows, nt, slots).cpu().clone()
 
 
 @pytest.mark.parametrize("device", DEVICES)

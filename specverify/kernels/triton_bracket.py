@@ -213,11 +213,13 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
 
 @triton.jit
 def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
+    """``_mass_from_cells``' running sums' combine: each of the four adds."""
     return a1 + a2, b1 + b2, c1 + c2, d1 + d2
 
 
 @triton.jit
 def _ends_of(lo1, hi1, at1, lo2, hi2, at2):
+    """``_mass_from_cells``' ends: the first lo point, the last hi point, the largest count at a hi point."""
     return tl.minimum(lo1, lo2), tl.maximum(hi1, hi2), tl.maximum(at1, at2)
 
 

@@ -188,5 +188,6 @@ def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.conste
 
 @triton.jit
 def _bounds_of(a1, ca1, wa1, b1, cb1, wb1, a2, ca2, wa2, b2, cb2, wb2):
+    """``hinted``'s combine: a's key the largest and its sums the least, b's key the smallest and its sums the most."""
     return (tl.maximum(a1, a2), tl.minimum(ca1, ca2), tl.minimum(wa1, wa2), tl.minimum(b1, b2), tl.maximum(cb1, cb2),
             tl.maximum(wb1, wb2))
