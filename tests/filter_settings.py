@@ -1,7 +1,8 @@
 """What the Triton filter cut's kernel tests share (tests/test_triton_filters.py, test_triton_lazy_cut.py,
 test_triton_one_launch.py): the device the kernels run on, fixtures that pin or shrink the cut's tuning
 settings so that small batches reach every path, rows of every logit style and filter mix, the records
-a cut writes, and the keys that the one launch's buckets start at (``tally_keys_of``).
+a cut writes, the order keys of float32 values (``order_keys``), and the keys that the one launch's buckets start
+at (``tally_keys_of``).
 
 Without CUDA the kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before
 anything imports Triton); the parameter id says which device ran.
@@ -80,3 +81,10 @@ def tally_keys_of(ends: torch.Tensor, nt: int) -> torch.Tensor:
     keys = torch.empty(len(ends), nt, dtype=torch.int64, device=ends.device)
     _tally_keys_of[(len(ends),)](ends.contiguous(), keys, NT=nt)
     return keys
+
+
+def order_keys(values) -> torch.Tensor:
+    """The int64 order keys of float32 values, a tensor or a float (``triton_gather.order_key``: -0.0 that of +0.0)."""
+    values = torch.as_tensor(values, dtype=torch.float32)
+    bits = torch.where(values == 0, torch.zeros_like(values), values).view(torch.int32).long()
+    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)

@@ -14,8 +14,8 @@ import threading
 import pytest
 import torch
 
-from filter_settings import (DEVICE, DEVICES, _records, _rows, small_gather, tally_keys_of,  # noqa: F401
-                             three_launches_from_nine_rows)
+from filter_settings import (DEVICE, DEVICES, _records, _rows, order_keys, small_gather,  # noqa: F401
+                             tally_keys_of, three_launches_from_nine_rows)
 from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
 from specverify.kernels.triton_cut import DROP
@@ -565,19 +565,13 @@ def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(d
     assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
 
 
-def _order_keys(values: torch.Tensor) -> torch.Tensor:
-    """The int64 order keys of float32 values (``triton_gather.order_key``: -0.0 that of +0.0)."""
-    bits = torch.where(values == 0, torch.zeros_like(values), values).float().view(torch.int32).long()
-    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-
-
 def _bucketed(batch: SpecBatch, brackets: torch.Tensor, nt: int) -> list:
     """For each row, (its gathered tokens' words [n] int64, their buckets [n]): the row's logits with keys in its
     bracket [lo, min(hi, the key above its largest logit)), as the one launch's read gathers them (key << 32 | 2**32 - 1
     - index), and the bucket of each among ``tally_keys`` of those ends (the last key at or below its own), the keys
     computed by the kernels' own function on the device the cut ran on."""
     logits = batch.target_logits.cpu()
-    keys = _order_keys(logits)
+    keys = order_keys(logits)
     ends = brackets.clone()
     ends[:, 1] = torch.minimum(ends[:, 1], keys.max(1).values + 1)
     tallied = tally_keys_of(ends.to(batch.device), nt)
@@ -639,7 +633,7 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
     records, meta = _records_unchanged(batch, "ONE_LAUNCH_BUCKET_SLOTS", 0, 32, monkeypatch)
     assert meta["SLOTS"] == 32 and meta["ROW_TALLY"] and triton_filter.FINISH_N == 16
     brackets = _brackets(8)
-    cut = _order_keys(records[0])
+    cut = order_keys(records[0])
     sizes = []
     for r, (words, buckets) in enumerate(_bucketed(batch, brackets, 8)[:7]):
         crossing = buckets[(words >> 32) == cut[r]]

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from filter_settings import DEVICES, tally_keys_of
+from filter_settings import DEVICES, order_keys, tally_keys_of
 from specverify.kernels.triton_cut import KMAX, KMIN
 from specverify.kernels.triton_tally import bucket_of, hinted
 
@@ -118,8 +118,7 @@ def _bucket_of_cases(spans_ptr, queries_ptr, out_ptr, Q: tl.constexpr, NT: tl.co
 
 def _key(v: float) -> int:
     """The order key of float32 v."""
-    bits = torch.tensor([v], dtype=torch.float32).view(torch.int32).item()
-    return bits if bits >= 0 else bits ^ 0x7FFFFFFF
+    return int(order_keys(v))
 
 
 @pytest.mark.parametrize("device", DEVICES)
