@@ -487,6 +487,7 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
     share left out changes the cells, since some splits count two tiles), every bracket and record must be the
     same."""
     batch = _top_p_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_CELLS_AHEAD", 0)     # the first two cuts load both after
     ng = 512
     (rounds, rounds_brackets), (cells, cells_brackets), meta = _cut_before_and_after(
         batch, "ONE_LAUNCH_MASS_CELLS", 0, ng, monkeypatch)

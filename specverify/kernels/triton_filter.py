@@ -202,9 +202,10 @@ ONE_LAUNCH_MASS_CELLS = 512
 ONE_LAUNCH_BUCKET_SLOTS = 32
 # with ONE_LAUNCH_MASS_CELLS, each split loads the cells' sample before its pass 1, the loads in flight through it,
 # where it loads the sample after (1; 0); and it loads the row's cells in flight with the row's norms, where it loads
-# them after the norms (ONE_LAUNCH_CELLS_AHEAD 1; 0). Both off until timed (docs/benchmarks.md, the thirty-fourth
+# them after the norms (ONE_LAUNCH_CELLS_AHEAD 1; 0). Stamped at B = 1, top-p's bracket ends 1.3 us sooner and its
+# launch 1.5 us sooner with the cells ahead; the sample ahead ends it no sooner (docs/benchmarks.md, the thirty-fifth
 # session)
-ONE_LAUNCH_SAMPLE_AHEAD, ONE_LAUNCH_CELLS_AHEAD = 0, 0
+ONE_LAUNCH_SAMPLE_AHEAD, ONE_LAUNCH_CELLS_AHEAD = 0, 1
 # with ONE_LAUNCH_ROW_TALLY, its record takes a search's sums at the bracket's low end (every gathered token's count
 # and mass) from the first search's narrowing to the tallied keys (1; ``triton_tally.hinted_from_lo``), one reduction
 # where it took two (0). Off until timed

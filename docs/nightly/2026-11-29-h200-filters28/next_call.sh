@@ -28,7 +28,7 @@ latency() {     # latency TIMEOUT V1 V2 ...
 case "$1" in
 stamps) shift; stamps ${LIMIT:-560} "$@" ;;     # LIMIT=s: two narrowed calls in one
 latency) shift; latency 560 "$@" ;;
-both) stamps 330 $2; latency $((570 - (SECONDS - T0))) $3 ;;
+both) stamps ${LIMIT:-330} $2; latency $((570 - (SECONDS - T0))) $3 ;;     # LIMIT=s: the stamps' share
 tests)
     shift
     # the eight filter test files, or those named (the eight took 468 of the 560 s on a cold cache: two calls, the
