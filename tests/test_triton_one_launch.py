@@ -566,23 +566,6 @@ def test_bucket_sums_loaded_once_leave_the_records_of_each_search_loading_them(d
     assert float(once[5, 4]) == 1.0, once[5]     # top-k's row of 20: its cut found by the searches, from the sums
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_sums_at_lo_from_the_first_narrowing_leave_the_records_of_their_own_reduction(device, monkeypatch):
-    """With ONE_LAUNCH_LO_SUMS the record takes every gathered token's count and mass, the sums at the bracket's low
-    end, from the first search's narrowing to the tallied keys: top-k's by count where top-k is on, else top-p's by
-    mass, whose target it computes before either search. On the bracket tests' rows (top-k alone, top-p alone, both,
-    and top-p with min-p), with a RANK_N of 8 so that the searches take the rows that would be ranked, every record
-    must be as with their own reduction; the searches, not the slow path, must have found the cuts of the top-p rows and
-    of a row of both."""
-    batch = _bracketed_rows(device, monkeypatch)
-    monkeypatch.setattr(triton_filter, "RANK_N", 8)
-    records, meta = _records_unchanged(batch, "ONE_LAUNCH_LO_SUMS", 0, 1, monkeypatch)
-    assert meta["LO_SUMS"] and meta["ROW_TALLY"] and meta["TALLY_N"] > 0
-    searched = records[5].tolist()
-    # top-p alone (rows 1 and 7) and both (row 4, whose first narrowing is top-k's by count) by the searches
-    assert searched[1] == searched[4] == searched[7] == 1.0, searched
-
-
 def _bucketed(batch: SpecBatch, brackets: torch.Tensor, nt: int) -> list:
     """For each row, (its gathered tokens' words [n] int64, their buckets [n]): the row's logits with keys in its
     bracket [lo, min(hi, the key above its largest logit)), as the one launch's read gathers them (key << 32 | 2**32 - 1

@@ -1,5 +1,5 @@
-"""The record's narrowing of a key search to the tallied keys (specverify/kernels/triton_tally.py): ``hinted`` and
-``hinted_from_lo``, called from a test kernel a case a program, must return the interval, and the sums at its ends, that its definition
+"""The record's narrowing of a key search to the tallied keys (specverify/kernels/triton_tally.py): ``hinted``,
+called from a test kernel a case a program, must return the interval, and the sums at its ends, that its definition
 gives in Python integers. The kernel runs on the device the other filter tests run on (the interpreter without
 CUDA).
 """
@@ -15,7 +15,7 @@ import triton.language as tl
 
 from filter_settings import DEVICES, order_keys, tally_keys_of
 from specverify.kernels.triton_cut import KMAX, KMIN
-from specverify.kernels.triton_tally import bucket_of, hinted, hinted_from_lo
+from specverify.kernels.triton_tally import bucket_of, hinted
 
 NT = 16
 CASES = 96
@@ -24,8 +24,7 @@ CASES = 96
 @triton.jit
 def _hinted_cases(keys_ptr, sums_ptr, ends_ptr, out_ptr, NT: tl.constexpr):
     """Case c: keys [c, NT] int64, sums [c, 2, NT] (count, mass) int64, ends [c, 8] int64: a, ca, wa, b, cb, wb,
-    target, by mass (0 or 1); out [c, 14]: ``hinted``'s (a, ca, wa, b, cb, wb), then ``hinted_from_lo``'s eight of
-    the bracket from key 0 to b, by the same target."""
+    target, by mass (0 or 1); out [c, 6]: ``hinted``'s (a, ca, wa, b, cb, wb)."""
     c = tl.program_id(0)
     j = tl.arange(0, NT)
     keys = tl.load(keys_ptr + c * NT + j)
@@ -37,18 +36,7 @@ def _hinted_cases(keys_ptr, sums_ptr, ends_ptr, out_ptr, NT: tl.constexpr):
         a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, tl.load(e + 6), True)
     else:
         a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, tl.load(e + 6), False)
-    at = out_ptr + 14 * c
-    _store6(at, a, ca, wa, b, cb, wb)
-    a, ca, wa, b, cb, wb, n_in, w_in = hinted_from_lo(keys, t_cnt, t_mass, tl.load(keys_ptr + c * NT), tl.load(e + 3),
-                                                      tl.load(e + 6), tl.load(e + 7) != 0)
-    _store6(at + 6, a, ca, wa, b, cb, wb)
-    tl.store(at + 12, n_in)
-    tl.store(at + 13, w_in)
-
-
-@triton.jit
-def _store6(at, a, ca, wa, b, cb, wb):
-    """Six int64 results at at[0:6]."""
+    at = out_ptr + 6 * c
     tl.store(at, a)
     tl.store(at + 1, ca)
     tl.store(at + 2, wa)
@@ -97,55 +85,26 @@ def _hinted_by_definition(keys, t_cnt, t_mass, ends) -> tuple:
     return a, ca, wa, b, cb, wb
 
 
-def _cases() -> list:
-    """The 96 cases of ``_case``, drawn the same way each time."""
-    rng = random.Random(29)
-    return [_case(rng) for _ in range(CASES)]
-
-
-def _hinted_outputs(cases: list, device) -> list:
-    """``_hinted_cases``' [14] outputs of each case, as Python integers."""
-    keys = torch.tensor([c[0] for c in cases], dtype=torch.int64, device=device)
-    sums = torch.tensor([[c[1], c[2]] for c in cases], dtype=torch.int64, device=device)
-    ends = torch.tensor([c[3] for c in cases], dtype=torch.int64, device=device)
-    out = torch.empty(CASES, 14, dtype=torch.int64, device=device)
-    _hinted_cases[(CASES,)](keys, sums, ends, out, NT=NT)
-    return out.cpu().tolist()
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_hinted_narrows_to_the_tallied_keys_that_bound_the_crossing(device):
     """96 cases of 16 tallied keys, by count and by mass: repeated keys, ends that are keys or lie between them or
     outside every key, targets that every key reaches or none does (so that an end keeps its given sums), must give
     the definition's interval and sums. ``hinted`` takes the sums at each new end from one reduction, as the least
     (a's) or the most (b's) of the sums on its side, which holds because F never rises with the key."""
-    cases = _cases()
-    got = [row[:6] for row in _hinted_outputs(cases, device)]
+    rng = random.Random(29)
+    cases = [_case(rng) for _ in range(CASES)]
+    keys = torch.tensor([c[0] for c in cases], dtype=torch.int64, device=device)
+    sums = torch.tensor([[c[1], c[2]] for c in cases], dtype=torch.int64, device=device)
+    ends = torch.tensor([c[3] for c in cases], dtype=torch.int64, device=device)
+    out = torch.empty(CASES, 6, dtype=torch.int64, device=device)
+    _hinted_cases[(CASES,)](keys, sums, ends, out, NT=NT)
+    got = out.cpu().tolist()
     want = [list(_hinted_by_definition(*c)) for c in cases]
     assert got == want, [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w][:5]
     # the cases reach every branch: each end moved in some and stayed in others, by count and by mass
     moved = [(g[0] != c[3][0], g[3] != c[3][3], c[3][7]) for g, c in zip(got, cases)]
     assert {(m_a, m_b) for m_a, m_b, _ in moved} == {(True, True), (True, False), (False, True), (False, False)}
     assert {by for *_, by in moved} == {0, 1}
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_hinted_from_lo_narrows_the_whole_bracket_and_sums_at_lo_in_its_reduction(device):
-    """The record's first search narrows the whole bracket, from key 0 (lo, whose sums are every gathered token's) to
-    hi (nothing gathered at or above it), and takes the sums at lo from the same reduction (ONE_LAUNCH_LO_SUMS). On
-    the same cases, by a runtime flag for count or mass, with hi each case's b: ``hinted`` of [key 0, b) given
-    F(key 0) and F(b) = 0, and F(key 0) itself, whichever way the ends move. An end that stays keeps those sums: a
-    sum at lo taken from any other key would show where a does not move."""
-    cases = _cases()
-    got = _hinted_outputs(cases, device)
-    want = []
-    for keys, t_cnt, t_mass, (a, ca, wa, b, cb, wb, target, by_mass) in cases:
-        ends = (keys[0], t_cnt[0], t_mass[0], b, 0, 0, target, by_mass)
-        want.append(list(_hinted_by_definition(keys, t_cnt, t_mass, ends)) + [t_cnt[0], t_mass[0]])
-    assert [row[6:] for row in got] == want, [(i, g[6:], w) for i, (g, w) in enumerate(zip(got, want))
-                                              if g[6:] != w][:5]
-    stayed = [g[6] == c[0][0] for g, c in zip(got, cases)]
-    assert any(stayed) and not all(stayed), stayed
 
 
 @triton.jit

@@ -83,7 +83,7 @@ def _cut_kernel(
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
     MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr, CELLS_AHEAD: tl.constexpr,
-    SAMPLE_AHEAD: tl.constexpr, LO_SUMS: tl.constexpr,
+    SAMPLE_AHEAD: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -247,8 +247,7 @@ def _cut_kernel(
                              RANK_N, RANK_BLOCK, ONLY_RANK, SCRATCH, FINISH, n_packed, STAGE == 3, TALLY_N, stamps,
                              STAMPS, row_buckets_at(tickets_ptr, NR, rid, TALLY_N), ROW_TALLY, SLOW_TILE,
                              RANK_TOP, COPY_TILE, SUMS_ONCE,
-                             bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS), SLOTS,
-                             LO_SUMS)
+                             bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS), SLOTS)
                 if live & on & (hi == SKIP):     # the lazy tag, where pass 2 reads how the cut was found
                     tl.store(record_ptr + rid + 5 * NR, lo.to(tl.float32))
             if STAMPS:

@@ -206,10 +206,6 @@ ONE_LAUNCH_BUCKET_SLOTS = 32
 # launch 1.5 us sooner with the cells ahead; the sample ahead ends it no sooner (docs/benchmarks.md, the thirty-fifth
 # session)
 ONE_LAUNCH_SAMPLE_AHEAD, ONE_LAUNCH_CELLS_AHEAD = 0, 1
-# with ONE_LAUNCH_ROW_TALLY, its record takes a search's sums at the bracket's low end (every gathered token's count
-# and mass) from the first search's narrowing to the tallied keys (1; ``triton_tally.hinted_from_lo``), one reduction
-# where it took two (0). Off until timed
-ONE_LAUNCH_LO_SUMS = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -316,7 +312,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
              "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
-             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD", "ONE_LAUNCH_LO_SUMS")
+             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD")
 
 
 def _settings() -> tuple:

@@ -40,8 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
      one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once,
-     one_launch_mass_cells, one_launch_bucket_slots, one_launch_sample_ahead, one_launch_cells_ahead,
-     one_launch_lo_sums) = settings
+     one_launch_mass_cells, one_launch_bucket_slots, one_launch_sample_ahead, one_launch_cells_ahead) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -71,7 +70,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
                 SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, SLOTS=0, SAMPLE_AHEAD=False, CELLS_AHEAD=False,
-                LO_SUMS=False, num_warps=warps)
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -97,7 +96,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(ROW_TALLY=True, BUCKET_BITS=tally_n.bit_length() - 1, TALLY_BLOCK=1024 if wide else pack_tile,
                        RANK_TOP=int(one_launch_rank_top) if 2 <= rank_n <= meta["SCRATCH"] else 0,
                        COPY_TILE=int(one_launch_copy_tile), SUMS_ONCE=bool(one_launch_sums_once),
-                       SLOTS=int(one_launch_bucket_slots), LO_SUMS=bool(one_launch_lo_sums))
+                       SLOTS=int(one_launch_bucket_slots))
         if one["SHARED"]:   # sample tiles narrow enough that every split has one to tally
             share_tile = min(1 << (max(1, ns // sf).bit_length() - 1), one_launch_share_tile)
             one.update(BLOCK_SAMPLE=min(one["BLOCK_SAMPLE"], share_tile), BLOCK_MASS=min(one["BLOCK_MASS"], share_tile))
@@ -133,8 +132,6 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         _takes("ONE_LAUNCH_COPY_TILE", one_launch_copy_tile,
                one_launch_copy_tile >= 0 and not one_launch_copy_tile & (one_launch_copy_tile - 1),
                "0 (four search tiles) or a power of 2")
-        _takes("ONE_LAUNCH_LO_SUMS", one_launch_lo_sums, one_launch_lo_sums in (0, 1),
-               "0 (a reduction of their own) or 1 (from the first narrowing's)")
         _takes("ONE_LAUNCH_SUMS_ONCE", one_launch_sums_once, one_launch_sums_once in (0, 1),
                "0 (each search loads the bucket sums) or 1 (the record loads them once)")
         _takes("ONE_LAUNCH_RANK_TOP", one_launch_rank_top, one_launch_rank_top in (0, 1),

@@ -43,7 +43,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                  PACKED: tl.constexpr = False, TALLY_N: tl.constexpr = 0, stamps=None, STAMPS: tl.constexpr = False,
                  buckets_ptr=None, ROW_TALLY: tl.constexpr = False, SLOW_TILE: tl.constexpr = 0,
                  RANK_TOP: tl.constexpr = 0, COPY_TILE: tl.constexpr = 0, SUMS_ONCE: tl.constexpr = False,
-                 slots_ptr=None, SLOTS: tl.constexpr = 0, LO_SUMS: tl.constexpr = False):
+                 slots_ptr=None, SLOTS: tl.constexpr = 0):
     """Stage 2: the row's record from its bracket [lo, hi)'s sums and tokens (an unfiltered row's keeps
     everything, with pass 1's sum). PACKED: the splits put their tokens one after another in the row's
     list (``packed_tokens``), n_packed of them (more than CAP where a split's overflowed), so nothing is
@@ -57,8 +57,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
     COPY_TILE: the tokens a tile of the copies out of the packed list (0: 4 BLOCK_R). SUMS_ONCE (with ROW_TALLY): the
     bucket sums are loaded here once, for the copy of top-k's set and the searches alike. SLOTS (with ROW_TALLY): the
     row's buckets' first SLOTS tokens at slots_ptr (``triton_tally.bucket_pack``), which a key search ranks where its
-    interval is one bucket of at most SLOTS tokens. LO_SUMS (with ROW_TALLY): the searches' sums at lo come from their
-    first narrowing's reduction (``triton_search.resolve``)."""
+    interval is one bucket of at most SLOTS tokens."""
     tl.static_assert(PACKED or TALLY_N == 0, "the splits tally only in the one launch, which packs")
     rec = record_ptr + rid
     cut_key = tl.full([], KMIN, tl.int64)
@@ -116,7 +115,7 @@ def write_record(row_ptr, rid, NR, live, on, lo, hi, work_ptr, record_ptr, V, SF
                                                               split_tallies(work_ptr, NR, rid, SF, 0, CAP, SCRATCH,
                                                                             TALLY_N), SF, TALLY_N, BLOCK_F,
                                                               stamps, STAMPS, buckets_ptr, ROW_TALLY, COPY_TILE,
-                                                              sums, slots_ptr, SLOTS, LO_SUMS)
+                                                              sums, slots_ptr, SLOTS)
                 if ok & (n >= 0):
                     cut_key, cut_idx, z_w, how = key_b, idx_b, z_b, how + 1
                 else:

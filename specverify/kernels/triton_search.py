@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_cut import KMIN, NONE, add2, decode, key_value, kept, pick, stamp, unpack, weight
-from specverify.kernels.triton_tally import bucket_of, hinted, hinted_from_lo, row_buckets, row_tallies, tally_keys
+from specverify.kernels.triton_tally import bucket_of, hinted, row_buckets, row_tallies, tally_keys
 
 
 @triton.jit
@@ -317,7 +317,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             NC: tl.constexpr, BLOCK_R: tl.constexpr, SCRATCH: tl.constexpr, FINISH: tl.constexpr, tallies_ptr=None,
             SF=0, NT: tl.constexpr = 0, BLOCK_F: tl.constexpr = 1, stamps=None, STAMPS: tl.constexpr = False,
             buckets_ptr=None, ROW_TALLY: tl.constexpr = False, TILE: tl.constexpr = 0, sums=None, slots_ptr=None,
-            SLOTS: tl.constexpr = 0, LO_SUMS: tl.constexpr = False):
+            SLOTS: tl.constexpr = 0):
     """The cut from the n tokens gathered from [lo, hi), given the (count, mass, min-p mass) at or above hi;
     w_k is the mass top-k kept where top-k is off. Returns (ok: the crossings lie among the tokens, cut key,
     cut index, Z', mass top-k kept, count top-k kept). Counts and masses below are the gathered tokens' own.
@@ -330,10 +330,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     top-k's crossing, 11 top-p's, 12 its tie group; 21 to 23 the last key search's steps (``_find``). TILE: the
     key searches' copy tile (``_find``). sums: the bucket sums as ``row_buckets`` gives them, where the caller
     has them (None: loaded here). SLOTS (with ROW_TALLY): the buckets' first SLOTS tokens at slots_ptr, which a key
-    search whose tallied interval is one bucket of at most SLOTS tokens ranks at once (``_key_find``). LO_SUMS (with
-    NT): the sums at lo come from the first search's narrowing (``triton_tally.hinted_from_lo``), not a reduction of
-    their own."""
-    tl.static_assert(NT > 0 or not LO_SUMS, "the sums at lo come from the splits' tallies")
+    search whose tallied interval is one bucket of at most SLOTS tokens ranks at once (``_key_find``)."""
     jt = tl.arange(0, max(NT, 2))
     if NT > 0:
         keys = tally_keys(lo, hi, NT)
@@ -343,14 +340,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             t_cnt, t_mass = row_buckets(buckets_ptr, NT)
         else:
             t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
-        if LO_SUMS:
-            # the first search's narrowing, top-k's by count or else top-p's by mass, with the sums at lo
-            first = tl.where(k_on, k - c_hi, (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64) - w_hi)
-            h_a, h_ca, h_wa, h_b, h_cb, h_wb, n_in, w_all_in = hinted_from_lo(keys, t_cnt, t_mass, lo, hi, first,
-                                                                              ~k_on)
-        else:
-            # the sums at lo, key 0's: one reduction for both
-            n_in, w_all_in = tl.reduce((tl.where(jt == 0, t_cnt, 0), tl.where(jt == 0, t_mass, 0)), 0, add2)
+        # the sums at lo, key 0's: one reduction for both
+        n_in, w_all_in = tl.reduce((tl.where(jt == 0, t_cnt, 0), tl.where(jt == 0, t_mass, 0)), 0, add2)
         if STAMPS:
             stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
     else:
@@ -364,9 +355,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
     if k_on:
         ok = ok & (c_hi < k) & (c_k >= k)
         a, ca, wa, b, cb, wb = lo, n_in, w_all_in, hi, zero, zero
-        if LO_SUMS:
-            a, ca, wa, b, cb, wb = h_a, h_ca, h_wa, h_b, h_cb, h_wb
-        elif NT > 0:
+        if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, k - c_hi, False)
         cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, k - c_hi, lo, hi,
                                                           inv_t, m, False, NC, BLOCK_R, SCRATCH, FINISH, ROW_TALLY,
@@ -380,12 +369,7 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
         target = (top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64)
         ok = ok & (w_hi < target) & (w_hi + w_all_in >= target)
         a, ca, wa, b, cb, wb = cut_key, c_k - c_hi, w_all_in, hi, zero, zero
-        if LO_SUMS:
-            if k_on:
-                a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
-            else:       # the first narrowing was top-p's own
-                a, ca, wa, b, cb, wb = h_a, h_ca, h_wa, h_b, h_cb, h_wb
-        elif NT > 0:
+        if NT > 0:
             a, ca, wa, b, cb, wb = hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target - w_hi, True)
         cut_key, c_at, w_at, c_above, w_above = _key_find(buf_ptr, n, scr_at, a, b, ca, wa, cb, wb, target - w_hi,
                                                           lo, hi, inv_t, m, True, NC, BLOCK_R, SCRATCH, FINISH,

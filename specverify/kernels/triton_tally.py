@@ -14,7 +14,6 @@ gathered tokens are int64 (key << 32 | 2**32 - 1 - index):
     bucket_of(a, b, lo, hi, NT) -> the bucket that is [a, b) whole, or -1
     row_tallies(...)        -> the row's tallies [NT], its splits' summed
     hinted(...)             an interval narrowed to the tallied keys that bound its crossing most closely
-    hinted_from_lo(...)     the whole bracket narrowed so, with the sums at lo from the same reduction
 
 Work space per (row, split): [NT] counts, then [NT] masses (``triton_cut.split_tallies``).
 """
@@ -172,40 +171,19 @@ def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.conste
     it, so neither rises with the key). a's new key is the largest inside that reaches target, and its F the least
     of theirs; b's the smallest inside that does not, and its F the most of theirs: one reduction of six operands,
     since each reduction is a round trip through shared memory."""
+    inside = (keys > a) & (keys < b)
     if BY_MASS:
         reach = t_mass >= target
     else:
         reach = t_cnt >= target
-    a2, c_a, w_a, b2, c_b, w_b = tl.reduce(_bounds(keys, t_cnt, t_mass, a, b, reach), 0, _bounds_of)
+    up, down = inside & reach, inside & ~reach
+    most = tl.full([], 9223372036854775807, tl.int64)
+    a2, c_a, w_a, b2, c_b, w_b = tl.reduce((tl.where(up, keys, a), tl.where(up, t_cnt, most),
+                                            tl.where(up, t_mass, most), tl.where(down, keys, b),
+                                            tl.where(down, t_cnt, -1), tl.where(down, t_mass, -1)), 0, _bounds_of)
     moved_a, moved_b = a2 > a, b2 < b
     return (a2, tl.where(moved_a, c_a, ca), tl.where(moved_a, w_a, wa), b2, tl.where(moved_b, c_b, cb),
             tl.where(moved_b, w_b, wb))
-
-
-@triton.jit
-def hinted_from_lo(keys, t_cnt, t_mass, lo, hi, target, by_mass):
-    """``hinted`` of the whole bracket [lo, hi) (key 0 is lo, F(hi) = 0), by mass where the runtime flag by_mass is
-    set, else by count: (a, ca, wa, b, cb, wb, n_in, w_in), with (n_in, w_in) = F(lo), the sums at key 0, from the
-    same reduction as the narrowing's, where a caller that needs both would reduce twice."""
-    jt = tl.arange(0, keys.shape[0])
-    reach = tl.where(by_mass, t_mass >= target, t_cnt >= target)
-    ka, ca, wa, kb, cb, wb = _bounds(keys, t_cnt, t_mass, lo, hi, reach)
-    a2, c_a, w_a, b2, c_b, w_b, n_in, w_in = tl.reduce((ka, ca, wa, kb, cb, wb, tl.where(jt == 0, t_cnt, 0),
-                                                        tl.where(jt == 0, t_mass, 0)), 0, _bounds_and_sums_of)
-    moved_a, moved_b = a2 > lo, b2 < hi
-    return (a2, tl.where(moved_a, c_a, n_in), tl.where(moved_a, w_a, w_in), b2, tl.where(moved_b, c_b, 0),
-            tl.where(moved_b, w_b, 0), n_in, w_in)
-
-
-@triton.jit
-def _bounds(keys, t_cnt, t_mass, a, b, reach):
-    """``hinted``'s six operands: each key inside (a, b) with its sums, as a bound of a where it reaches the target and
-    of b where not; a's and b's own keys elsewhere, with sums that every combine passes over."""
-    inside = (keys > a) & (keys < b)
-    up, down = inside & reach, inside & ~reach
-    most = tl.full([], 9223372036854775807, tl.int64)
-    return (tl.where(up, keys, a), tl.where(up, t_cnt, most), tl.where(up, t_mass, most), tl.where(down, keys, b),
-            tl.where(down, t_cnt, -1), tl.where(down, t_mass, -1))
 
 
 @triton.jit
@@ -213,10 +191,3 @@ def _bounds_of(a1, ca1, wa1, b1, cb1, wb1, a2, ca2, wa2, b2, cb2, wb2):
     """``hinted``'s combine: a's key the largest and its sums the least, b's key the smallest and its sums the most."""
     return (tl.maximum(a1, a2), tl.minimum(ca1, ca2), tl.minimum(wa1, wa2), tl.minimum(b1, b2), tl.maximum(cb1, cb2),
             tl.maximum(wb1, wb2))
-
-
-@triton.jit
-def _bounds_and_sums_of(a1, ca1, wa1, b1, cb1, wb1, n1, w1, a2, ca2, wa2, b2, cb2, wb2, n2, w2):
-    """``hinted_from_lo``'s combine: ``_bounds_of``'s six, and the two sums at lo, which add."""
-    a, ca, wa, b, cb, wb = _bounds_of(a1, ca1, wa1, b1, cb1, wb1, a2, ca2, wa2, b2, cb2, wb2)
-    return a, ca, wa, b, cb, wb, n1 + n2, w1 + w2
