@@ -5,6 +5,7 @@
 # `bash next_call.sh latency V1 V2 ...`: the latency in turn of each variant against the unfiltered call;
 # `bash next_call.sh both "V1 V2 ..." "W1 W2 ..."`: stamps of the first list, then the latency of the second;
 # `bash next_call.sh tests [FILE ...]`: the filter test files on CUDA (or those named), after a default changes;
+#   (NPROC=N: its pytest workers, 16 unless set)
 # `bash next_call.sh check "V1 V2 ..."`: the latency of each variant, then the one launch's and the filter cases' test
 # files on CUDA in what is left of 530 s (a call that must both time and test a new default).
 # Stamps print a row as each variant is measured, so that a call cut off by its limit keeps what it reached.
@@ -37,7 +38,7 @@ tests)
     files=${*:-tests/test_triton_filters.py tests/test_triton_lazy_cut.py tests/test_triton_one_launch.py \
         tests/test_filter_probe.py tests/test_triton_slow_path.py tests/test_triton_copies.py \
         tests/test_triton_sample_counts.py tests/test_triton_rank.py}
-    timeout 560 python3 -m pytest $files -p no:cacheprovider -v -n 16 > $OUT/tests.txt 2>&1
+    timeout 560 python3 -m pytest $files -p no:cacheprovider -v -n ${NPROC:-16} > $OUT/tests.txt 2>&1
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;
 check)
