@@ -356,13 +356,29 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
         if GATHER:
             if gather_on:
                 gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
-    gather_end(parts_ptr, group, count, NW)
-    w_hi_s, w_all_s = tl.sum(w_hi, 0), tl.sum(w_all, 0)
+    # the split's sums and its lanes' gathered count in one reduction, since each is a round trip through shared
+    # memory (the count is the lanes' total where NW = LANES; the other gathers write their groups' own)
     if MINP:
-        w_hi_mp_s, c_mp_s, w_mp_s = tl.sum(w_hi_mp, 0), tl.sum(c_mp, 0).to(tl.int64), tl.sum(w_mp, 0)
+        c_hi_s, w_hi_s, w_all_s, n, w_hi_mp_s, c_mp_s, w_mp_s = tl.reduce(
+            (c_hi, w_hi, w_all, count, w_hi_mp, c_mp, w_mp), 0, _add7)
+        c_mp_s = c_mp_s.to(tl.int64)
     else:                       # no min-p: every token passes its test
+        c_hi_s, w_hi_s, w_all_s, n = tl.reduce((c_hi, w_hi, w_all, count), 0, _add4)
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
-    return tl.sum(c_hi, 0).to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s
+    gather_end(parts_ptr, group, count, n, NW)
+    return c_hi_s.to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s
+
+
+@triton.jit
+def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
+    """``_sweep_run``'s sums' combine without min-p: each of the four adds."""
+    return a1 + a2, b1 + b2, c1 + c2, d1 + d2
+
+
+@triton.jit
+def _add7(a1, b1, c1, d1, e1, f1, g1, a2, b2, c2, d2, e2, f2, g2):
+    """``_sweep_run``'s sums' combine with min-p: each of the seven adds."""
+    return a1 + a2, b1 + b2, c1 + c2, d1 + d2, e1 + e2, f1 + f2, g1 + g2
 
 
 @triton.jit

@@ -198,16 +198,17 @@ def gather_start(parts_ptr, NW: tl.constexpr):
 
 
 @triton.jit
-def gather_end(parts_ptr, group, count, NW: tl.constexpr):
+def gather_end(parts_ptr, group, count, total, NW: tl.constexpr):
     """Write the split's number of lane groups (word 3) and, for ballot groups and the lanes' one, each one's
-    count (word 7 on), for ``compact`` and ``claim``."""
+    count (word 7 on), for ``compact`` and ``claim``; total: the lanes' counts summed (NW = LANES), which the caller
+    reduces with its own sums."""
     if NW > 0:
         tl.static_assert(NW <= GROUPS, "at most GROUPS lane groups a split")
         tl.store(parts_ptr + 7 + group, count.to(tl.int64))     # a group's lanes store the same count
         tl.store(parts_ptr + 3, tl.full([], NW, tl.int64))
     else:
         if NW == LANES:     # each lane holds its own
-            tl.store(parts_ptr + 7, tl.sum(count, 0).to(tl.int64))
+            tl.store(parts_ptr + 7, total.to(tl.int64))
         tl.store(parts_ptr + 3, tl.full([], 1, tl.int64))
 
 
