@@ -251,32 +251,33 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
     where the caller needs no mass (``weigh`` false), without any: keys, counts and the gather alone, since the
     exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and tiles of
     BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone: the loop
-    sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing)."""
+    sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing). Also
+    returns the lanes' gathered count (NW = LANES; 0 where nothing is gathered), which ``gather_end`` writes too."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
     if minp & only_mp:
         zero = tl.zeros([], tl.int64)
         c_mp, w_mp = _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V)
-        c_hi, w_hi, w_hi_mp, w_all = zero, zero, zero, zero
+        c_hi, w_hi, w_hi_mp, w_all, n = zero, zero, zero, zero, tl.zeros([], tl.int32)
     elif minp:
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
-            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                 buf_ptr, region, parts_ptr, True, True, True, BLOCK_V,
                                                                 NW_V)
         else:
-            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
+            c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                 buf_ptr, region, parts_ptr, True, True, False, BLOCK_V,
                                                                 NW_V)
     elif weigh:
-        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, parts_ptr, True, False, True, BLOCK_V, NW_V)
     else:
-        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
+        c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                             region, parts_ptr, False, False, True, BLOCK_COUNT,
                                                             NW_COUNT)
-    return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp
+    return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n
 
 
 @triton.jit
@@ -366,7 +367,7 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
         c_hi_s, w_hi_s, w_all_s, n = tl.reduce((c_hi, w_hi, w_all, count), 0, _add4)
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
     gather_end(parts_ptr, group, count, n, NW)
-    return c_hi_s.to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s
+    return c_hi_s.to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s, n
 
 
 @triton.jit
@@ -415,13 +416,13 @@ def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p
     tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two
     tiles). A top-k row with nothing above its bracket and min-p off is read without masses: its cut and Z'
     come from the gathered tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left
-    0."""
+    0. Returns the split's gathered count where its gather is the lanes' (NW_V = NW_COUNT = LANES), as it writes it."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
     mine = work_parts(work_ptr, NR, rid, SF, split)
     weigh = ~unweighed(k_on, hi, floor)
-    c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = sweep(
+    c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
         HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT)
     tl.store(mine, c_hi)
@@ -430,3 +431,4 @@ def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p
     tl.store(mine + 4, w_all)
     tl.store(mine + 5, c_mp)
     tl.store(mine + 6, w_mp)
+    return n

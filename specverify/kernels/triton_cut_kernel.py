@@ -54,7 +54,7 @@ from specverify.kernels.triton_bracket import bracket, count_bounds, pre_bracket
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
                                            cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
                                            stamps_at, work_gathered, work_parts, work_tokens)
-from specverify.kernels.triton_gather import pack
+from specverify.kernels.triton_gather import LANES, pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
 from specverify.kernels.triton_record import write_record
@@ -204,8 +204,9 @@ def _cut_kernel(
                         tl.store(work_ptr + 2 * rid + 1, hi)
                     if STAMPS:
                         stamp(stamps, 3, (lo ^ hi).to(tl.int32))
-                    read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
-                               floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                    # the split's gathered count, where its gather is the lanes': its pack claims its place with it
+                    own = read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
+                                     floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
                     if STAMPS:
                         stamp(stamps, 4, 0)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing
@@ -217,7 +218,7 @@ def _cut_kernel(
                                         tickets_ptr + NR + rid, row_buckets_at(tickets_ptr, NR, rid, TALLY_N),
                                         lo, tl.minimum(hi, above), inv_t, m, CAP, TALLY_N, BUCKET_BITS, TALLY_BLOCK,
                                         bucket_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS),
-                                        SLOTS)
+                                        SLOTS, own, (NW_READ == LANES) & (NW_COUNT == LANES))
                         elif TALLY_N > 0:   # tallied as they are packed: the record's searches start from the sums
                             tally_pack(mine, parts, region, packed_tokens(work_ptr, NR, rid, SF, CAP, SCRATCH),
                                        tickets_ptr + NR + rid,

@@ -213,14 +213,17 @@ def gather_end(parts_ptr, group, count, total, NW: tl.constexpr):
 
 
 @triton.jit
-def claim(parts_ptr, region, total_ptr, CAP: tl.constexpr):
-    """A split's place in its row's list (its gather's one group: the count at parts_ptr's word 7): the
-    int32 total at total_ptr (zero before the row's first split) hands out the offset. A split whose group
-    overflowed its ``region`` slots claims CAP + 1, so that the total says the list is not whole. Returns (its
-    tokens, at most region; its offset; how many of them to copy there: all, or 0 where it overflowed or the
-    list is full)."""
-    tl.debug_barrier()          # every thread's gathered stores and count are in before any thread reads them
-    n = tl.load(parts_ptr + 7, cache_modifier=".cg")
+def claim(parts_ptr, region, total_ptr, CAP: tl.constexpr, own=0, OWN: tl.constexpr = False):
+    """A split's place in its row's list (its gather's one group: the count at parts_ptr's word 7, or with OWN the
+    count ``own`` that the caller holds, as it wrote it there): the int32 total at total_ptr (zero before the row's
+    first split) hands out the offset. A split whose group overflowed its ``region`` slots claims CAP + 1, so that
+    the total says the list is not whole. Returns (its tokens, at most region; its offset; how many of them to copy
+    there: all, or 0 where it overflowed or the list is full)."""
+    if OWN:
+        n = own.to(tl.int64)
+    else:
+        tl.debug_barrier()      # every thread's gathered stores and count are in before any thread reads them
+        n = tl.load(parts_ptr + 7, cache_modifier=".cg")
     whole = n <= region
     at = tl.atomic_add(total_ptr, tl.where(whole, n, CAP + 1).to(tl.int32), sem="relaxed").to(tl.int64)
     n = tl.minimum(n, region)

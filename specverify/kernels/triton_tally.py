@@ -79,7 +79,8 @@ def bucket_of(a, b, lo, hi, NT: tl.constexpr):
 
 @triton.jit
 def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi, inv_t, m, CAP: tl.constexpr,
-                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, slots_ptr=None, SLOTS: tl.constexpr = 0):
+                NT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, slots_ptr=None, SLOTS: tl.constexpr = 0,
+                own=0, OWN: tl.constexpr = False):
     """``triton_gather.pack`` of one split that also adds each token's count and mass to its bucket of the row's
     [2, NT] int64 sums at row_ptr (counts, then masses; zero before the row's first split): bucket t holds the
     keys in [key t, key t + 1) of ``tally_keys(lo, hi, NT)``, found by a binary search of BITS = log2(NT) steps
@@ -87,12 +88,19 @@ def bucket_pack(buf_ptr, parts_ptr, region, dst_ptr, total_ptr, row_ptr, lo, hi,
     sums from the top (``row_buckets``): one load of the row's, where ``tally_pack`` leaves SF splits' of them,
     and a token's cost does not grow with NT. SLOTS: each token is also stored at the row's [NT, SLOTS] slots at
     slots_ptr, in its bucket's row at the count before its own (its atomic add's return), where under SLOTS: the
-    bucket's first SLOTS tokens, whichever split packed them."""
-    n, at, copied = claim(parts_ptr, region, total_ptr, CAP)
+    bucket's first SLOTS tokens, whichever split packed them. OWN: the split's count is ``own``, as the read wrote it
+    (``triton_gather.claim``), so that its first tile's load is in flight with the claim's atomic add."""
+    if OWN:
+        tl.debug_barrier()      # every thread's gathered stores are in before any thread loads them
+        first = tl.load(buf_ptr + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < tl.minimum(own, region), other=NONE)
+    n, at, copied = claim(parts_ptr, region, total_ptr, CAP, own, OWN)
     va, vb, usable = _key_span(lo, hi)
     for start in range(0, n, BLOCK):
         i = start + tl.arange(0, BLOCK)
-        packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
+        if OWN:     # the first tile as loaded before the claim, the others here
+            packed = tl.where(start == 0, first, tl.load(buf_ptr + i, mask=(i < n) & (i >= BLOCK), other=NONE))
+        else:
+            packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
         tl.store(dst_ptr + at + i, packed, mask=i < copied)
         valid, _, _, e = decode(packed, inv_t, m)
         key = packed >> 32
