@@ -38,7 +38,8 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
-from specverify.kernels.triton_sample import sample_loads, store_cells, whole_counts, whole_ends, whole_sample
+from specverify.kernels.triton_sample import (sample_loads, sample_tile, store_cells, whole_counts, whole_ends,
+                                              whole_sample)
 
 
 @triton.jit
@@ -115,6 +116,11 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                     row_ptr, n, inv_t, wanted, r_lo, r_hi, by_mass, cells_ptr = sample
                     if MASS_NG > 0:
                         if wanted & by_mass:
+                            # the split's first tile of its share of the cells, in flight with the whole sample's
+                            # loads; its addresses wait for pass 1 as the sample's do below (split - own is 0 on the
+                            # first turn, the only one where it is added)
+                            share = sample_tile(row_ptr, n + tl.where(turn == 0, split - own, 0), split * CELL_TILE,
+                                                inv_t, NS, CH, CELL_TILE)
                             if turn == 0:
                                 if SAMPLE_AHEAD:
                                     o_mass = tl.max(ahead.to(tl.float32) * inv_t, axis=0)
@@ -125,7 +131,7 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                                                     axis=0)
                             if (o_mass > float("-inf")) & (o_mass < float("inf")):
                                 store_cells(row_ptr, n, inv_t, o_mass, split, S1, cells_ptr, NS, CH, MASS_NG,
-                                            CELL_TILE)
+                                            CELL_TILE, share)
                     # a count round comes between its own publish and the polls: the split that publishes last
                     # counts once, and the others count while they would wait
                     if WHOLE > 0:

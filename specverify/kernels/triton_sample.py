@@ -73,17 +73,21 @@ def whole_counts(sample, NG: tl.constexpr):
 
 @triton.jit
 def store_cells(row_ptr, V, inv_t, o, split, SF, cells_ptr, NS: tl.constexpr, CH: tl.constexpr, NG: tl.constexpr,
-                BLOCK_R: tl.constexpr):
+                BLOCK_R: tl.constexpr, first=None):
     """Split ``split``'s share of the sample's cells, stored at cells_ptr + split NG / 4 as [NG / 4] int64 words of
     four 16-bit counts (cell g in word g // 4, bits 16 (g % 4) up): of the sample's tiles split, split + SF, ...
     (BLOCK_R entries a tile), how many entries have grid point g of ``mass_grid(NG)`` from o as their first at or
     below them (``_first_points``). o: the whole sample's max, finite. A tile's histogram costs its entries a
     thread times NG / 32, so a split's share of few entries a tile costs little where the whole sample's would
-    not."""
-    cells = tl.zeros([NG], tl.int32)
-    for start in range(split * BLOCK_R, NS, SF * BLOCK_R):
-        first = _first_points(sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R), o, NG, MASS_SPAN)
-        cells += tl.histogram(first, NG, mask=first < NG)
+    not. first: the share's first tile, ``sample_tile`` from split BLOCK_R, where the caller loaded it before o was
+    known (None: loaded here); past NS it is all -inf, which no point counts."""
+    if first is None:
+        first = sample_tile(row_ptr, V, split * BLOCK_R, inv_t, NS, CH, BLOCK_R)
+    points = _first_points(first, o, NG, MASS_SPAN)
+    cells = tl.histogram(points, NG, mask=points < NG)
+    for start in range((split + SF) * BLOCK_R, NS, SF * BLOCK_R):
+        points = _first_points(sample_tile(row_ptr, V, start, inv_t, NS, CH, BLOCK_R), o, NG, MASS_SPAN)
+        cells += tl.histogram(points, NG, mask=points < NG)
     words = tl.sum(tl.reshape(cells, [NG // 4, 4]).to(tl.int64) << (16 * tl.arange(0, 4))[None, :].to(tl.int64),
                    axis=1)
     tl.store(cells_ptr + split * (NG // 4) + tl.arange(0, NG // 4), words)
