@@ -201,9 +201,12 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     spread = SIGMAS * rho * tl.sqrt(tl.maximum(below_sq - below_lo * below_lo / NS, 0.0)) \
         + 2.0 * rho * scale * tl.exp(-drop)
     ok_hi = rho * below_lo - spread > tail
-    # the count at or above each point rises with it: the last hi point's is the largest among them
-    j_lo, j_hi, at_hi = tl.reduce((tl.where(rho * below_hi + spread <= tail, g, NG), tl.where(ok_hi, g, -1),
-                                   tl.where(ok_hi, pick(n_r, 0, g) - (n_r - n), 0.0)), 0, _ends_of)
+    # the count at or above each point rises with it: the last hi point's is the largest among them, the whole
+    # count (point 0's running sum, in the same reduction) less the least count below a hi point (integers, exact)
+    j_lo, j_hi, below_at_hi, total = tl.reduce((tl.where(rho * below_hi + spread <= tail, g, NG),
+                                                tl.where(ok_hi, g, -1), tl.where(ok_hi, n_r - n, float("inf")),
+                                                tl.where(g == 0, n_r, 0.0)), 0, _ends_of)
+    at_hi = total - below_at_hi
     temperature = 1.0 / inv_t
     lo = tl.where(j_lo < NG, order_key((o - grid_drop(j_lo, NG, MASS_SPAN)) * temperature).to(tl.int64), KMIN)
     hi = tl.where((j_hi >= 0) & (rho * at_hi >= CAP / 8),
@@ -218,9 +221,10 @@ def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
 
 
 @triton.jit
-def _ends_of(lo1, hi1, at1, lo2, hi2, at2):
-    """``_mass_from_cells``' ends: the first lo point, the last hi point, the largest count at a hi point."""
-    return tl.minimum(lo1, lo2), tl.maximum(hi1, hi2), tl.maximum(at1, at2)
+def _ends_of(lo1, hi1, below1, n1, lo2, hi2, below2, n2):
+    """``_mass_from_cells``' ends: the first lo point, the last hi point, the least count below a hi point, and the
+    whole count, which adds."""
+    return tl.minimum(lo1, lo2), tl.maximum(hi1, hi2), tl.minimum(below1, below2), n1 + n2
 
 
 @triton.jit
@@ -271,13 +275,16 @@ def _bracket_on(row_ptr, V, k, k_on, top_p, p_on, z, m, inv_t, BY_MASS: tl.const
         cnt, s1, s2 = _tally(row_ptr, V, m - drop, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr, word_ptr, SF,
                              SPIN, SHARED, BLOCK_F, stamps, STAMPS, 16)
         j_lo, j_hi = _ends(cnt, s1, s2, drop, r_lo, r_hi, tail, rho, by_mass, NS, NG, SIGMAS)
-    s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
-    few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
-    lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
-    hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
     if ONE:
-        d_lo, d_hi = lo_b, hi_a
+        # a count round's cells are the bracket: their ends are grid points, computed as the grid computes them (the
+        # same bits, where a pick of each would be a reduction), and a count bracket takes no mass test of the top
+        few = False
+        d_lo, d_hi = grid_drop(tl.minimum(j_lo, NG - 1), NG), grid_drop(tl.maximum(j_hi, 0), NG)
     else:
+        s1_all, s2_all = pick(s1, NG - 1, g), pick(s2, NG - 1, g)
+        few = rho * pick(cnt, tl.minimum(j_hi + 1, NG - 1), g) < CAP / 8     # then gather the top too
+        lo_a, lo_b = pick(drop, j_lo - 1, g), pick(drop, tl.minimum(j_lo, NG - 1), g)
+        hi_a, hi_b = pick(drop, j_hi, g), pick(drop, tl.minimum(j_hi + 1, NG - 1), g)
         h = (g % half + 1).to(tl.float32) / half
         drop2 = tl.where(g < half, lo_a + (lo_b - lo_a) * h, hi_a + (hi_b - hi_a) * (h - 1.0 / half))
         cnt, s1, s2 = _tally(row_ptr, V, m - drop2, inv_t, m, BY_MASS, NS, CH, NG, BLOCK_R, share_ptr + SF * (3 * NG),
