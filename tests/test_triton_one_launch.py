@@ -18,7 +18,7 @@ from filter_settings import (DEVICE, DEVICES, _records, _rows, order_keys, small
                              tally_keys_of, three_launches_from_nine_rows)
 from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
-from specverify.kernels.triton_cut import DROP
+from specverify.kernels.triton_cut import DROP, KMAX, KMIN
 from specverify.kernels.triton_filter_plan import one_launch_splits
 from specverify.kernels.triton_sample import MASS_SPAN
 
@@ -413,6 +413,52 @@ def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_ro
     assert int((whole[5] != shared[5]).sum()) <= 1, (whole[5], shared[5])
 
 
+
+
+def _count_bracket_by_definition(batch: SpecBatch, r: int, ng: int) -> tuple:
+    """(lo, hi) of count row r's bracket from its whole sample (ONE_LAUNCH_WHOLE_SAMPLE 2, a round of ng points), in
+    float32 as the kernel computes each value: x = l (1 / T) of the sample, o its max, count(g) the entries at or
+    above o - drop g; lo at the first point whose count reaches r_lo (KMIN if none), hi at the last whose count is at
+    most r_hi (KMAX if none, if r_hi < 1, or where top-p's row has its whole top-k set gathered), each end the order key
+    of (o - drop) T, T taken back from 1 / T as the kernel takes it."""
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    V, ns, sigmas = batch.target_logits.shape[1], triton_filter.NS, triton_filter.BRACKET_SIGMAS
+    inv_t = f32(1.0) / f32(float(batch.temperature[r]))
+    x = _sample_of(batch.target_logits[r:r + 1].cpu().float())[0] * inv_t
+    o = x.max()
+    frac = torch.arange(ng, dtype=torch.float32) / (ng - 1)
+    grid = f32(DROP.value) * frac * frac
+    count = (x[None, :] >= (o - grid)[:, None]).sum(1).float()
+    rho = f32(float(V)) / ns
+    lam = f32(float(batch.top_k[r])) / rho
+    r_lo, r_hi = lam + sigmas * lam.sqrt() + sigmas, lam - sigmas * lam.sqrt() - sigmas
+    j_lo = int((count < r_lo).sum())
+    j_hi = int((count <= r_hi).sum()) - 1 if r_hi >= 1.0 else -1
+    temperature = f32(1.0) / inv_t
+    end = lambda j: int(order_keys((o - grid[j]) * temperature))  # noqa: E731
+    whole_k = float(batch.top_p[r]) < 1.0 and float(rho * r_lo) < triton_filter.CAP / 2
+    return (end(j_lo) if j_lo < ng else int(KMIN)), (end(j_hi) if j_hi >= 0 and not whole_k else int(KMAX))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_count_brackets_end_where_the_whole_samples_counts_cross_their_bounds(device, monkeypatch):
+    """A count row's bracket in the one launch (top-k's, alone or with top-p: ONE_LAUNCH_WHOLE_SAMPLE 2, one round)
+    ends at the grid points where the whole sample's counts from its max cross r_lo and r_hi, its ends computed from
+    those points as the grid computes them. The records tests let an end one point off pass (the crossing still lies
+    inside), so each row's two ends must be the definition's exactly, in float32 as the kernel computes each value;
+    among the rows, a bracket with both ends and brackets with nothing above them (hi at KMAX): an r_hi below 1, and
+    top-p's row whose top-k set is gathered whole."""
+    # row 6's k of 1,000 puts r_hi well above 1, so that its bracket has a hi end
+    batch = dataclasses.replace(_bracketed_rows(device, monkeypatch),
+                                top_k=torch.tensor([50, 0, 300, 0, 20, 0, 1000, 0], device=device))
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_WHOLE_SAMPLE", 2)
+    _cut_and_partials(batch, 0, block_v=256)
+    brackets = _brackets(8)
+    ng = triton_filter.ONE_LAUNCH_ROUND_NG
+    want = {r: _count_bracket_by_definition(batch, r, ng) for r in (0, 2, 4, 6)}
+    assert {r: tuple(brackets[r].tolist()) for r in want} == want, (brackets, want)
+    assert any(lo > int(KMIN) and hi < int(KMAX) for lo, hi in want.values()), want
+    assert any(hi == int(KMAX) for _, hi in want.values()), want
 
 
 def _mass_bracket_by_definition(logits: torch.Tensor, t: float, top_p: float, ng: int) -> tuple:
