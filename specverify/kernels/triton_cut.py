@@ -264,19 +264,19 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, True, BLOCK_V,
-                                                                NW_V)
+                                                                   buf_ptr, region, parts_ptr, True, True, True,
+                                                                   BLOCK_V, NW_V)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
-                                                                buf_ptr, region, parts_ptr, True, True, False, BLOCK_V,
-                                                                NW_V)
+                                                                   buf_ptr, region, parts_ptr, True, True, False,
+                                                                   BLOCK_V, NW_V)
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, parts_ptr, True, False, True, BLOCK_V, NW_V)
+                                                               region, parts_ptr, True, False, True, BLOCK_V, NW_V)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                            region, parts_ptr, False, False, True, BLOCK_COUNT,
-                                                            NW_COUNT)
+                                                               region, parts_ptr, False, False, True, BLOCK_COUNT,
+                                                               NW_COUNT)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n
 
 
