@@ -252,14 +252,14 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
     exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and tiles of
     BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone: the loop
     sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing). Also
-    returns the lanes' gathered count (NW = LANES; 0 where nothing is gathered), which ``gather_end`` writes too."""
+    returns the lanes' gathered count, int64 (NW = LANES; 0 where nothing is gathered), as ``gather_end`` writes it."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
     if minp & only_mp:
         zero = tl.zeros([], tl.int64)
         c_mp, w_mp = _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V)
-        c_hi, w_hi, w_hi_mp, w_all, n = zero, zero, zero, zero, tl.zeros([], tl.int32)
+        c_hi, w_hi, w_hi_mp, w_all, n = zero, zero, zero, zero, zero
     elif minp:
         # min-p alone gathers nothing: its loop without the gather's code holds fewer registers
         if lo < hi:
@@ -359,27 +359,24 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
                 gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
     # the split's sums and its lanes' gathered count in one reduction, since each is a round trip through shared
     # memory (the count is the lanes' total where NW = LANES; the other gathers write their groups' own)
+    c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, count.to(tl.int64))
     if MINP:
-        c_hi_s, w_hi_s, w_all_s, n, w_hi_mp_s, c_mp_s, w_mp_s = tl.reduce(
-            (c_hi, w_hi, w_all, count, w_hi_mp, c_mp, w_mp), 0, _add7)
-        c_mp_s = c_mp_s.to(tl.int64)
+        w_hi_mp_s, c_mp_s, w_mp_s, _ = sums4(w_hi_mp, c_mp.to(tl.int64), w_mp, tl.zeros_like(w_mp))
     else:                       # no min-p: every token passes its test
-        c_hi_s, w_hi_s, w_all_s, n = tl.reduce((c_hi, w_hi, w_all, count), 0, _add4)
         w_hi_mp_s, c_mp_s, w_mp_s = w_hi_s, (hi_v - lo_v).to(tl.int64), w_all_s
     gather_end(parts_ptr, group, count, n, NW)
-    return c_hi_s.to(tl.int64), w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s, n
+    return c_hi_s, w_hi_s, w_hi_mp_s, w_all_s, c_mp_s, w_mp_s, n
 
 
 @triton.jit
-def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
-    """``_sweep_run``'s sums' combine without min-p: each of the four adds."""
-    return a1 + a2, b1 + b2, c1 + c2, d1 + d2
-
-
-@triton.jit
-def _add7(a1, b1, c1, d1, e1, f1, g1, a2, b2, c2, d2, e2, f2, g2):
-    """``_sweep_run``'s sums' combine with min-p: each of the seven adds."""
-    return a1 + a2, b1 + b2, c1 + c2, d1 + d2, e1 + e2, f1 + f2, g1 + g2
+def sums4(a, b, c, d):
+    """The sums of four [N] tensors of one dtype in one reduction: joined into [N, 2, 2] and summed over N, one round
+    trip through shared memory where four sums are four, and numpy's sum under the interpreter, which runs a
+    reduction with a combine of its own element by element in Python."""
+    ab, cd = tl.split(tl.sum(tl.join(tl.join(a, b), tl.join(c, d)), axis=0))
+    a_s, b_s = tl.split(ab)
+    c_s, d_s = tl.split(cd)
+    return a_s, b_s, c_s, d_s
 
 
 @triton.jit
