@@ -19,7 +19,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import DEFER, DROP, KMAX, KMIN, order_key, pick, stamp, unweighed, work_parts
+from specverify.kernels.triton_cut import (DEFER, DROP, KMAX, KMIN, join4, order_key, pick, split4, stamp, unweighed,
+                                           work_parts)
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
 from specverify.kernels.triton_sample import (MASS_SPAN, drop_grid, floats, grid_drop, mass_grid, sample_max,
@@ -190,7 +191,7 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     lo_w = n * tl.exp(-drop)
     sq_w = hi_w * tl.exp(-before)
     # at g: the sums over the points at and below it
-    hi_r, lo_r, sq_r, n_r = tl.associative_scan((hi_w, lo_w, sq_w, n), 0, _add4, reverse=True)
+    hi_r, lo_r, sq_r, n_r = split4(tl.cumsum(join4(hi_w, lo_w, sq_w, n), 0, reverse=True))
     # an e relative to the row's max m: exp(o - m) exp(-drop)
     scale = tl.exp(o - m)
     below_hi = scale * (hi_r - hi_w)
@@ -212,12 +213,6 @@ def _mass_from_cells(o, cells, V, top_p, z, m, inv_t, CAP: tl.constexpr, NS: tl.
     hi = tl.where((j_hi >= 0) & (rho * at_hi >= CAP / 8),
                   order_key((o - grid_drop(j_hi, NG, MASS_SPAN)) * temperature).to(tl.int64), KMAX)
     return lo, hi
-
-
-@triton.jit
-def _add4(a1, b1, c1, d1, a2, b2, c2, d2):
-    """``_mass_from_cells``' running sums' combine: each of the four adds."""
-    return a1 + a2, b1 + b2, c1 + c2, d1 + d2
 
 
 @triton.jit

@@ -370,13 +370,26 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
 
 @triton.jit
 def sums4(a, b, c, d):
-    """The sums of four [N] tensors of one dtype in one reduction: joined into [N, 2, 2] and summed over N, one round
-    trip through shared memory where four sums are four, and numpy's sum under the interpreter, which runs a
-    reduction with a combine of its own element by element in Python."""
-    ab, cd = tl.split(tl.sum(tl.join(tl.join(a, b), tl.join(c, d)), axis=0))
-    a_s, b_s = tl.split(ab)
-    c_s, d_s = tl.split(cd)
-    return a_s, b_s, c_s, d_s
+    """The sums of four [N] tensors of one dtype in one reduction (``join4``)."""
+    return split4(tl.sum(join4(a, b, c, d), axis=0))
+
+
+@triton.jit
+def join4(a, b, c, d):
+    """[N, 2, 2]: four [N] tensors of one dtype joined, for one sum or running sum of all four over N: one round trip
+    through shared memory on the GPU, where each tensor's would be one, and numpy's under the interpreter, which runs a
+    combine of the kernel's own element by element in Python. (A joined max, and the record's eight partial sums
+    joined, compiled to more barriers than their reductions with a combine of their own, so those stay.)"""
+    return tl.join(tl.join(a, b), tl.join(c, d))
+
+
+@triton.jit
+def split4(x):
+    """The four tensors [...] of ``join4``'s x [..., 2, 2], in its order."""
+    ab, cd = tl.split(x)
+    a, b = tl.split(ab)
+    c, d = tl.split(cd)
+    return a, b, c, d
 
 
 @triton.jit

@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMIN, NONE, add2, decode, key_value, kept, pick, stamp, unpack, weight
+from specverify.kernels.triton_cut import KMIN, NONE, decode, key_value, kept, pick, stamp, unpack, weight
 from specverify.kernels.triton_tally import bucket_of, hinted, row_buckets, row_tallies, tally_keys
 
 
@@ -340,8 +340,8 @@ def resolve(buf_ptr, n, scr_at, lo, hi, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p
             t_cnt, t_mass = row_buckets(buckets_ptr, NT)
         else:
             t_cnt, t_mass = row_tallies(tallies_ptr, SF, NT, BLOCK_F)
-        # the sums at lo, key 0's: one reduction for both
-        n_in, w_all_in = tl.reduce((tl.where(jt == 0, t_cnt, 0), tl.where(jt == 0, t_mass, 0)), 0, add2)
+        # the sums at lo, key 0's: one reduction of the two joined
+        n_in, w_all_in = tl.split(tl.sum(tl.join(tl.where(jt == 0, t_cnt, 0), tl.where(jt == 0, t_mass, 0)), axis=0))
         if STAMPS:
             stamp(stamps, 9, (n_in ^ w_all_in ^ tl.max(keys, axis=0)).to(tl.int32))
     else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import KMAX, KMIN, NONE, add2, decode, key_value, order_key, weight
+from specverify.kernels.triton_cut import KMAX, KMIN, NONE, decode, key_value, order_key, weight
 from specverify.kernels.triton_gather import claim
 
 
@@ -139,8 +139,10 @@ def bucket_sums(row_ptr, NT: tl.constexpr):
 @triton.jit
 def from_top(sums):
     """``row_buckets`` of the buckets' own (count, mass) ``sums``."""
-    # both sums from the top in one scan: each scan or reduction is a round trip through shared memory
-    return tl.associative_scan(sums, 0, add2, reverse=True)
+    # both sums from the top in one scan of the two joined: each scan or reduction is a round trip through shared
+    # memory, and the interpreter runs a combine of the kernel's own element by element
+    cnt, mass = sums
+    return tl.split(tl.cumsum(tl.join(cnt, mass), 0, reverse=True))
 
 
 @triton.jit
