@@ -528,12 +528,10 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
     max and which takes the two shared rounds; every record (cut value and index, Z', how
     the cut was found: from the gathered bracket, and row 7's by the slow path) must be the two shared rounds'. The
     rounds' shares left in the work space read as NaN, so that a bracket that sums shares nobody published fails.
-    With the cells' sample loaded before pass 1 and scaled after (ONE_LAUNCH_SAMPLE_AHEAD: a sample left unscaled
-    moves the origin at these temperatures) and the cells loaded beside the norms (ONE_LAUNCH_CELLS_AHEAD: a split's
-    share left out changes the cells, since some splits count two tiles), every bracket and record must be the
-    same."""
+    With the cells loaded beside the norms (ONE_LAUNCH_CELLS_AHEAD: a split's share left out changes the cells, since
+    some splits count two tiles), every bracket and record must be the same."""
     batch = _top_p_rows(device, monkeypatch)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_CELLS_AHEAD", 0)     # the first two cuts load both after
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_CELLS_AHEAD", 0)     # the first two cuts load them after
     ng = 512
     (rounds, rounds_brackets), (cells, cells_brackets), meta = _cut_before_and_after(
         batch, "ONE_LAUNCH_MASS_CELLS", 0, ng, monkeypatch)
@@ -541,15 +539,14 @@ def test_top_p_bracket_from_the_samples_cells_is_the_bracket_of_the_cells_bounds
     assert torch.equal(cells, rounds), (cells != rounds).nonzero().tolist()
     assert cells[5].tolist() == [1.0] * 7 + [2.0], cells[5]
     assert torch.equal(cells_brackets[7], rounds_brackets[7])
-    # the cells' sample loaded before pass 1, and the cells beside the norms, change only when the loads are issued
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SAMPLE_AHEAD", 1)
+    # the cells loaded beside the norms change only when the loads are issued
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_CELLS_AHEAD", 1)
     for work, *_ in triton_filter._buffers.values():
         work.fill_(0x7FC00000)
     _, ahead, _ = _cut_and_partials(batch, 0, block_v=256)
     assert torch.equal(ahead, cells) and torch.equal(_brackets(8), cells_brackets), (ahead != cells).nonzero().tolist()
     metas = [stage[2] for plan in triton_filter._plans.values() for stage in plan[7]]
-    assert len(metas) == 1 and metas[0]["SAMPLE_AHEAD"] and metas[0]["CELLS_AHEAD"], metas
+    assert len(metas) == 1 and metas[0]["CELLS_AHEAD"], metas
     grid = MASS_SPAN.value * (torch.arange(ng) / (ng - 1)) ** 2
     logits = batch.target_logits.cpu()
     took = []
@@ -693,7 +690,7 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
                                          ("ONE_LAUNCH_SCAN_GATHER", 1), ("ONE_LAUNCH_WHOLE_SAMPLE", 3),
                                          ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96),
                                          ("ONE_LAUNCH_SUMS_ONCE", 2), ("ONE_LAUNCH_BUCKET_SLOTS", 48),
-                                         ("ONE_LAUNCH_BUCKET_SLOTS", 256), ("ONE_LAUNCH_SAMPLE_AHEAD", 2),
+                                         ("ONE_LAUNCH_BUCKET_SLOTS", 256),
                                          ("ONE_LAUNCH_CELLS_AHEAD", -1)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not

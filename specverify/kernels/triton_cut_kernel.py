@@ -83,7 +83,6 @@ def _cut_kernel(
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
     MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr, CELLS_AHEAD: tl.constexpr,
-    SAMPLE_AHEAD: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -137,8 +136,7 @@ def _cut_kernel(
             whole, o_mass = pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scratch_ptr, V,
                                           K1, S1, n_part, ints_at, stats_at, chunk,
                                           handoff_word(tickets_ptr, NR, rid, 0), k_b, SPIN, BLOCK_V, BLOCK_B, stamps,
-                                          STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH, MASS_NG, CELL_TILE,
-                                          SAMPLE_AHEAD)
+                                          STAMPS, AHEAD, sample, max(ROUND_NG, 2), WHOLE, NS, CH, MASS_NG, CELL_TILE)
             mass = (o_mass, cells_ptr)
             words = None
             if CELLS_AHEAD:     # every split's cells are in once its partials are: loaded in flight with the norms'

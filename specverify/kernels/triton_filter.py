@@ -200,12 +200,11 @@ ONE_LAUNCH_MASS_CELLS = 512
 # top-p's launch ends 4.4 us sooner with 32 slots than with none, and 1.3 us sooner than with 64, whose rank compares
 # 64 tokens with 64 (docs/benchmarks.md, the thirty-fourth session)
 ONE_LAUNCH_BUCKET_SLOTS = 32
-# with ONE_LAUNCH_MASS_CELLS, each split loads the cells' sample before its pass 1, the loads in flight through it,
-# where it loads the sample after (1; 0); and it loads the row's cells in flight with the row's norms, where it loads
-# them after the norms (ONE_LAUNCH_CELLS_AHEAD 1; 0). Stamped at B = 1, top-p's bracket ends 1.3 us sooner and its
-# launch 1.5 us sooner with the cells ahead; the sample ahead ends it no sooner (docs/benchmarks.md, the thirty-fifth
-# session)
-ONE_LAUNCH_SAMPLE_AHEAD, ONE_LAUNCH_CELLS_AHEAD = 0, 1
+# with ONE_LAUNCH_MASS_CELLS, each split loads the row's cells in flight with the row's norms (1), where it loads them
+# after the norms (0). Stamped at B = 1, top-p's bracket ends 1.3 us sooner and its launch 1.5 us sooner with them
+# ahead. (The cells' sample loaded before pass 1, ONE_LAUNCH_SAMPLE_AHEAD, ended it no sooner and went:
+# docs/benchmarks.md, the thirty-fifth session)
+ONE_LAUNCH_CELLS_AHEAD = 1
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -312,7 +311,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
              "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
-             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_SAMPLE_AHEAD", "ONE_LAUNCH_CELLS_AHEAD")
+             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_CELLS_AHEAD")
 
 
 def _settings() -> tuple:

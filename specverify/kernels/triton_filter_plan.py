@@ -40,7 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
      one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once,
-     one_launch_mass_cells, one_launch_bucket_slots, one_launch_sample_ahead, one_launch_cells_ahead) = settings
+     one_launch_mass_cells, one_launch_bucket_slots, one_launch_cells_ahead) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -69,7 +69,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 TALLY_BLOCK=1, PASS1=False, SPIN=0, SHARED=False, STAMPS=False, ROW_TALLY=False, BUCKET_BITS=0,
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
-                SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, SLOTS=0, SAMPLE_AHEAD=False, CELLS_AHEAD=False,
+                SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, SLOTS=0, CELLS_AHEAD=False,
                 num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
@@ -122,10 +122,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
             one.update(MASS_NG=int(one_launch_mass_cells),
                        CELL_TILE=min(ns, max(lanes, 1 << (max(1, ns // sf).bit_length() - 1))),
                        SHARE_G=max(one["SHARE_G"], -(-one_launch_mass_cells // 24)),
-                       SAMPLE_AHEAD=bool(one_launch_sample_ahead), CELLS_AHEAD=bool(one_launch_cells_ahead))
-        for name, value in (("ONE_LAUNCH_SAMPLE_AHEAD", one_launch_sample_ahead),
-                            ("ONE_LAUNCH_CELLS_AHEAD", one_launch_cells_ahead)):
-            _takes(name, value, value in (0, 1), "0 (loaded after) or 1 (loaded ahead)")
+                       CELLS_AHEAD=bool(one_launch_cells_ahead))
+        _takes("ONE_LAUNCH_CELLS_AHEAD", one_launch_cells_ahead, one_launch_cells_ahead in (0, 1),
+               "0 (loaded after) or 1 (loaded ahead)")
         _takes("ONE_LAUNCH_BUCKET_SLOTS", one_launch_bucket_slots,
                one_launch_bucket_slots == 0 or 2 <= one_launch_bucket_slots <= 128 and not one_launch_bucket_slots & (
                    one_launch_bucket_slots - 1), "0 (none) or a power of 2 from 2 to 128")

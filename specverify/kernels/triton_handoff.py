@@ -38,8 +38,7 @@ import triton.language as tl
 
 from specverify.kernels.triton_chain import plain_pass1
 from specverify.kernels.triton_cut import stamp
-from specverify.kernels.triton_sample import (sample_loads, sample_tile, store_cells, whole_counts, whole_ends,
-                                              whole_sample)
+from specverify.kernels.triton_sample import sample_tile, store_cells, whole_counts, whole_ends, whole_sample
 
 
 @triton.jit
@@ -74,7 +73,7 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                   stats_at, chunk, word_ptr, k_b, SPIN: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
                   stamps=None, STAMPS: tl.constexpr = False, AHEAD: tl.constexpr = False, sample=None,
                   NG: tl.constexpr = 2, WHOLE: tl.constexpr = 0, NS: tl.constexpr = 2, CH: tl.constexpr = 1,
-                  MASS_NG: tl.constexpr = 0, CELL_TILE: tl.constexpr = 2, SAMPLE_AHEAD: tl.constexpr = False):
+                  MASS_NG: tl.constexpr = 0, CELL_TILE: tl.constexpr = 2):
     """Pass 1's partials of this program's split of row (b, j) (chunk entries a split, as pass 1 plans them);
     in a live row (j <= k_b), published at word_ptr, and then every split's of the row, computing any still
     unpublished after SPIN polls. STAMPS: stamp 15 once its own split's are computed (``triton_cut.stamp``);
@@ -88,8 +87,7 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
     - MASS_NG (a by_mass row, top-p's): the sample's max o (else -inf), loaded after its own split's partials, and
       each split's share of the sample's MASS_NG cells (``triton_sample.store_cells``, CELL_TILE entries a tile)
       stored at cells_ptr by whichever program computes the split's partials, before it publishes them, so that the
-      row's cells are all in once its partials are (``triton_sample.summed_cells``). SAMPLE_AHEAD: the sample
-      loaded before its own split's pass 1 instead, its loads in flight through pass 1."""
+      row's cells are all in once its partials are (``triton_sample.summed_cells``)."""
     own = tl.program_id(2)
     waits = tl.program_id(1) <= k_b     # pass 1 stores nothing for a row past k_b
     full = (tl.full([], 1, tl.int64) << S1.to(tl.int64)) - 1
@@ -99,9 +97,6 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
     cnt = tl.zeros([NG], tl.float32)
     j_lo = tl.full([], NG, tl.int32)
     j_hi = tl.full([], -1, tl.int32)
-    if SAMPLE_AHEAD:    # the cells' sample in flight through pass 1, held as loaded (its scaling would wait)
-        row_ptr0, n0, _, wanted0, _, _, by_mass0, _ = sample
-        ahead = sample_loads(row_ptr0, n0, wanted0 & by_mass0 & waits, NS, CH)
     # its own split first, then those it takes over, one a turn
     for turn in range(0, S1):
         if split >= 0:
@@ -122,13 +117,9 @@ def pass1_handoff(logits_ptr, stride_logits, temperature_ptr, num_draft_ptr, scr
                             share = sample_tile(row_ptr, n + tl.where(turn == 0, split - own, 0), split * CELL_TILE,
                                                 inv_t, NS, CH, CELL_TILE)
                             if turn == 0:
-                                if SAMPLE_AHEAD:
-                                    o_mass = tl.max(ahead.to(tl.float32) * inv_t, axis=0)
-                                else:
-                                    # split - own is 0 here, but not to the compiler, which would compute the
-                                    # sample's addresses before pass 1 and hold their registers through it
-                                    o_mass = tl.max(whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH),
-                                                    axis=0)
+                                # split - own is 0 here, but not to the compiler, which would compute the sample's
+                                # addresses before pass 1 and hold their registers through it
+                                o_mass = tl.max(whole_sample(row_ptr, n + (split - own), inv_t, wanted, NS, CH), axis=0)
                             if (o_mass > float("-inf")) & (o_mass < float("inf")):
                                 store_cells(row_ptr, n, inv_t, o_mass, split, S1, cells_ptr, NS, CH, MASS_NG,
                                             CELL_TILE, share)

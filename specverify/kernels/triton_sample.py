@@ -46,17 +46,10 @@ def sample_tile(row_ptr, V, start, inv_t, NS: tl.constexpr, CH: tl.constexpr, BL
 def whole_sample(row_ptr, V, inv_t, wanted, NS: tl.constexpr, CH: tl.constexpr):
     """[NS] l / T of the whole sample (``sample_tile``), or -inf where not ``wanted`` (a row past its request's
     drafts has no logits at row_ptr)."""
-    return sample_loads(row_ptr, V, wanted, NS, CH).to(tl.float32) * inv_t
-
-
-@triton.jit
-def sample_loads(row_ptr, V, wanted, NS: tl.constexpr, CH: tl.constexpr):
-    """[NS] the whole sample's logits as loaded (``whole_sample`` before its scaling): a caller that loads them early
-    keeps their loads in flight, where the scaling would wait on them."""
     i = tl.arange(0, NS)
     # a select, not an and: the interpreter refuses the mask that a scalar's and with a tensor gives
     live = tl.where(wanted, i < NS, False)
-    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf"))
+    return tl.load(row_ptr + _sample_at(i, V, NS, CH), mask=live, other=float("-inf")).to(tl.float32) * inv_t
 
 
 @triton.jit
