@@ -6,6 +6,8 @@
 # `bash next_call.sh both "V1 V2 ..." "W1 W2 ..."`: stamps of the first list, then the latency of the second;
 # `bash next_call.sh tests [FILE ...]`: the filter test files on CUDA (or those named), after a default changes;
 #   (NPROC=N: its pytest workers, 16 unless set)
+# `bash next_call.sh misses V1 V2 ...`: how often B = 1's rows take the slow path under each variant
+#   (S=...: the filter settings; CALLS=N: calls a round, 4000 unless set)
 # `bash next_call.sh check "V1 V2 ..."`: the latency of each variant, then the one launch's and the filter cases' test
 # files on CUDA in what is left of 530 s (a call that must both time and test a new default).
 # Stamps print a row as each variant is measured, so that a call cut off by its limit keeps what it reached.
@@ -41,6 +43,11 @@ tests)
     timeout 560 python3 -m pytest $files -p no:cacheprovider -v -n ${NPROC:-16} > $OUT/tests.txt 2>&1
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;
+misses)
+    shift
+    timeout 560 python3 ci/filter_misses.py --B 1 --all-tensors --settings "$S" --calls ${CALLS:-4000} --rounds 2 \
+        "$@" 2>&1 | tee $OUT/misses.txt | grep --line-buffered "^|"
+    echo "t=$((SECONDS-T0))" ;;
 check)
     latency 190 $2
     timeout $((530 - (SECONDS - T0))) python3 -m pytest tests/test_triton_one_launch.py tests/test_triton_filters.py \
@@ -48,6 +55,7 @@ check)
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;
 *)
-    echo "usage: next_call.sh stamps V ... | latency V ... | both 'V ...' 'W ...' | tests | check 'V ...'" >&2
+    echo "usage: next_call.sh stamps V ... | latency V ... | both 'V ...' 'W ...' | tests | misses V ... |" \
+        "check 'V ...'" >&2
     exit 2 ;;
 esac
