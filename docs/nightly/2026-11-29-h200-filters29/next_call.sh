@@ -8,6 +8,8 @@
 #   (NPROC=N: its pytest workers, 16 unless set)
 # `bash next_call.sh misses V1 V2 ...`: how often B = 1's rows take the slow path under each variant
 #   (S=...: the filter settings; CALLS=N: calls a round, 4000 unless set)
+# `bash next_call.sh ncu`: one call of each setting's one launch under Nsight Compute, its warp-state samples by SASS
+#   instruction (source.csv.gz) and its details (LIMIT=s: the profiled run's limit, 200 unless set)
 # `bash next_call.sh check "V1 V2 ..."`: the latency of each variant, then the one launch's and the filter cases' test
 # files on CUDA in what is left of 530 s (a call that must both time and test a new default).
 # Stamps print a row as each variant is measured, so that a call cut off by its limit keeps what it reached.
@@ -48,6 +50,15 @@ misses)
     timeout 560 python3 ci/filter_misses.py --B 1 --all-tensors --settings "$S" --calls ${CALLS:-4000} --rounds 2 \
         "$@" 2>&1 | tee $OUT/misses.txt | grep --line-buffered "^|"
     echo "t=$((SECONDS-T0))" ;;
+ncu)
+    # the cut's launch alone (-k), the clocks left alone; each setting's one call after warm calls (--ncu)
+    timeout ${LIMIT:-200} ncu --profile-from-start off --clock-control none -k regex:_cut_kernel \
+        --section SourceCounters --section WarpStateStats --section LaunchStats -f -o $OUT/b1 \
+        python3 ci/filter_stages.py --B 1 --all-tensors --settings "$S" --ncu > $OUT/ncu.log 2>&1
+    echo "rc=$? t=$((SECONDS-T0))"; tail -5 $OUT/ncu.log
+    ncu -i $OUT/b1.ncu-rep --page source --print-source sass --csv 2>&1 | gzip > $OUT/source.csv.gz
+    ncu -i $OUT/b1.ncu-rep --page details > $OUT/details.txt 2>&1
+    echo "t=$((SECONDS-T0))"; ls -la $OUT; head -c 600 $OUT/details.txt ;;
 check)
     latency 190 $2
     timeout $((530 - (SECONDS - T0))) python3 -m pytest tests/test_triton_one_launch.py tests/test_triton_filters.py \
@@ -55,7 +66,7 @@ check)
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;
 *)
-    echo "usage: next_call.sh stamps V ... | latency V ... | both 'V ...' 'W ...' | tests | misses V ... |" \
+    echo "usage: next_call.sh stamps V ... | latency V ... | both 'V ...' 'W ...' | tests | misses V ... | ncu |" \
         "check 'V ...'" >&2
     exit 2 ;;
 esac
