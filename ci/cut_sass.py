@@ -13,7 +13,8 @@ variants of stages 0 to 2 come with it, and ``--set GATHER_IN_PASS1=0`` compiles
 spills (of this Triton's code: to see the device's, install its version apart, ``pip install --target DIR
 triton==X``, and run this with ``PYTHONPATH=DIR``); ``nvdisasm`` the SASS, counted by line and by a few
 instruction classes, and written to DIR with ``--sass``. Compare two commits by running this from each one's checkout: the GPU is not needed, and so
-neither is a device run. ``--loops`` adds each loop of the SASS (a label and the branch back to it): its
+neither is a device run. ``--lines DIR`` writes the SASS of Triton's own cubin with each instruction's source line,
+for ``ci/ncu_sass.py``. ``--loops`` adds each loop of the SASS (a label and the branch back to it): its
 instructions, which divided by the tokens a thread handles a trip give the instructions a token, and how
 many of them are a few telling kinds. Prints; asserts nothing.
 """
@@ -83,8 +84,10 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
     return metas
 
 
-def compile_stage(meta: dict, kernel=None) -> tuple[str, str]:
-    """(ptxas -v's report, SASS) of one stage's meta (of ``kernel``, the cut's by default)."""
+def compile_stage(meta: dict, kernel=None, lines: bool = False) -> tuple[str, str, str]:
+    """(ptxas -v's report, SASS, listing) of one stage's meta (of ``kernel``, the cut's by default); the listing,
+    with ``lines``: the SASS of Triton's own cubin (the one a launch runs) with each instruction's source line, else
+    empty."""
     kernel = kernel or triton_filter._cut_kernel
     meta = dict(meta)
     options = {"num_warps": meta.pop("num_warps")}
@@ -111,7 +114,13 @@ def compile_stage(meta: dict, kernel=None) -> tuple[str, str]:
         else:
             sys.exit(f"ptxas failed: {run.stderr[-400:]}")
         sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True).stdout
-    return run.stderr + run.stdout, sass
+        listing = ""
+        if lines:
+            with open(cubin, "wb") as f:
+                f.write(kernel.asm["cubin"])
+            listing = subprocess.run([os.path.join(BIN, "nvdisasm"), "-g", "-c", cubin], capture_output=True,
+                                     text=True).stdout
+    return run.stderr + run.stdout, sass, listing
 
 
 LOOP_KINDS = ("MUFU", "F2I", "ATOMG", "LDG", "STG", "LDS", "SHFL", "LDL", "STL", "BAR")
@@ -148,6 +157,8 @@ def main() -> None:
     ap.add_argument("--sass", default=None, help="write each stage's SASS to this folder")
     ap.add_argument("--loops", action="store_true", help="each loop's instructions, by a few kinds")
     ap.add_argument("--lazy", action="store_true", help="the lazy cut's plan (draft probs, injected noise)")
+    ap.add_argument("--lines", default=None, help="write each stage's SASS with source lines to this folder "
+                    "(Triton's own cubin; for ci/ncu_sass.py --lines)")
     add_set_option(ap)
     args = ap.parse_args()
     apply_sets(triton_filter, args.set)
@@ -160,7 +171,7 @@ def main() -> None:
         if stage not in metas:
             print(f"stage {stage}: not in this plan")
             continue
-        report, sass = compile_stage(metas[stage], passes.get(stage))
+        report, sass, listing = compile_stage(metas[stage], passes.get(stage), bool(args.lines))
         lines = [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line]
         counts = {op: sass.count(op) for op in ("MUFU", "LDG", "STG", "ATOM", "BRA", "BAR")}
         print(f"stage {stage}: {'; '.join(lines)}; SASS {len(sass.splitlines())} lines, {counts}", flush=True)
@@ -171,6 +182,10 @@ def main() -> None:
             os.makedirs(args.sass, exist_ok=True)
             with open(os.path.join(args.sass, f"stage{stage}.sass"), "w") as f:
                 f.write(sass)
+        if args.lines:
+            os.makedirs(args.lines, exist_ok=True)
+            with open(os.path.join(args.lines, f"stage{stage}.lines.sass"), "w") as f:
+                f.write(listing)
 
 
 if __name__ == "__main__":
