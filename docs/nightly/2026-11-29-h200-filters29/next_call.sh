@@ -9,7 +9,8 @@
 # `bash next_call.sh misses V1 V2 ...`: how often B = 1's rows take the slow path under each variant
 #   (S=...: the filter settings; CALLS=N: calls a round, 4000 unless set)
 # `bash next_call.sh ncu`: one call of each setting's one launch under Nsight Compute, its warp-state samples by SASS
-#   instruction (source.csv.gz) and its details (LIMIT=s: the profiled run's limit, 200 unless set)
+#   instruction (source.csv.gz) and its details (LIMIT=s: the profiled run's limit, 200 unless set; NCU_FLAGS=...:
+#   more ncu options, '--cache-control none' to keep the caches warm between passes)
 # `bash next_call.sh check "V1 V2 ..."`: the latency of each variant, then the one launch's and the filter cases' test
 # files on CUDA in what is left of 530 s (a call that must both time and test a new default).
 # Stamps print a row as each variant is measured, so that a call cut off by its limit keeps what it reached.
@@ -52,7 +53,7 @@ misses)
     echo "t=$((SECONDS-T0))" ;;
 ncu)
     # the cut's launch alone (-k), the clocks left alone; each setting's one call after warm calls (--ncu)
-    timeout ${LIMIT:-200} ncu --profile-from-start off --clock-control none -k regex:_cut_kernel \
+    timeout ${LIMIT:-200} ncu --profile-from-start off --clock-control none ${NCU_FLAGS:-} -k regex:_cut_kernel \
         --section SourceCounters --section WarpStateStats --section LaunchStats -f -o $OUT/b1 \
         python3 ci/filter_stages.py --B 1 --all-tensors --settings "$S" --ncu > $OUT/ncu.log 2>&1
     echo "rc=$? t=$((SECONDS-T0))"; tail -5 $OUT/ncu.log
