@@ -86,8 +86,9 @@ def stage_metas(B: int, V: int, flags: tuple, lazy: tuple | None = None) -> dict
 
 def compile_stage(meta: dict, kernel=None, lines: bool = False) -> tuple[str, str, str]:
     """(ptxas -v's report, SASS, listing) of one stage's meta (of ``kernel``, the cut's by default); the listing,
-    with ``lines``: the SASS of Triton's own cubin (the one a launch runs) with each instruction's source line, else
-    empty."""
+    with ``lines``: the SASS of Triton's own cubin, as its launcher builds it (with line info), each instruction with
+    its source line, else empty. A launch's build specialises its integer arguments and pointers too, so its SASS
+    may differ from this one in registers and a few instructions."""
     kernel = kernel or triton_filter._cut_kernel
     meta = dict(meta)
     options = {"num_warps": meta.pop("num_warps")}
