@@ -20,9 +20,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 NIGHTLY_REPORT = "docs/nightly/2026-11-23-h100/report.md"
-# the GPU report that records a GPU mutant's catch
-GPU_CATCHES = {"stale_draft_probs_graph": NIGHTLY_REPORT,
-               "work_on_default_stream": "docs/nightly/2026-11-25-h100-nightly3/mutants.log"}
+# the GPU report that records a GPU mutant's catch (its control passing the same check), and the machine
+TWO_GPU_MUTANTS = "docs/nightly/2026-11-27-h100-nightly8/1-x2-1c91a47/mutants.log"
+GPU_CATCHES = {"stale_draft_probs_graph": (NIGHTLY_REPORT, "the H100"),
+               "work_on_default_stream": ("docs/nightly/2026-11-25-h100-nightly3/mutants.log", "the H100"),
+               "launch_without_device_guard": (TWO_GPU_MUTANTS, "two H100s"),
+               "outputs_on_current_device": (TWO_GPU_MUTANTS, "two H100s")}
 
 
 def _row(name: str) -> tuple[str, bool]:
@@ -44,7 +47,7 @@ def _row(name: str) -> tuple[str, bool]:
     lead = f"| `{name}` | {mutant.bug_class} | {mutant.seed} | {profile.name} |"
     if cuda and (torch.cuda.device_count() if torch.cuda.is_available() else 0) < gpus:
         checks = ", ".join(mutant.expected_checks)
-        caught = (f"{checks} catches it on the H100 ({GPU_CATCHES[name]})" if name in GPU_CATCHES
+        caught = (f"{checks} catches it on {GPU_CATCHES[name][1]} ({GPU_CATCHES[name][0]})" if name in GPU_CATCHES
                   else f"expected: {checks}[{', '.join(mutant.cases)}] on "
                        f"{'one GPU' if gpus == 1 else f'a {gpus}-GPU host'}; NOT YET RUN on a GPU")
         return f"{lead} needs {'CUDA' if gpus == 1 else f'{gpus} GPUs'}, not run here; {caught} | - | - | - | - |", True
