@@ -7,8 +7,9 @@
 
 For each kernel profiled in ncu's source page (its CSV, gzipped or not): the warp-state samples by stall reason,
 then each run of instructions executed one after another in the code (a segment: what a program runs between two
-jumps over code it does not run), with its warps, its instructions a warp, its samples and how many of them wait on
-an instruction fetch (``no_inst``). A jump lands on code that the SM's instruction cache has not held yet, and
+jumps over code it does not run), with the warps that entered it (its first instruction's executions), the warp
+instructions it ran and their share of the kernel's, its samples and how many of them wait on an instruction fetch
+(``no_inst``). A jump lands on code that the SM's instruction cache has not held yet, and
 straight-line code that a program runs once is fetched as it runs. With ``--lines``, a ``nvdisasm -g`` listing of
 the same kernel compiled here (``ci/cut_sass.py --lines DIR``) names the source lines: the two SASS are aligned by
 opcode, since the GPU's build may differ in its registers and a few instructions, and an instruction left unmatched
@@ -127,14 +128,16 @@ def report(kernel: dict, lines: list | None, top: int) -> list[str]:
     out = [f"kernel {kernel['name']}: {sum(samples)} samples, {sum(executed)} warp instructions, "
            f"{sum(1 for n in executed if n)} of {len(executed)} instructions executed",
            "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v), "",
-           "| segment | instructions | most warps | instructions a warp | samples | of them no_inst | source |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+           "| segment | instructions | entered (warps) | warp instructions run | share of those run | samples | of them "
+           "no_inst | source |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    run = sum(executed) or 1
     for a, b in segments(executed):
-        most = max(executed[a:b])
         files = collections.Counter(lines[i][0] for i in range(a, b) if lines and lines[i]) if lines else {}
         named = ", ".join(f"{f} {n}" for f, n in files.most_common(3)) if files else "-"
-        out.append(f"| [{a}, {b}) | {b - a} | {most} | {sum(executed[a:b]) / most:.0f} | {sum(samples[a:b])} | "
-                   f"{sum(fetch[a:b])} | {named} |")
+        # a segment is entered at its first instruction (a loop's first trip included, where the loop starts it)
+        out.append(f"| [{a}, {b}) | {b - a} | {executed[a]} | {sum(executed[a:b])} | "
+                   f"{100 * sum(executed[a:b]) / run:.1f}% | {sum(samples[a:b])} | {sum(fetch[a:b])} | {named} |")
     if lines and top:
         by_line: collections.Counter = collections.Counter()
         fetch_by_line: collections.Counter = collections.Counter()

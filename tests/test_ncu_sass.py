@@ -57,7 +57,7 @@ def test_segments_are_the_runs_of_instructions_executed_one_after_another(tmp_pa
     assert ncu_sass.segments(ncu_sass.column(second, ncu_sass.EXECUTED)) == [(0, 2), (4, 6)]
     assert ncu_sass.stall_shares(second) == {"long_sb": 0, "no_inst": 8, "wait": 2}
     rows = [line for line in ncu_sass.report(second, None, 0) if line.startswith("| [")]
-    assert rows == ["| [0, 2) | 2 | 8 | 2 | 3 | 2 | - |", "| [4, 6) | 2 | 8 | 2 | 7 | 6 | - |"]
+    assert rows == ["| [0, 2) | 2 | 8 | 16 | 50.0% | 3 | 2 | - |", "| [4, 6) | 2 | 8 | 16 | 50.0% | 7 | 6 | - |"]
 
 
 def test_each_instruction_takes_the_source_line_of_its_match_in_the_listing(tmp_path):
