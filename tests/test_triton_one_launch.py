@@ -20,6 +20,7 @@ from reference import SpecBatch
 from specverify.kernels import triton_filter, triton_sampler
 from specverify.kernels.triton_cut import DROP, KMAX, KMIN
 from specverify.kernels.triton_filter_plan import one_launch_splits
+from specverify.kernels.triton_gather import LANES, NPART
 from specverify.kernels.triton_sample import MASS_SPAN
 
 
@@ -654,8 +655,9 @@ def _slots_after(batch: SpecBatch, slots: int, monkeypatch) -> tuple:
     assert len(plans) == 1 and plans[0][2]["SLOTS"] == slots and not plans[0][2]["STAMPS"], plans
     words, grid, meta = plans[0]
     nt, rows = meta["TALLY_N"], grid[0] * grid[1]
+    end = words - rows * grid[2] * meta["LANE_WORDS"]       # the splits' lanes' slots come after the buckets'
     work = [work for work, *_ in triton_filter._buffers.values()][0]
-    return records, brackets, work[words - rows * nt * slots:words].view(rows, nt, slots).cpu().clone()
+    return records, brackets, work[end - rows * nt * slots:end].view(rows, nt, slots).cpu().clone()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -709,13 +711,75 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
                                          ("ONE_LAUNCH_RANK_TOP", 2), ("ONE_LAUNCH_COPY_TILE", 96),
                                          ("ONE_LAUNCH_SUMS_ONCE", 2), ("ONE_LAUNCH_BUCKET_SLOTS", 48),
                                          ("ONE_LAUNCH_BUCKET_SLOTS", 256),
-                                         ("ONE_LAUNCH_CELLS_AHEAD", -1)])
+                                         ("ONE_LAUNCH_CELLS_AHEAD", -1), ("ONE_LAUNCH_LANE_SLOTS", 3),
+                                         ("ONE_LAUNCH_LANE_SLOTS", 32)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set
-    and the one load of the bucket sums are on or off, and the copies' tile is a power of 2; the plan
-    refuses each, naming the setting and the value, rather than compiling a kernel that misreads it."""
+    and the one load of the bucket sums are on or off, the copies' tile is a power of 2, and a lane's slots are a power of 2
+    up to 16; the plan refuses each, naming the setting and the value, rather than compiling a kernel that misreads
+    it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):
         _records(_rows(3, 2, 3000, "cpu"))
 
+
+def _split_regions(rows: int) -> dict:
+    """{(row, split): the tokens its read gathered, as its region holds them} that the last one-launch cut of this
+    thread left in its work space: each split's count (its partial sums' word 7) of its region's slots."""
+    (plan,) = triton_filter._plans.values()
+    sf, region, meta = plan[3], plan[5], plan[7][0][2]
+    works = [work for (thread, _, _), (work, *_) in triton_filter._buffers.items() if thread == threading.get_ident()]
+    assert len(works) == 1, len(works)
+    work, npart = works[0].cpu(), NPART.value
+    out = {}
+    for r in range(rows):
+        for s in range(sf):
+            n = int(work[3 * rows + (r * sf + s) * npart + 7])
+            at = rows * (3 + sf * npart) + r * meta["CAP"] + s * region
+            out[(r, s)] = work[at:at + min(n, region)].tolist()
+    return out
+
+
+def _lane_counts(batch: SpecBatch, brackets: torch.Tensor, r: int, meta: dict, sf: int, chunk: int) -> list:
+    """Row r's splits' most bracket tokens in one lane of the lanes' gather: a lane is an entry's place in the read's
+    tiles of BLOCK_READ (each split's share of chunk entries read from its start), and a token is in the bracket where
+    its key lies in [lo, hi)."""
+    logits = batch.target_logits[r].cpu().float()
+    V, tile = logits.shape[0], meta["BLOCK_READ"]
+    keys = order_keys(logits)
+    inside = (keys >= int(brackets[r, 0])) & (keys < int(brackets[r, 1]))
+    most = []
+    for s in range(sf):
+        lanes = torch.zeros(tile, dtype=torch.int64)
+        at = torch.arange(s * chunk, min(V, (s + 1) * chunk))
+        lanes.index_add_(0, (at - s * chunk) % tile, inside[at].long())
+        most.append(int(lanes.max()))
+    return most
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("keep", [1, 2, 4])
+def test_lanes_keeping_their_tokens_leave_the_regions_and_records_of_the_second_pass(device, keep, monkeypatch):
+    """With ONE_LAUNCH_LANE_SLOTS each lane of the lanes' gather stores its first tokens at slots of its own as it
+    counts them (``keep_slot``), and a split where no lane counted more fills its region from them (``gather_slots``)
+    rather than reading its share of the row again (``gather_lanes``). Either way each split's region must hold the same tokens in the same
+    slots and the records be the same. Rows of 3,000 in tiles of 256, several tiles a split, with brackets wide and
+    narrow, so that among their splits some have a lane past what it kept (the second pass, the fallback) and some
+    none (the kept tokens alone): the test counts each split's busiest lane itself to say that both ran. Two splits a
+    row (16 programs for 8 rows), so that a split reads six tiles."""
+    batch = _bracketed_rows(device, monkeypatch)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PROGRAMS", 16)
+    (before, brackets), (after, after_brackets), meta = _cut_before_and_after(
+        batch, "ONE_LAUNCH_LANE_SLOTS", 0, keep, monkeypatch)
+    assert meta["LANE_SLOTS"] == keep and meta["NW_READ"] == meta["NW_COUNT"] == LANES.value, meta
+    kept_regions = _split_regions(8)
+    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_LANE_SLOTS", 0)
+    _cut_and_partials(batch, 0, block_v=256)
+    assert _split_regions(8) == kept_regions
+    assert torch.equal(after, before) and torch.equal(after_brackets, brackets), (after, before)
+    (plan,) = triton_filter._plans.values()
+    most = [m for r in range(8) if bool(brackets[r, 0] < brackets[r, 1])
+            for m in _lane_counts(batch, brackets, r, meta, plan[3], plan[4])]
+    assert plan[4] >= 3 * meta["BLOCK_READ"], (plan[4], meta["BLOCK_READ"])
+    assert any(m > keep for m in most) and any(0 < m <= keep for m in most), most

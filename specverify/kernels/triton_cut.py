@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_gather import (INLINE_ASM, LANES, NPART, count_word, gather, gather_end, gather_lanes,
-                                              gather_start, lane_groups, logit_tile, order_key)
+                                              gather_slots, gather_start, keep_slot, lane_groups, logit_tile,
+                                              order_key)
 from specverify.kernels.triton_math import request_offset, row_norms, scratch_views
 
 MASS_ONE = tl.constexpr(17592186044416.0)   # 2**44: a row of 2**18 tokens sums below 2**62
@@ -204,11 +205,20 @@ SM_SLOT = tl.constexpr(20)
 
 
 @triton.jit
+def lane_slots(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
+               SLOTS: tl.constexpr, LANE_WORDS: tl.constexpr):
+    """This split's LANE_WORDS words of its lanes' slots (``triton_gather.keep_slot``) of row rid in the one-launch
+    plan's work space, after the buckets' slots."""
+    return bucket_slots(work_ptr, NR, NR, SF, CAP, SCRATCH, NT, NG, SLOTS) + (rid * SF + tl.program_id(2)) * LANE_WORDS
+
+
+@triton.jit
 def stamps_at(work_ptr, NR, rid, SF, CAP: tl.constexpr, SCRATCH: tl.constexpr, NT: tl.constexpr, NG: tl.constexpr,
-              SLOTS: tl.constexpr):
-    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the buckets' slots
+              SLOTS: tl.constexpr, LANE_WORDS: tl.constexpr = 0):
+    """This split's STAMPS_N stamp slots of row rid in the one-launch plan's work space, after the lanes' slots
     (``stamp``)."""
-    return bucket_slots(work_ptr, NR, NR, SF, CAP, SCRATCH, NT, NG, SLOTS) + (rid * SF + tl.program_id(2)) * STAMPS_N
+    return bucket_slots(work_ptr, NR, NR, SF, CAP, SCRATCH, NT, NG, SLOTS) + NR * SF * LANE_WORDS + \
+        (rid * SF + tl.program_id(2)) * STAMPS_N
 
 
 @triton.jit
@@ -242,7 +252,7 @@ def place(stamps_ptr, rid, SF):
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, parts_ptr,
           HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW_V: tl.constexpr,
-          NW_COUNT: tl.constexpr):
+          NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and NW_COUNT
     its NW for the two tiles, ``triton_gather.ballot_warps``), in no particular order, and their counts to
@@ -252,7 +262,8 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
     exponential and the int64 sums are most of the read's instructions. Masses are 0 there, and tiles of
     BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone: the loop
     sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing). Also
-    returns the lanes' gathered count, int64 (NW = LANES; 0 where nothing is gathered), as ``gather_end`` writes it."""
+    returns the lanes' gathered count, int64 (NW = LANES; 0 where nothing is gathered), as ``gather_end`` writes it.
+    D (with NW = LANES): the slots of each lane at slots_ptr that keep its tokens as it counts them (``_sweep_run``)."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
@@ -265,18 +276,19 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                    buf_ptr, region, parts_ptr, True, True, True,
-                                                                   BLOCK_V, NW_V)
+                                                                   BLOCK_V, NW_V, slots_ptr, D)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                    buf_ptr, region, parts_ptr, True, True, False,
                                                                    BLOCK_V, NW_V)
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
-                                                               region, parts_ptr, True, False, True, BLOCK_V, NW_V)
+                                                               region, parts_ptr, True, False, True, BLOCK_V, NW_V,
+                                                               slots_ptr, D)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                                region, parts_ptr, False, False, True, BLOCK_COUNT,
-                                                               NW_COUNT)
+                                                               NW_COUNT, slots_ptr, D)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n
 
 
@@ -303,12 +315,16 @@ def _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, parts_ptr, MASS: tl.constexpr,
-               MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr, NW: tl.constexpr):
+               MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr, NW: tl.constexpr,
+               slots_ptr=None, D: tl.constexpr = 0):
     """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
     passes), and the gather (GATHER, where [lo, hi) may hold tokens) or without. Per lane sums: no reduction
     in the loop (a tile's reduction to place its bracket tokens in order cost a third of the read). Keys
     compare as int32 (int64 compares take twice the instructions): hi = KMAX, above every key, compares as
-    2**31 - 1, and lo is below KMAX wherever anything is gathered."""
+    2**31 - 1, and lo is below KMAX wherever anything is gathered. D (NW = LANES): each lane also stores its first D
+    tokens at its slots at slots_ptr as it counts them, and where none counted more (a flag in the count's high word,
+    summed with it), they fill the region in place of the second pass."""
+    tl.static_assert(D == 0 or NW == LANES, "only the lanes' gather keeps its tokens in slots")
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
     c_hi, c_mp = zi, zi
@@ -352,14 +368,29 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
                 w_mp += tl.where(mp, w, 0)
         if GATHER:
             if gather_on:
+                if D > 0:
+                    keep_slot(slots_ptr, key, offs, inside, count, D, BLOCK_V)
                 count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NW)
-    if NW == LANES:
-        if GATHER:
-            if gather_on:
-                gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
     # the split's sums and its lanes' gathered count in one reduction, since each is a round trip through shared
     # memory (the count is the lanes' total where NW = LANES; the other gathers write their groups' own)
-    c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, count.to(tl.int64))
+    if D > 0:
+        # the lanes that counted more than their slots hold, in the count's high word: the reduction says whether
+        # any did
+        flagged = count.to(tl.int64) + ((count > D).to(tl.int64) << 32)
+        c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, flagged)
+        if GATHER:
+            if gather_on:
+                if (n >> 32) == 0:
+                    gather_slots(count, slots_ptr, group_ptr, sub, D, BLOCK_V)
+                else:
+                    gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
+        n = n & 4294967295
+    else:
+        if NW == LANES:
+            if GATHER:
+                if gather_on:
+                    gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
+        c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, count.to(tl.int64))
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s, _ = sums4(w_hi_mp, c_mp.to(tl.int64), w_mp, tl.zeros_like(w_mp))
     else:                       # no min-p: every token passes its test
@@ -421,12 +452,13 @@ def bounds(work_ptr, rid, V, CAP: tl.constexpr):
 @triton.jit
 def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
           HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
-          NW_V: tl.constexpr, NW_COUNT: tl.constexpr):
+          NW_V: tl.constexpr, NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
     tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two
     tiles). A top-k row with nothing above its bracket and min-p off is read without masses: its cut and Z'
     come from the gathered tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left
-    0. Returns the split's gathered count where its gather is the lanes' (NW_V = NW_COUNT = LANES), as it writes it."""
+    0. Returns the split's gathered count where its gather is the lanes' (NW_V = NW_COUNT = LANES), as it writes it;
+    D: the slots of each lane at slots_ptr that keep its tokens as it counts them (``sweep``)."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
@@ -434,7 +466,7 @@ def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
-        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT)
+        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT, slots_ptr, D)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)

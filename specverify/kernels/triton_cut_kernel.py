@@ -52,8 +52,8 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, count_bounds, pre_bracket, whole_rows
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
-                                           cut_row_norms, packed_tokens, place, read_split, split_tallies, stamp,
-                                           stamps_at, work_gathered, work_parts, work_tokens)
+                                           cut_row_norms, lane_slots, packed_tokens, place, read_split, split_tallies,
+                                           stamp, stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import LANES, pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
@@ -83,6 +83,7 @@ def _cut_kernel(
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
     MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr, CELLS_AHEAD: tl.constexpr,
+    LANE_SLOTS: tl.constexpr, LANE_WORDS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -111,7 +112,7 @@ def _cut_kernel(
         stamps = work_ptr
         if STAMPS:      # the one launch's phases timed (ci/filter_stages.py --stamps)
             stamps = stamps_at(work_ptr, NR, tl.program_id(0) * K1 + tl.program_id(1), SF, CAP, SCRATCH, TALLY_N,
-                               SHARE_G, SLOTS)
+                               SHARE_G, SLOTS, LANE_WORDS)
             stamp(stamps, 0, 0)
             place(stamps, tl.program_id(0) * K1 + tl.program_id(1), SF)
         if PASS1:       # the one launch's splits are pass 1's: the partials from the splits themselves
@@ -204,7 +205,9 @@ def _cut_kernel(
                         stamp(stamps, 3, (lo ^ hi).to(tl.int32))
                     # the split's gathered count, where its gather is the lanes': its pack claims its place with it
                     own = read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
-                                     floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT)
+                                     floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT,
+                                     lane_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS,
+                                                LANE_WORDS), LANE_SLOTS)
                     if STAMPS:
                         stamp(stamps, 4, 0)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing

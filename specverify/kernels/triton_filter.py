@@ -205,6 +205,11 @@ ONE_LAUNCH_BUCKET_SLOTS = 32
 # ahead. (The cells' sample loaded before pass 1, ONE_LAUNCH_SAMPLE_AHEAD, ended it no sooner and went:
 # docs/benchmarks.md, the thirty-fifth session)
 ONE_LAUNCH_CELLS_AHEAD = 1
+# with the lanes' gather (ONE_LAUNCH_SCAN_GATHER 2), each lane also stores its first this many bracket tokens at
+# slots of its own in the work space as the read counts them (0 or a power of 2 up to 16; 0: none), and where no lane
+# counted more, the split's region is filled from them rather than by a second pass over its share of the row, which
+# re-reads every tile (``triton_gather.keep_slot``; not yet timed)
+ONE_LAUNCH_LANE_SLOTS = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -311,7 +316,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
              "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
-             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_CELLS_AHEAD")
+             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_CELLS_AHEAD", "ONE_LAUNCH_LANE_SLOTS")
 
 
 def _settings() -> tuple:

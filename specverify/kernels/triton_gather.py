@@ -176,6 +176,31 @@ def gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, buf_ptr, sub, BLOCK_V: 
 
 
 @triton.jit
+def keep_slot(slots_ptr, key, offs, inside, count, D: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Store a tile's tokens inside (packed as ``gather`` stores them) at their lanes' slots of the lane gather's
+    first pass: [D, BLOCK_V] int64 at slots_ptr, a lane's k-th token at slot k of its column (count [BLOCK_V]: each
+    lane's tokens before this tile's; past D, none), so that ``gather_slots`` can place them without
+    ``gather_lanes``' second read of the row."""
+    lane = tl.arange(0, BLOCK_V)
+    tl.store(slots_ptr + count * BLOCK_V + lane, _packed(key, offs), mask=inside & (count < D))
+
+
+@triton.jit
+def gather_slots(count, slots_ptr, buf_ptr, sub, D: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The lane gather's end where no lane counted more tokens than its D slots hold (``keep_slot``): each lane
+    stores its tokens from its place on, the count of the lanes before it, at most ``sub`` slots in all: the slots
+    and the order that ``gather_lanes`` gives, from the lanes' slots."""
+    # a slot's store and its load may fall to different threads (each op picks its own layout): every store is in
+    # before any load
+    tl.debug_barrier()
+    at = tl.cumsum(count, 0) - count
+    lane = tl.arange(0, BLOCK_V)
+    for k in tl.static_range(D):
+        token = tl.load(slots_ptr + k * BLOCK_V + lane, mask=count > k, other=0)
+        tl.store(buf_ptr + at + k, token, mask=(count > k) & (at + k < sub))
+
+
+@triton.jit
 def logit_tile(row_ptr, start, hi_v, BLOCK_V: tl.constexpr):
     """[BLOCK_V] float32 logits from start (-inf at and past hi_v), as the read loads them."""
     offs = start + tl.arange(0, BLOCK_V)
