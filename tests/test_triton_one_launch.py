@@ -763,11 +763,11 @@ def _lane_counts(batch: SpecBatch, brackets: torch.Tensor, r: int, meta: dict, s
 def test_lanes_keeping_their_tokens_leave_the_regions_and_records_of_the_second_pass(device, keep, monkeypatch):
     """With ONE_LAUNCH_LANE_SLOTS each lane of the lanes' gather stores its first tokens at slots of its own as it
     counts them (``keep_slot``), and a split where no lane counted more fills its region from them (``gather_slots``)
-    rather than reading its share of the row again (``gather_lanes``). Either way each split's region must hold the same tokens in the same
-    slots and the records be the same. Rows of 3,000 in tiles of 256, several tiles a split, with brackets wide and
-    narrow, so that among their splits some have a lane past what it kept (the second pass, the fallback) and some
-    none (the kept tokens alone): the test counts each split's busiest lane itself to say that both ran. Two splits a
-    row (16 programs for 8 rows), so that a split reads six tiles."""
+    rather than reading its share of the row again (``gather_lanes``). Either way each split's region must hold the
+    same tokens in the same slots and the records be the same. Rows of 3,000 in tiles of 256, two splits a row (16
+    programs for 8 rows) so that a split reads six tiles, with brackets wide and narrow: among their splits some have
+    a lane past its slots (the second pass, the fallback) and some none (the slots alone), which the test counts
+    itself, each split's busiest lane, to say that both ran."""
     batch = _bracketed_rows(device, monkeypatch)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PROGRAMS", 16)
     runs = []
