@@ -716,9 +716,9 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set
-    and the one load of the bucket sums are on or off, the copies' tile is a power of 2, and a lane's slots are a power of 2
-    up to 16; the plan refuses each, naming the setting and the value, rather than compiling a kernel that misreads
-    it."""
+    and the one load of the bucket sums are on or off, the copies' tile is a power of 2, and a lane's slots are a
+    power of 2 up to 16; the plan refuses each, naming the setting and the value, rather than compiling a kernel that
+    misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):
         _records(_rows(3, 2, 3000, "cpu"))
