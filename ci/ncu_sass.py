@@ -9,13 +9,13 @@ For each kernel profiled in ncu's source page (its CSV, gzipped or not): the war
 then each run of instructions executed one after another in the code (a segment: what a program runs between two
 jumps over code it does not run), with the warps that entered it (its first instruction's executions), the warp
 instructions it ran and their share of the kernel's, its samples and how many of them wait on an instruction fetch
-(``no_inst``). A jump lands on code that the SM's instruction cache has not held yet, and
-straight-line code that a program runs once is fetched as it runs. With ``--lines``, a ``nvdisasm -g`` listing of
-the same kernel compiled here (``ci/cut_sass.py --lines DIR``) names the source lines: the two SASS are aligned by
-opcode, since the GPU's build may differ in its registers and a few instructions, and an instruction left unmatched
-takes its nearest matched neighbour's line; ``--top`` then lists the lines with the most samples. ncu flushes the
-GPU's caches before each pass unless given ``--cache-control none``, so that the code itself comes from memory:
-read ``no_inst`` with the flag the run was given. Prints; asserts nothing.
+(``no_inst``). A jump lands on code that the SM's instruction cache has not held yet, and straight-line code that a
+program runs once is fetched as it runs. With ``--lines``, a ``nvdisasm -g`` listing of the same kernel compiled here
+(``ci/cut_sass.py --lines DIR``) names the source lines: the two SASS are aligned by opcode, since the GPU's build
+may differ in its registers and a few instructions, and an instruction left unmatched takes its nearest matched
+neighbour's line; ``--top`` then lists the lines with the most samples. ncu flushes the GPU's caches before each
+pass unless given ``--cache-control none``, so that the code itself comes from memory: read ``no_inst`` with the
+flag the run was given. Prints; asserts nothing.
 """
 
 from __future__ import annotations
