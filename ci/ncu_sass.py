@@ -128,8 +128,8 @@ def report(kernel: dict, lines: list | None, top: int) -> list[str]:
     out = [f"kernel {kernel['name']}: {sum(samples)} samples, {sum(executed)} warp instructions, "
            f"{sum(1 for n in executed if n)} of {len(executed)} instructions executed",
            "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v), "",
-           "| segment | instructions | entered (warps) | warp instructions run | share of those run | samples | of them "
-           "no_inst | source |",
+           "| segment | instructions | entered (warps) | warp instructions run | share of those run | samples "
+           "| of them no_inst | source |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     run = sum(executed) or 1
     for a, b in segments(executed):
