@@ -24,7 +24,12 @@ LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-d
                  "triton-large_vocab_structure", "triton-differential_seeded[replicated]",
                  "triton-differential_injected[replicated]", "test_lazy_cut_emits_what_cutting_every_row",
                  "reference-token_distribution[large_vocab_tiles]", "test_declared_deviation_keeps_the_run_green",
-                 "test_reference_tree_samples_follow_the_exact_law")
+                 "test_reference_tree_samples_follow_the_exact_law",
+                 # the one launch's and the filter probes' slowest on the interpreter (4.5-10.5 s, 2026-11-29)
+                 "test_top_p_bracket_from_the_samples_cells", "test_search_from_the_splits_tallies_finds_the_cut",
+                 "test_latency_rows_compare_every_variants", "test_every_split_of_a_filtered_row_stamps",
+                 "test_miss_rows_count_the_rows", "test_count_bracket_from_the_whole_sample_leaves",
+                 "test_shipped_suite_is_not_green_for_a_backend", "test_filter_misses_refuses_by_name")
 
 
 def pytest_collection_modifyitems(config, items):
