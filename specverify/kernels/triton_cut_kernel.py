@@ -52,11 +52,12 @@ import triton.language as tl
 
 from specverify.kernels.triton_bracket import bracket, count_bounds, pre_bracket, whole_rows
 from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, bounds, bracket_shares, bucket_slots, cut_request,
-                                           cut_row_norms, lane_slots, packed_tokens, place, read_split, split_tallies,
-                                           stamp, stamps_at, work_gathered, work_parts, work_tokens)
+                                           cut_row_norms, lane_slots, packed_tokens, place, split_tallies, stamp,
+                                           stamps_at, work_gathered, work_parts, work_tokens)
 from specverify.kernels.triton_gather import LANES, pack
 from specverify.kernels.triton_handoff import handoff_word, pass1_handoff
 from specverify.kernels.triton_lazy import SKIP, cut_needed, top_p_alone
+from specverify.kernels.triton_read import read_split
 from specverify.kernels.triton_record import write_record
 from specverify.kernels.triton_sample import cell_words
 from specverify.kernels.triton_tally import bucket_pack, row_buckets_at, tally_keys, tally_pack

@@ -1,4 +1,4 @@
-"""The gather of the target-filter cut's read (``triton_cut.sweep``): the tokens of a split that lie in the
+"""The gather of the target-filter cut's read (``triton_read.sweep``): the tokens of a split that lie in the
 bracket go to its ``region`` slots of the cut's work space (``triton_cut_kernel``'s layout), and the record launch
 moves every split's down to follow each other (``compact``). ``@triton.jit`` functions on one program's tiles:
 

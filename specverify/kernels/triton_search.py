@@ -1,4 +1,4 @@
-"""The search half of the target-filter cut (SPEC 3.4): from the tokens ``triton_cut.sweep`` gathered, each
+"""The search half of the target-filter cut (SPEC 3.4): from the tokens ``triton_read.sweep`` gathered, each
 row's cut (``triton_slow`` finds it from the whole row when the bracket missed). ``@triton.jit`` functions on
 one row (``m`` the row's max of l / T, ``inv_t`` = 1 / T); gathered tokens are int64 (key << 32 | 2**32 - 1 -
 index) at ``buf_ptr``:
