@@ -141,13 +141,20 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
                 if D > 0:
                     keep_slot(slots_ptr, key, offs, inside, count, D, BLOCK_V)
                 count = gather(key, offs, inside, group_ptr, count, sub, count_ptr, BLOCK_V, NW)
-    # the split's sums and its lanes' gathered count in one reduction, since each is a round trip through shared
-    # memory (the count is the lanes' total where NW = LANES; the other gathers write their groups' own)
+    if D == 0:
+        if NW == LANES:
+            if GATHER:
+                if gather_on:
+                    gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
+    counted = count.to(tl.int64)
     if D > 0:
         # the lanes that counted more than their slots hold, in the count's high word: the reduction says whether
         # any did
-        flagged = count.to(tl.int64) + ((count > D).to(tl.int64) << 32)
-        c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, flagged)
+        counted += (count > D).to(tl.int64) << 32
+    # the split's sums and its lanes' gathered count in one reduction, since each is a round trip through shared
+    # memory (the count is the lanes' total where NW = LANES; the other gathers write their groups' own)
+    c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, counted)
+    if D > 0:
         if GATHER:
             if gather_on:
                 if (n >> 32) == 0:
@@ -155,12 +162,6 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
                 else:
                     gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
         n = n & 4294967295
-    else:
-        if NW == LANES:
-            if GATHER:
-                if gather_on:
-                    gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
-        c_hi_s, w_hi_s, w_all_s, n = sums4(c_hi.to(tl.int64), w_hi, w_all, count.to(tl.int64))
     if MINP:
         w_hi_mp_s, c_mp_s, w_mp_s, _ = sums4(w_hi_mp, c_mp.to(tl.int64), w_mp, tl.zeros_like(w_mp))
     else:                       # no min-p: every token passes its test
