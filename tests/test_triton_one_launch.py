@@ -242,11 +242,16 @@ def test_pass1_reading_ahead_leaves_pass1s_own_partials(device, spin, monkeypatc
     assert torch.equal(fused, own), (fused != own).nonzero().tolist()
 
 
-def _brackets(rows: int) -> torch.Tensor:
-    """[rows, 2] the bracket keys (lo, hi) that the last cut of this thread left in its work space."""
+def _work_space() -> torch.Tensor:
+    """The cut's work space of this thread (one, as the tests that read it set up)."""
     works = [work for (thread, _, _), (work, *_) in triton_filter._buffers.items() if thread == threading.get_ident()]
     assert len(works) == 1, len(works)
-    return works[0][:2 * rows].view(rows, 2).cpu().clone()
+    return works[0]
+
+
+def _brackets(rows: int) -> torch.Tensor:
+    """[rows, 2] the bracket keys (lo, hi) that the last cut of this thread left in its work space."""
+    return _work_space()[:2 * rows].view(rows, 2).cpu().clone()
 
 
 def _bracketed_rows(device: str, monkeypatch) -> SpecBatch:
@@ -729,9 +734,7 @@ def _split_regions(rows: int) -> dict:
     thread left in its work space: each split's count (its partial sums' word 7) of its region's slots."""
     (plan,) = triton_filter._plans.values()
     sf, region, meta = plan[3], plan[5], plan[7][0][2]
-    works = [work for (thread, _, _), (work, *_) in triton_filter._buffers.items() if thread == threading.get_ident()]
-    assert len(works) == 1, len(works)
-    work, npart = works[0].cpu(), NPART.value
+    work, npart = _work_space().cpu(), NPART.value
     out = {}
     for r in range(rows):
         for s in range(sf):
