@@ -208,8 +208,10 @@ ONE_LAUNCH_CELLS_AHEAD = 1
 # with the lanes' gather (ONE_LAUNCH_SCAN_GATHER 2), each lane also stores its first this many bracket tokens at
 # slots of its own in the work space as the read counts them (0 or a power of 2 up to 16; 0: none), and where no lane
 # counted more, the split's region is filled from them rather than by a second pass over its share of the row, which
-# re-reads every tile (``triton_gather.keep_slot``; not yet timed)
-ONE_LAUNCH_LANE_SLOTS = 0
+# re-reads every tile (``triton_gather.keep_slot``). Stamped at B = 1 with 8, the read ends 1.2 us sooner for top-p
+# and 0.9 us for top-k, and each launch 0.9-1.0 us sooner; with 4, a top-p lane overflows in about half the calls
+# (docs/benchmarks.md, the thirty-seventh session)
+ONE_LAUNCH_LANE_SLOTS = 8
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
