@@ -207,8 +207,8 @@ def time_paired(fn_a, sets_a, fn_b, sets_b, min_calls: int = 30, budget_s: float
     filters cost; CUDA events can't time such calls in turn, since one queued behind a GPU-bound call is timed
     from when the GPU reaches it, without its host time."""
     n = len(sets_a)
-    if DEVICE == "cpu":
-        sync, calls = (lambda: None), 3
+    if DEVICE == "cpu":     # the interpreter's dry run: its times mean nothing, one call each shows the plumbing
+        sync, calls = (lambda: None), 1
     else:
         sync = torch.cuda.synchronize
         for i in range(max(n, 3)):
