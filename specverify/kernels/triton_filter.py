@@ -209,8 +209,8 @@ ONE_LAUNCH_CELLS_AHEAD = 1
 # slots of its own in the work space as the read counts them (0 or a power of 2 up to 16; 0: none), and where no lane
 # counted more, the split's region is filled from them rather than by a second pass over its share of the row, which
 # re-reads every tile (``triton_gather.keep_slot``). Stamped at B = 1 with 8, the read ends 1.2 us sooner for top-p
-# and 0.9 us for top-k, and each launch 0.9-1.0 us sooner; with 4, a top-p lane overflows in about half the calls
-# (docs/benchmarks.md, the thirty-seventh session)
+# and 0.9 us for top-k, and each launch 0.8-1.1 us sooner; with 4, by a Poisson count, some top-p lane would count
+# more in about half the calls (docs/benchmarks.md, the thirty-sixth and thirty-seventh sessions)
 ONE_LAUNCH_LANE_SLOTS = 8
 # with ONE_LAUNCH_LANE_SLOTS, where no lane counted more than its slots hold, the split loads every lane's slots in one
 # [slots, tile] load before it stores any (1), where each slot's load follows the last slot's store (0): the stores
