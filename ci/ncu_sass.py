@@ -3,7 +3,7 @@
     ncu --profile-from-start off --clock-control none [--cache-control none] -k regex:_cut_kernel \\
         --section SourceCounters --section WarpStateStats -o OUT python ci/filter_stages.py ... --ncu
     ncu -i OUT.ncu-rep --page source --print-source sass --csv | gzip > source.csv.gz
-    python ci/ncu_sass.py source.csv.gz [--lines LISTING] [--kernel N] [--top N]
+    python ci/ncu_sass.py source.csv.gz [--lines LISTING] [--kernel N] [--top N] [--warps N]
 
 For each kernel profiled in ncu's source page (its CSV, gzipped or not): the warp-state samples by stall reason,
 then each run of instructions executed one after another in the code (a segment: what a program runs between two
@@ -15,7 +15,8 @@ program runs once is fetched as it runs. With ``--lines``, a ``nvdisasm -g`` lis
 may differ in its registers and a few instructions, and an instruction left unmatched takes its nearest matched
 neighbour's line; ``--top`` then lists the lines with the most samples. ncu flushes the GPU's caches before each
 pass unless given ``--cache-control none``, so that the code itself comes from memory: read ``no_inst`` with the
-flag the run was given. Prints; asserts nothing.
+flag the run was given. With ``--warps N``, the same shares for the code that at most N warps ran (the one
+launch's record, which one program a row runs alone at the end). Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ def column(kernel: dict, name: str) -> list[int]:
     return [int(row[at] or 0) for row in kernel["rows"]]
 
 
-def stall_shares(kernel: dict) -> collections.Counter:
-    """{reason: samples} of the kernel's warp-state samples (the stall_* columns, issued or not)."""
+def stall_shares(kernel: dict, keep: set | None = None) -> collections.Counter:
+    """{reason: samples} of the kernel's warp-state samples (the stall_* columns, issued or not), of the
+    instructions at the indices in ``keep`` where given."""
     shares: collections.Counter = collections.Counter()
     for name in kernel["header"]:
         if name.startswith("stall_") and not name.endswith("(Not Issued)"):
-            shares[name[len("stall_"):]] = sum(column(kernel, name))
+            shares[name[len("stall_"):]] = sum(n for i, n in enumerate(column(kernel, name))
+                                               if keep is None or i in keep)
     return shares
 
 
@@ -151,12 +154,33 @@ def report(kernel: dict, lines: list | None, top: int) -> list[str]:
     return out
 
 
+def few_warps(kernel: dict, lines: list | None, most: int, top: int) -> list[str]:
+    """The printed table of the code that at most ``most`` warps ran: the one launch's record, which one program a
+    row runs after its splits have left (rows x warps a program), whose few warps the kernel-wide shares drown. Its
+    instructions, the warp instructions they ran, its samples by stall reason, and with ``lines`` the source lines
+    with the most of its instructions (a line's code that a warp runs once is fetched as it runs)."""
+    executed = column(kernel, EXECUTED)
+    keep = {i for i, n in enumerate(executed) if 0 < n <= most}
+    shares = stall_shares(kernel, keep)
+    total = sum(shares.values()) or 1
+    out = [f"run by at most {most} warps: {len(keep)} instructions, {sum(executed[i] for i in keep)} warp "
+           f"instructions, {sum(shares.values())} samples",
+           "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v)]
+    if lines and top:
+        count: collections.Counter = collections.Counter(lines[i] for i in keep if lines[i])
+        out += ["", "| source line | its instructions run by those warps |", "| --- | ---: |"]
+        out += [f"| {f}:{n} | {c} |" for (f, n), c in count.most_common(top)]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", help="ncu --page source --print-source sass --csv output (.gz: gzipped)")
     ap.add_argument("--lines", default=None, help="a nvdisasm -g listing of the kernel (ci/cut_sass.py --lines)")
     ap.add_argument("--kernel", type=int, default=None, help="only the N-th kernel profiled (from 0)")
     ap.add_argument("--top", type=int, default=30, help="source lines listed, with --lines")
+    ap.add_argument("--warps", type=int, default=None,
+                    help="also the code that at most N warps ran (the one launch's record: rows x 8 at B = 1, 40)")
     args = ap.parse_args()
     kernels = read_kernels(args.csv)
     if not kernels:
@@ -166,7 +190,10 @@ def main() -> None:
         if args.kernel is not None and n != args.kernel:
             continue
         lines = source_lines(kernel, listing) if listing else None
-        print("\n".join([f"## {n}"] + report(kernel, lines, args.top)) + "\n", flush=True)
+        out = [f"## {n}"] + report(kernel, lines, args.top)
+        if args.warps:
+            out += [""] + few_warps(kernel, lines, args.warps, args.top)
+        print("\n".join(out) + "\n", flush=True)
 
 
 if __name__ == "__main__":

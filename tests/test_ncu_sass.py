@@ -90,3 +90,20 @@ def _write(tmp_path, text: str) -> str:
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def test_code_that_few_warps_ran_has_its_own_stall_shares_and_lines(tmp_path):
+    """The one launch's record runs in one program a row after the others have left, so the kernel-wide shares
+    drown it: ``--warps N`` keeps the instructions that between 1 and N warps ran. Here the second kernel's last
+    two ran in 2 warps (its FMUL's 7 samples, 6 of them no_inst, and the EXIT's none), the others in 8 and the
+    jumped-over two in none: the shares, the count and the lines must be those two's alone."""
+    second = ncu_sass.read_kernels(_page(tmp_path))[1]
+    at = second["header"].index(ncu_sass.EXECUTED)
+    for row in second["rows"][4:]:
+        row[at] = "2"
+    lines = ncu_sass.source_lines(second, ncu_sass.read_listing(_write(tmp_path, LISTING)))
+    table = ncu_sass.few_warps(second, lines, 2, 5)
+    assert table[0] == "run by at most 2 warps: 2 instructions, 4 warp instructions, 7 samples", table
+    assert table[1] == "stalls: no_inst 85.7%, wait 14.3%", table
+    assert table[-1] == "| triton_record.py:29 | 2 |" and len([t for t in table if t.startswith("| triton")]) == 1
+    assert ncu_sass.few_warps(second, lines, 8, 5)[0].startswith("run by at most 8 warps: 4 instructions, 20 warp")
