@@ -170,6 +170,18 @@ def test_top_k_rows_with_tokens_above_the_bracket_keep_their_mass(device, gather
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_top_k_past_two_to_the_fifteen_tokens_keeps_the_references_set(device):
+    """The record adds the splits' counts in 32 bits (``triton_record._totals``): a top-k of 49,000 and 49,900 of
+    50,000 tokens puts more than 2**15 of them above the bracket, so that a count narrowed further, or a sum that
+    drops a high bit, moves the crossing. Two rows, the one-launch plan at production sizes, each cut found in its
+    gathered bracket (at 40,000 the bracket holds more than the gather's capacity, and the slow path recounts)."""
+    batch = _normal_rows(2, 50_000, [49_000, 49_900], [1.0, 1.0], device)
+    records = _records(batch)
+    assert records[5].tolist() == [1.0, 1.0], records[5]
+    _assert_reference_kept_set_and_mass(batch, records)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gather_in_pass1", [0, 1])
 def test_top_k_with_top_p_gathers_a_small_top_k_set_whole(device, gather_in_pass1, monkeypatch):
     """Top-p keeps a prefix of what top-k keeps, and its crossing often lies above top-k's (top-p 0.5 of the

@@ -21,12 +21,16 @@ from specverify.kernels.triton_tally import bucket_sums, from_top
 @triton.jit
 def _totals(parts_ptr, SF, BLOCK_F: tl.constexpr):
     """The sums of fields 0, 1, 2, 4, 5 and 6 over a row's SF splits' partial sums, in one reduction (each is a round
-    trip through shared memory)."""
+    trip through shared memory), int64."""
     at = parts_ptr + tl.arange(0, BLOCK_F) * NPART
     on = tl.arange(0, BLOCK_F) < SF
-    return tl.reduce((tl.load(at, mask=on, other=0), tl.load(at + 1, mask=on, other=0),
-                      tl.load(at + 2, mask=on, other=0), tl.load(at + 4, mask=on, other=0),
-                      tl.load(at + 5, mask=on, other=0), tl.load(at + 6, mask=on, other=0)), 0, _add6)
+    # the two counts (fields 0 and 5, at most V) add as int32: a step of an int64 sum takes two shuffles and two
+    # adds, and the record waits on fetching its code more than on anything else
+    c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp = tl.reduce(
+        (tl.load(at, mask=on, other=0).to(tl.int32), tl.load(at + 1, mask=on, other=0),
+         tl.load(at + 2, mask=on, other=0), tl.load(at + 4, mask=on, other=0),
+         tl.load(at + 5, mask=on, other=0).to(tl.int32), tl.load(at + 6, mask=on, other=0)), 0, _add6)
+    return c_hi.to(tl.int64), w_hi, w_hi_mp, w_all, c_mp.to(tl.int64), w_mp
 
 
 @triton.jit

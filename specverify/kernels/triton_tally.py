@@ -187,13 +187,19 @@ def hinted(keys, t_cnt, t_mass, a, ca, wa, b, cb, wb, target, BY_MASS: tl.conste
     else:
         reach = t_cnt >= target
     up, down = inside & reach, inside & ~reach
+    # keys and counts reduce as int32, which take one shuffle and one min or max a step where int64 take two and
+    # four: the record, which one program runs alone, waits on fetching its code more than on anything else. The
+    # keys are order keys (int32 values, those inside (a, b) a finite float's, below the int32 maximum) and a
+    # count is at most V, so the int32 ends say whether any key was up or down
+    low, high = -2147483648, 2147483647
     most = tl.full([], 9223372036854775807, tl.int64)
-    a2, c_a, w_a, b2, c_b, w_b = tl.reduce((tl.where(up, keys, a), tl.where(up, t_cnt, most),
-                                            tl.where(up, t_mass, most), tl.where(down, keys, b),
-                                            tl.where(down, t_cnt, -1), tl.where(down, t_mass, -1)), 0, _bounds_of)
-    moved_a, moved_b = a2 > a, b2 < b
-    return (a2, tl.where(moved_a, c_a, ca), tl.where(moved_a, w_a, wa), b2, tl.where(moved_b, c_b, cb),
-            tl.where(moved_b, w_b, wb))
+    k32, c32 = keys.to(tl.int32), t_cnt.to(tl.int32)
+    a2, c_a, w_a, b2, c_b, w_b = tl.reduce((tl.where(up, k32, low), tl.where(up, c32, high),
+                                            tl.where(up, t_mass, most), tl.where(down, k32, high),
+                                            tl.where(down, c32, -1), tl.where(down, t_mass, -1)), 0, _bounds_of)
+    moved_a, moved_b = a2 > low, b2 < high
+    return (tl.where(moved_a, a2.to(tl.int64), a), tl.where(moved_a, c_a.to(tl.int64), ca), tl.where(moved_a, w_a, wa),
+            tl.where(moved_b, b2.to(tl.int64), b), tl.where(moved_b, c_b.to(tl.int64), cb), tl.where(moved_b, w_b, wb))
 
 
 @triton.jit
