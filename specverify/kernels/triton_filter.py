@@ -208,7 +208,7 @@ ONE_LAUNCH_CELLS_AHEAD = 1
 # with the lanes' gather (ONE_LAUNCH_SCAN_GATHER 2), each lane also stores its first this many bracket tokens at
 # slots of its own in the work space as the read counts them (0 or a power of 2 up to 16; 0: none), and where no lane
 # counted more, the split's region is filled from them rather than by a second pass over its share of the row, which
-# re-reads every tile (``triton_gather.keep_slot``). Stamped at B = 1 with 8, the read ends 1.2 us sooner for top-p
+# re-reads every tile (``triton_gather.keep_slot``). Stamped at B = 1 with 8, the read ends 1.3 us sooner for top-p
 # and 0.9 us for top-k, and each launch 0.8-1.1 us sooner; with 4, by a Poisson count, some top-p lane would count
 # more in about half the calls (docs/benchmarks.md, the thirty-sixth and thirty-seventh sessions)
 ONE_LAUNCH_LANE_SLOTS = 8
