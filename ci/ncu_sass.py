@@ -68,6 +68,12 @@ def stall_shares(kernel: dict, keep: set | None = None) -> collections.Counter:
     return shares
 
 
+def stall_line(shares: collections.Counter) -> str:
+    """The printed line of ``stall_shares``' reasons, each as its share of their samples, most first."""
+    total = sum(shares.values()) or 1
+    return "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v)
+
+
 def segments(executed: list[int]) -> list[tuple[int, int]]:
     """[(first, end)) of each run of consecutive instructions executed at least once."""
     runs, start = [], None
@@ -126,11 +132,9 @@ def report(kernel: dict, lines: list | None, top: int) -> list[str]:
     """The printed tables of one kernel."""
     samples, executed = column(kernel, SAMPLES), column(kernel, EXECUTED)
     fetch = column(kernel, "stall_no_inst") if "stall_no_inst" in kernel["header"] else [0] * len(samples)
-    shares = stall_shares(kernel)
-    total = sum(shares.values()) or 1
     out = [f"kernel {kernel['name']}: {sum(samples)} samples, {sum(executed)} warp instructions, "
            f"{sum(1 for n in executed if n)} of {len(executed)} instructions executed",
-           "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v), "",
+           stall_line(stall_shares(kernel)), "",
            "| segment | instructions | entered (warps) | warp instructions run | share of those run | samples "
            "| of them no_inst | source |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -162,10 +166,8 @@ def few_warps(kernel: dict, lines: list | None, most: int, top: int) -> list[str
     executed = column(kernel, EXECUTED)
     keep = {i for i, n in enumerate(executed) if 0 < n <= most}
     shares = stall_shares(kernel, keep)
-    total = sum(shares.values()) or 1
     out = [f"run by at most {most} warps: {len(keep)} instructions, {sum(executed[i] for i in keep)} warp "
-           f"instructions, {sum(shares.values())} samples",
-           "stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.most_common() if v)]
+           f"instructions, {sum(shares.values())} samples", stall_line(shares)]
     if lines and top:
         count: collections.Counter = collections.Counter(lines[i] for i in keep if lines[i])
         out += ["", "| source line | its instructions run by those warps |", "| --- | ---: |"]
