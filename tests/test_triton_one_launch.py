@@ -717,13 +717,13 @@ def test_crossings_ranked_from_their_bucket_slots_leave_the_records_of_the_searc
                                          ("ONE_LAUNCH_SUMS_ONCE", 2), ("ONE_LAUNCH_BUCKET_SLOTS", 48),
                                          ("ONE_LAUNCH_BUCKET_SLOTS", 256),
                                          ("ONE_LAUNCH_CELLS_AHEAD", -1), ("ONE_LAUNCH_LANE_SLOTS", 3),
-                                         ("ONE_LAUNCH_LANE_SLOTS", 32), ("ONE_LAUNCH_SLOTS_AHEAD", 2)])
+                                         ("ONE_LAUNCH_LANE_SLOTS", 32)])
 def test_one_launch_settings_out_of_range_are_refused_by_name(name, value, monkeypatch):
     """A probe sets the one launch's settings by name (``ci/filter_stages.py --set``): a round of points that is not
     a power of 2 has no grid, the scan gather (1) is gone, the whole sample has two forms, the rank of top-k's set
-    and the one load of the bucket sums are on or off, the copies' tile is a power of 2, a lane's slots are a
-    power of 2 up to 16 and loaded ahead or not; the plan refuses each, naming the setting and the value, rather than
-    compiling a kernel that misreads it."""
+    and the one load of the bucket sums are on or off, the copies' tile is a power of 2, and a lane's slots are a
+    power of 2 up to 16; the plan refuses each, naming the setting and the value, rather than compiling a kernel that
+    misreads it."""
     monkeypatch.setattr(triton_filter, name, value)
     with pytest.raises(ValueError, match=f"{name} takes .*not {value}"):
         _records(_rows(3, 2, 3000, "cpu"))
@@ -762,19 +762,17 @@ def _lane_counts(batch: SpecBatch, brackets: torch.Tensor, r: int, meta: dict, s
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("keep, ahead", [(1, 0), (4, 0), pytest.param(4, 1, id="4-ahead")])
-def test_lanes_keeping_their_tokens_leave_the_regions_and_records_of_the_second_pass(device, keep, ahead, monkeypatch):
+@pytest.mark.parametrize("keep", [1, 4])
+def test_lanes_keeping_their_tokens_leave_the_regions_and_records_of_the_second_pass(device, keep, monkeypatch):
     """With ONE_LAUNCH_LANE_SLOTS each lane of the lanes' gather stores its first tokens at slots of its own as it
     counts them (``keep_slot``), and a split where no lane counted more fills its region from them (``gather_slots``)
     rather than reading its share of the row again (``gather_lanes``). Either way each split's region must hold the
     same tokens in the same slots and the records be the same. Rows of 3,000 in tiles of 256, two splits a row (16
     programs for 8 rows) so that a split reads six tiles, with brackets wide and narrow: among their splits some have
     a lane past its slots (the second pass, the fallback) and some none (the slots alone), which the test counts
-    itself, each split's busiest lane, to say that both ran. With ONE_LAUNCH_SLOTS_AHEAD the slots are loaded in one
-    tile before any is stored, which must place the same tokens."""
+    itself, each split's busiest lane, to say that both ran."""
     batch = _bracketed_rows(device, monkeypatch)
     monkeypatch.setattr(triton_filter, "ONE_LAUNCH_PROGRAMS", 16)
-    monkeypatch.setattr(triton_filter, "ONE_LAUNCH_SLOTS_AHEAD", ahead)
     runs = []
     for slots in (0, keep):
         monkeypatch.setattr(triton_filter, "ONE_LAUNCH_LANE_SLOTS", slots)
@@ -786,8 +784,7 @@ def test_lanes_keeping_their_tokens_leave_the_regions_and_records_of_the_second_
     (before, brackets, regions), (after, after_brackets, kept_regions) = runs
     (plan,) = triton_filter._plans.values()
     meta = plan[7][0][2]
-    assert meta["LANE_SLOTS"] == keep and meta["SLOTS_AHEAD"] == bool(ahead), meta
-    assert meta["NW_READ"] == meta["NW_COUNT"] == LANES.value, meta
+    assert meta["LANE_SLOTS"] == keep and meta["NW_READ"] == meta["NW_COUNT"] == LANES.value, meta
     assert kept_regions == regions
     assert torch.equal(after, before) and torch.equal(after_brackets, brackets), (after, before)
     most = [m for r in range(8) if bool(brackets[r, 0] < brackets[r, 1])

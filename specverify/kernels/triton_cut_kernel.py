@@ -84,7 +84,7 @@ def _cut_kernel(
     ROUND_NG: tl.constexpr, BLOCK_ROUND: tl.constexpr, SHARE_G: tl.constexpr, AHEAD: tl.constexpr,
     WHOLE: tl.constexpr, RANK_TOP: tl.constexpr, COPY_TILE: tl.constexpr, SUMS_ONCE: tl.constexpr,
     MASS_NG: tl.constexpr, CELL_TILE: tl.constexpr, SLOTS: tl.constexpr, CELLS_AHEAD: tl.constexpr,
-    LANE_SLOTS: tl.constexpr, LANE_WORDS: tl.constexpr, SLOTS_AHEAD: tl.constexpr,
+    LANE_SLOTS: tl.constexpr, LANE_WORDS: tl.constexpr,
 ):
     """The three cut launches, one compiled kernel each (STAGE is a constexpr): 0, grid (B, K1), each filtered
     row's bracket [lo, hi) from its sample, to work[2 rid]; 1, grid (B, K1, SF), one read of each filtered
@@ -208,7 +208,7 @@ def _cut_kernel(
                     own = read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m,
                                      floor, HAS_M, CAP, BLOCK_READ, BLOCK_COUNT, NW_READ, NW_COUNT,
                                      lane_slots(work_ptr, NR, rid, SF, CAP, SCRATCH, TALLY_N, SHARE_G, SLOTS,
-                                                LANE_WORDS), LANE_SLOTS, SLOTS_AHEAD)
+                                                LANE_WORDS), LANE_SLOTS)
                     if STAMPS:
                         stamp(stamps, 4, 0)
                     if k_on | p_on:     # the split's tokens join the row's list, so the record compacts nothing

@@ -210,13 +210,9 @@ ONE_LAUNCH_CELLS_AHEAD = 1
 # counted more, the split's region is filled from them rather than by a second pass over its share of the row, which
 # re-reads every tile (``triton_gather.keep_slot``). Stamped at B = 1 with 8, the read ends 1.3 us sooner for top-p
 # and 0.9 us for top-k, and each launch 0.8-1.1 us sooner; with 4, by a Poisson count, some top-p lane would count
-# more in about half the calls (docs/benchmarks.md, the thirty-sixth and thirty-seventh sessions)
+# more in about half the calls. The slots loaded in one tile before any store ended the read 0.6 us later than slot by
+# slot, and went (docs/benchmarks.md, the thirty-sixth to thirty-eighth sessions)
 ONE_LAUNCH_LANE_SLOTS = 8
-# with ONE_LAUNCH_LANE_SLOTS, where no lane counted more than its slots hold, the split loads every lane's slots in one
-# [slots, tile] load before it stores any (1), where each slot's load follows the last slot's store (0): the stores
-# and loads share the work space, so the compiler keeps them in order, and the loads' round trips to L2 then follow
-# one another, a slot at a time (``triton_gather.gather_slots``; not yet timed)
-ONE_LAUNCH_SLOTS_AHEAD = 0
 # a one launch of min-p's tensor alone compiles top-k's and top-p's code too, reading both as off (1): with its own
 # plan (0) its pass 1 runs at half speed, though each program has an SM of its own (docs/benchmarks.md)
 ONE_LAUNCH_EVERY_FILTER = 1
@@ -323,8 +319,7 @@ _SETTINGS = ("CAP", "NS", "CH", "READ_PROGRAMS", "RANK_N", "SCRATCH_SHARE", "FIN
              "ONE_LAUNCH_ROW_TALLY", "ONE_LAUNCH_EVERY_FILTER", "BRACKET_SIGMAS", "SLOW_TILE", "PACK_TILE",
              "ONE_LAUNCH_ROUND_NG", "ONE_LAUNCH_PASS1_AHEAD", "ONE_LAUNCH_WHOLE_SAMPLE", "ONE_LAUNCH_RANK_TOP",
              "ONE_LAUNCH_COPY_TILE", "ONE_LAUNCH_SUMS_ONCE", "ONE_LAUNCH_MASS_CELLS",
-             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_CELLS_AHEAD", "ONE_LAUNCH_LANE_SLOTS",
-             "ONE_LAUNCH_SLOTS_AHEAD")
+             "ONE_LAUNCH_BUCKET_SLOTS", "ONE_LAUNCH_CELLS_AHEAD", "ONE_LAUNCH_LANE_SLOTS")
 
 
 def _settings() -> tuple:

@@ -40,8 +40,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
      one_launch_stamps, one_launch_maxnreg, _, one_launch_scan_gather, one_launch_row_tally, _,
      bracket_sigmas, slow_tile, pack_tile, one_launch_round_ng, one_launch_pass1_ahead,
      one_launch_whole_sample, one_launch_rank_top, one_launch_copy_tile, one_launch_sums_once,
-     one_launch_mass_cells, one_launch_bucket_slots, one_launch_cells_ahead, one_launch_lane_slots,
-     one_launch_slots_ahead) = settings
+     one_launch_mass_cells, one_launch_bucket_slots, one_launch_cells_ahead, one_launch_lane_slots) = settings
     tiles = triton.cdiv(V, block_v)
     if B * K1 <= one_launch_rows:     # its splits are its own (pass 1's too where pass 1 is planned so)
         splits = one_launch_splits(B * K1, one_launch_programs, one_launch_most, sms)
@@ -71,7 +70,7 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
                 SIGMAS=float(bracket_sigmas), SLOW_TILE=slow_tile, ROUND_NG=0,
                 BLOCK_ROUND=2, SHARE_G=ng + ng_count, AHEAD=False, WHOLE=0, RANK_TOP=0, COPY_TILE=0,
                 SUMS_ONCE=False, MASS_NG=0, CELL_TILE=2, SLOTS=0, CELLS_AHEAD=False, LANE_SLOTS=0, LANE_WORDS=0,
-                SLOTS_AHEAD=False, num_warps=warps)
+                num_warps=warps)
     # one region per split (block_f, BLOCK_F's size, is at least 2 for the partial sums' loads)
     meta["SCRATCH"] = cap // scratch_share if scratch_share else 0
     # the search ranks an interval's last few tokens where the scratch can hold them (0: it searches on)
@@ -143,12 +142,9 @@ def _recipe(B: int, K1: int, V: int, S1: int, block_v: int, block_b: int, warps:
         nw = LANES.value if one_launch_scan_gather else 0
         _takes("ONE_LAUNCH_LANE_SLOTS", one_launch_lane_slots, one_launch_lane_slots in (0, 1, 2, 4, 8, 16),
                "0 (the second pass alone) or a power of 2 up to 16 (slots a lane)")
-        _takes("ONE_LAUNCH_SLOTS_AHEAD", one_launch_slots_ahead, one_launch_slots_ahead in (0, 1),
-               "0 (a slot loaded after the last one's store) or 1 (every slot loaded before any store)")
         if one_launch_scan_gather and one_launch_lane_slots:    # a lane's slots, in its read's wider tile
             one.update(LANE_SLOTS=int(one_launch_lane_slots),
-                       LANE_WORDS=int(one_launch_lane_slots) * max(one["BLOCK_READ"], one["BLOCK_COUNT"]),
-                       SLOTS_AHEAD=bool(one_launch_slots_ahead))
+                       LANE_WORDS=int(one_launch_lane_slots) * max(one["BLOCK_READ"], one["BLOCK_COUNT"]))
         stages = ((3, (B, K1, sf), _options(dict(one, NW_READ=nw, NW_COUNT=nw), 0, one_launch_maxnreg, wide)),)
         # the rows' lists of packed tokens (``triton_cut.packed_tokens``), their splits' tallies, the shares of
         # their sample brackets (``triton_cut.bracket_shares``), their buckets' slots (``triton_cut.bucket_slots``),

@@ -186,27 +186,18 @@ def keep_slot(slots_ptr, key, offs, inside, count, D: tl.constexpr, BLOCK_V: tl.
 
 
 @triton.jit
-def gather_slots(count, slots_ptr, buf_ptr, sub, D: tl.constexpr, BLOCK_V: tl.constexpr, AHEAD: tl.constexpr = False):
+def gather_slots(count, slots_ptr, buf_ptr, sub, D: tl.constexpr, BLOCK_V: tl.constexpr):
     """The lane gather's end where no lane counted more tokens than its D slots hold (``keep_slot``): each lane
     stores its tokens from its place on, the count of the lanes before it, at most ``sub`` slots in all: the slots
-    and the order that ``gather_lanes`` gives, from the lanes' slots. AHEAD: the [D, BLOCK_V] slots in one load
-    before any store, where slot k's load otherwise follows slot k - 1's store."""
+    and the order that ``gather_lanes`` gives, from the lanes' slots."""
     # a slot's store and its load may fall to different threads (each op picks its own layout): every store is in
     # before any load
     tl.debug_barrier()
     at = tl.cumsum(count, 0) - count
     lane = tl.arange(0, BLOCK_V)
-    if AHEAD:
-        # the slots and the region share the work space: the compiler keeps each load after the stores before it,
-        # so loads that come first make one round trip to L2 where slot by slot makes D
-        k = tl.arange(0, D)[:, None]
-        held = count[None, :] > k
-        tokens = tl.load(slots_ptr + k * BLOCK_V + lane[None, :], mask=held, other=0)
-        tl.store(buf_ptr + at[None, :] + k, tokens, mask=held & (at[None, :] + k < sub))
-    else:
-        for k in tl.static_range(D):
-            token = tl.load(slots_ptr + k * BLOCK_V + lane, mask=count > k, other=0)
-            tl.store(buf_ptr + at + k, token, mask=(count > k) & (at + k < sub))
+    for k in tl.static_range(D):
+        token = tl.load(slots_ptr + k * BLOCK_V + lane, mask=count > k, other=0)
+        tl.store(buf_ptr + at + k, token, mask=(count > k) & (at + k < sub))
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from specverify.kernels.triton_gather import (LANES, count_word, gather, gather_
 @triton.jit
 def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr, region, parts_ptr,
           HAS_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr, NW_V: tl.constexpr,
-          NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0, AHEAD: tl.constexpr = False):
+          NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0):
     """One read of [lo_v, hi_v): (count, mass, min-p mass) at keys >= hi, the whole mass, the min-p (count,
     mass); the tokens in [lo, hi) go to buf_ptr's ``region`` slots in lane groups (``gather``; NW_V and NW_COUNT
     its NW for the two tiles, ``triton_gather.ballot_warps``), in no particular order, and their counts to
@@ -33,8 +33,7 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
     BLOCK_COUNT. Where min-p is the row's only filter (``only_mp``), its Z' is the min-p mass alone: the loop
     sums the min-p count and mass, the other four are 0, and nothing is gathered (its record compacts nothing). Also
     returns the lanes' gathered count, int64 (NW = LANES; 0 where nothing is gathered), as ``gather_end`` writes it.
-    D (with NW = LANES): the slots of each lane at slots_ptr that keep its tokens as it counts them (``_sweep_run``;
-    AHEAD: loaded in one tile, ``triton_gather.gather_slots``)."""
+    D (with NW = LANES): the slots of each lane at slots_ptr that keep its tokens as it counts them (``_sweep_run``)."""
     minp = False
     if HAS_M:           # without a min_p tensor, floor is 0: no min-p loop is compiled
         minp = floor > 0.0
@@ -47,7 +46,7 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
         if lo < hi:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                    buf_ptr, region, parts_ptr, True, True, True,
-                                                                   BLOCK_V, NW_V, slots_ptr, D, AHEAD)
+                                                                   BLOCK_V, NW_V, slots_ptr, D)
         else:
             c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor,
                                                                    buf_ptr, region, parts_ptr, True, True, False,
@@ -55,11 +54,11 @@ def sweep(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, weigh, only_mp, buf_ptr,
     elif weigh:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                                region, parts_ptr, True, False, True, BLOCK_V, NW_V,
-                                                               slots_ptr, D, AHEAD)
+                                                               slots_ptr, D)
     else:
         c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr,
                                                                region, parts_ptr, False, False, True, BLOCK_COUNT,
-                                                               NW_COUNT, slots_ptr, D, AHEAD)
+                                                               NW_COUNT, slots_ptr, D)
     return c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n
 
 
@@ -87,15 +86,14 @@ def _sweep_min_p(row_ptr, lo_v, hi_v, inv_t, m, floor, BLOCK_V: tl.constexpr):
 @triton.jit
 def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, parts_ptr, MASS: tl.constexpr,
                MINP: tl.constexpr, GATHER: tl.constexpr, BLOCK_V: tl.constexpr, NW: tl.constexpr,
-               slots_ptr=None, D: tl.constexpr = 0, AHEAD: tl.constexpr = False):
+               slots_ptr=None, D: tl.constexpr = 0):
     """``sweep``'s loop, with the masses (MASS) and the min-p sums (MINP: floor > 0) or without (every token
     passes), and the gather (GATHER, where [lo, hi) may hold tokens) or without. Per lane sums: no reduction
     in the loop (a tile's reduction to place its bracket tokens in order cost a third of the read). Keys
     compare as int32 (int64 compares take twice the instructions): hi = KMAX, above every key, compares as
     2**31 - 1, and lo is below KMAX wherever anything is gathered. D (NW = LANES): each lane also stores its first D
     tokens at its slots at slots_ptr as it counts them, and where none counted more (a flag in the count's high word,
-    summed with it), they fill the region in place of the second pass (AHEAD: every slot loaded before any store,
-    ``triton_gather.gather_slots``)."""
+    summed with it), they fill the region in place of the second pass."""
     tl.static_assert(D == 0 or NW == LANES, "only the lanes' gather keeps its tokens in slots")
     zi = tl.zeros([BLOCK_V], tl.int32)
     zl = tl.zeros([BLOCK_V], tl.int64)
@@ -160,7 +158,7 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
         if GATHER:
             if gather_on:
                 if (n >> 32) == 0:
-                    gather_slots(count, slots_ptr, group_ptr, sub, D, BLOCK_V, AHEAD)
+                    gather_slots(count, slots_ptr, group_ptr, sub, D, BLOCK_V)
                 else:
                     gather_lanes(row_ptr, lo_v, hi_v, lo32, hi32, count, group_ptr, sub, BLOCK_V)
         n = n & 4294967295
@@ -175,14 +173,13 @@ def _sweep_run(row_ptr, lo_v, hi_v, lo, hi, inv_t, m, floor, buf_ptr, region, pa
 @triton.jit
 def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p_on, inv_t, m, floor,
           HAS_M: tl.constexpr, CAP: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_COUNT: tl.constexpr,
-          NW_V: tl.constexpr, NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0,
-          AHEAD: tl.constexpr = False):
+          NW_V: tl.constexpr, NW_COUNT: tl.constexpr, slots_ptr=None, D: tl.constexpr = 0):
     """Stage 1 for this program's split of the row, bracket [lo, hi): the sweep's sums to work, its bracket
     tokens to its region in lane groups (``triton_gather.gather``; NW_V and NW_COUNT its NW for the two
     tiles). A top-k row with nothing above its bracket and min-p off is read without masses: its cut and Z'
     come from the gathered tokens alone (top-p's target from the mass top-k keeps), so its whole mass is left
     0. Returns the split's gathered count where its gather is the lanes' (NW_V = NW_COUNT = LANES), as it writes it;
-    D, AHEAD: the slots of each lane at slots_ptr that keep its tokens as it counts them (``sweep``)."""
+    D: the slots of each lane at slots_ptr that keep its tokens as it counts them (``sweep``)."""
     split = tl.program_id(2)
     lo_v = split * chunk
     buf = work_tokens(work_ptr, NR, rid, SF, CAP) + split * region
@@ -190,7 +187,7 @@ def read_split(row_ptr, rid, NR, work_ptr, lo, hi, V, SF, chunk, region, k_on, p
     weigh = ~unweighed(k_on, hi, floor)
     c_hi, w_hi, w_hi_mp, w_all, c_mp, w_mp, n = sweep(
         row_ptr, lo_v, tl.minimum(lo_v + chunk, V), lo, hi, inv_t, m, floor, weigh, ~k_on & ~p_on, buf, region, mine,
-        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT, slots_ptr, D, AHEAD)
+        HAS_M, BLOCK_V, BLOCK_COUNT, NW_V, NW_COUNT, slots_ptr, D)
     tl.store(mine, c_hi)
     tl.store(mine + 1, w_hi)
     tl.store(mine + 2, w_hi_mp)
