@@ -1,4 +1,4 @@
-"""The interpreter's tree of combines for ``tl.reduce`` (specverify/kernels/triton_interpreted_reduce.py): it must
+"""The interpreter's tree of combines for ``tl.reduce`` (specverify/kernels/triton_interpreted_ops.py): it must
 give what the interpreter's own element-by-element reduction gives, on every axis and with kept dimensions, for an
 associative combine that is not commutative (the first nonzero element), so that an order of pairs that mixes the
 elements up fails. Interpreter only: on CUDA the reduction is compiled.
@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from triton_sampler_cases import _CUDA, triton_kernels
-from specverify.kernels.triton_interpreted_reduce import reduce_combines_in_a_tree
+from specverify.kernels.triton_interpreted_ops import reduce_combines_in_a_tree
 
 pytestmark = pytest.mark.skipif(_CUDA, reason="the tree replaces the interpreter's reduction; CUDA compiles its own")
 
@@ -87,3 +87,56 @@ def test_tree_of_combines_reduces_as_the_interpreter_does_element_by_element(axi
         monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce",
                             interpreter.ReduceOps.generic_reduce.specverify_original)
         assert torch.equal(run(), tree)
+
+
+@triton.jit
+def _with_numbers_kernel(x_ptr, s_ptr, out_ptr, N: tl.constexpr, INT: tl.constexpr):
+    """out [16, N] float64 of x [N] and its scalar s (x's type) with Python numbers and with s, each side (INT: x
+    is integer, which floor division and modulo take; a float's rows 3 and 4 stay as they were)."""
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    s = tl.load(s_ptr)
+    tl.store(out_ptr + i, x + 3)
+    tl.store(out_ptr + N + i, 3 - x)
+    tl.store(out_ptr + 2 * N + i, x * 5)
+    if INT:
+        tl.store(out_ptr + 3 * N + i, x // 3)
+        tl.store(out_ptr + 4 * N + i, 7 % x)
+    tl.store(out_ptr + 5 * N + i, tl.minimum(x, 2))
+    tl.store(out_ptr + 6 * N + i, tl.maximum(-1, x))
+    tl.store(out_ptr + 7 * N + i, (x < 4).to(tl.float64))
+    tl.store(out_ptr + 8 * N + i, (2 >= x).to(tl.float64))
+    tl.store(out_ptr + 9 * N + i, x * 1.5)
+    tl.store(out_ptr + 10 * N + i, x / 2)
+    tl.store(out_ptr + 11 * N + i, x + s)
+    tl.store(out_ptr + 12 * N + i, s - x)
+    tl.store(out_ptr + 13 * N + i, x * s)
+    tl.store(out_ptr + 14 * N + i, (s < x).to(tl.float64))
+    tl.store(out_ptr + 15 * N + i, x + (1 - 2 ** 31))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32], ids=str)
+def test_numbers_without_splats_give_the_values_of_the_splatted_numbers(dtype, monkeypatch):
+    """Blocks of int32, int64 and float32 with Python numbers on either side (an int, a float that an int block must
+    not take as its own type, int32's least) and with a scalar of their own type, through add, sub, mul,
+    floor division, modulo, true division, minimum, maximum and comparisons: with the shortcut as Triton's own
+    splats give them, bit for bit, and as torch computes the plain cases."""
+    from specverify.kernels.triton_interpreted_ops import combine_numbers_without_splats
+    assert triton_kernels.interpreted() and combine_numbers_without_splats()
+    x = torch.tensor([-8, -5, -3, -1, 1, 2, 3, 4, 5, 6, 7, 9, 11, 13, 17, 100], dtype=dtype)
+    s = torch.tensor([3], dtype=dtype)
+
+    def run() -> torch.Tensor:
+        out = torch.full((16, 16), -0.5, dtype=torch.float64)
+        _with_numbers_kernel[(1,)](x, s, out, 16, not dtype.is_floating_point)
+        return out
+
+    shortcut = run()
+    xd = x.double()
+    assert torch.equal(shortcut[0], xd + 3) and torch.equal(shortcut[1], 3 - xd) and torch.equal(shortcut[11], xd + 3)
+    assert torch.equal(shortcut[7], (xd < 4).double()) and torch.equal(shortcut[14], (3 < xd).double())
+    assert torch.equal(shortcut[9], (x.float() * 1.5).double())
+    from triton.runtime import interpreter
+    monkeypatch.delattr(interpreter.interpreter_semantic, "binary_op_type_checking_impl")
+    splatted = run()
+    assert torch.equal(shortcut, splatted), (shortcut != splatted).nonzero().tolist()
