@@ -140,3 +140,24 @@ def test_numbers_without_splats_give_the_values_of_the_splatted_numbers(dtype, m
     monkeypatch.delattr(interpreter.interpreter_semantic, "binary_op_type_checking_impl")
     splatted = run()
     assert torch.equal(shortcut, splatted), (shortcut != splatted).nonzero().tolist()
+
+
+def test_shortcuts_stand_down_for_an_interpreter_they_do_not_match(monkeypatch):
+    """Each shortcut reads the interpreter's own state (a reduction's axis, combine and kept dimensions; the type
+    checks' arguments): where a Triton's constructor or type checks take other parameters, installing it must refuse
+    and leave Triton's own in place, rather than misread them."""
+    from triton.runtime import interpreter
+    from specverify.kernels.triton_interpreted_ops import combine_numbers_without_splats
+    ops, semantic = interpreter.ReduceOps, interpreter.interpreter_semantic
+    own_reduce = getattr(ops.generic_reduce, "specverify_original", ops.generic_reduce)
+    monkeypatch.setattr(ops, "generic_reduce", own_reduce)
+    monkeypatch.setattr(ops, "__init__", lambda self, axis, combine_fn, keep_dims, dtype=None: None)
+    assert reduce_combines_in_a_tree() is False and ops.generic_reduce is own_reduce
+    monkeypatch.delattr(semantic, "binary_op_type_checking_impl")
+    own_checks = type(semantic).binary_op_type_checking_impl
+    monkeypatch.setattr(type(semantic), "binary_op_type_checking_impl",
+                        lambda self, lhs, rhs, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic_check=True,
+                        div_or_mod=False, rounding=None: own_checks(self, lhs, rhs, allow_lhs_ptr, allow_rhs_ptr,
+                                                                   arithmetic_check, div_or_mod))
+    assert combine_numbers_without_splats() is False
+    assert "binary_op_type_checking_impl" not in semantic.__dict__

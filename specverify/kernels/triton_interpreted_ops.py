@@ -35,6 +35,9 @@ def reduce_combines_in_a_tree() -> bool:
         ops.to_tensor  # noqa: B018 (the helper the tree uses must exist)
     except (ImportError, AttributeError):
         return False
+    # the state the tree reads (axis, combine_fn, keep_dims) is what the constructor takes
+    if _parameters(ops.__init__) != ["self", "axis", "combine_fn", "keep_dims"]:
+        return False
     if getattr(original, "specverify_tree", False):
         return True
 
@@ -79,10 +82,10 @@ def _values(out, like) -> np.ndarray:
 
 def combine_numbers_without_splats() -> bool:
     """Where a binary operation's type checks pair a block of a non-pointer type with a Python number (not a bool)
-    whose computation type is the block's own, the number is checked and made a constant as Triton makes it, and
-    given the block's type with its one value, where Triton would splat it to the block's shape: the operation's
-    numpy call broadcasts it. Every other pair, and every check that refuses, takes Triton's own (once;
-    idempotent)."""
+    or a scalar tensor of the block's own type, and the computation type is the block's own, the number is checked
+    and made a constant as Triton makes it, and the operand given the block's type with its one value, where Triton
+    would splat it to the block's shape: the operation's numpy call broadcasts it. Every other pair, and every check
+    that refuses, takes Triton's own (once; idempotent)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
@@ -90,6 +93,8 @@ def combine_numbers_without_splats() -> bool:
         check = type(semantic).binary_op_type_checking_impl
         semantic.computation_type_impl, semantic._cast_to_computation_type, semantic.to_tensor_type  # noqa: B018
     except (ImportError, AttributeError):
+        return False
+    if _parameters(check) != ["self", "lhs", "rhs", "allow_lhs_ptr", "allow_rhs_ptr", "arithmetic_check", "div_or_mod"]:
         return False
     if getattr(semantic.__dict__.get("binary_op_type_checking_impl"), "specverify_numbers", False):
         return True
@@ -123,3 +128,12 @@ def combine_numbers_without_splats() -> bool:
     type_checked.specverify_numbers = True
     semantic.binary_op_type_checking_impl = type_checked
     return True
+
+
+def _parameters(fn) -> list:
+    """fn's parameter names, in order ([] where it has no signature)."""
+    import inspect
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
