@@ -3,22 +3,21 @@ interpreter's other shortcuts):
 
     reduce_combines_in_a_tree()         ``tl.reduce`` of a combine of the kernel's own in a tree of whole-array
                                         combines
-    combine_numbers_without_splats()    a block and a Python number without the number's block
+    combine_numbers_without_splats()    a block and a Python number, or a scalar of its type, without splatting it
 Each returns False, changing nothing, where the interpreter is not as expected.
 
 Why the tree: the interpreter runs such a reduction one element at a time, calling the combine (a Python function of
-interpreted operations) once per element, where ``tl.sum``, ``tl.max`` and ``tl.min`` take one numpy call. A record
-of the one-launch cut reduces [256]-element tensors of six operands that way, and those reductions were 40% of an
-interpreted one-launch test's time. Here the elements are combined in adjacent pairs, (x0, x1), (x2, x3), ..., the
-pairs' results again in pairs, and so on: log2(n) calls of the combine on arrays. Adjacent pairs keep the elements'
-order, so an associative combine (which ``tl.reduce`` requires, and which the GPU's own tree of shuffles assumes)
-gives what the element-by-element reduction gives; the kernels' combines are integer adds, minima and maxima, and
-adds of integer-valued floats, which no order changes.
+interpreted operations) once per element, where ``tl.sum``, ``tl.max`` and ``tl.min`` take one numpy call; a record
+of the one-launch cut reduces [256]-element tensors of six operands that way. Here the elements are combined in
+adjacent pairs, (x0, x1), (x2, x3), ..., the pairs' results again in pairs, and so on: log2(n) calls of the combine
+on arrays. Adjacent pairs keep the elements' order, so an associative combine (which ``tl.reduce`` requires, and which
+the GPU's own tree of shuffles assumes) gives what the element-by-element reduction gives; the kernels' combines are
+integer adds, minima and maxima, and adds of integer-valued floats, which no order changes.
 
-Why the numbers: most of a kernel's binary operations pair a block with a Python number (``i < n``, ``x * 2``), and
-the interpreter makes the number a block of the block's shape (a splat: a new array and two tensors) before numpy
-combines the two. Where the number needs no cast of the block, it stays a one-element array here, which numpy
-broadcasts to the same values.
+Why the numbers: many of a kernel's binary operations pair a block with a Python number (``i < n``, ``x * 2``) or a
+scalar (``x - m``), and the interpreter makes that operand a block of the block's shape (a splat: a new array and two
+tensors) before numpy combines the two. Where neither operand needs a cast, it stays a one-element array here, which
+numpy broadcasts to the same values.
 """
 
 from __future__ import annotations
