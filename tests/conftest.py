@@ -29,7 +29,11 @@ LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-d
                  "test_top_p_bracket_from_the_samples_cells", "test_search_from_the_splits_tallies_finds_the_cut",
                  "test_latency_rows_compare_every_variants", "test_every_split_of_a_filtered_row_stamps",
                  "test_miss_rows_count_the_rows", "test_count_bracket_from_the_whole_sample_leaves",
-                 "test_shipped_suite_is_not_green_for_a_backend", "test_filter_misses_refuses_by_name")
+                 "test_shipped_suite_is_not_green_for_a_backend", "test_filter_misses_refuses_by_name",
+                 # the longest on CUDA, where their kernels compile for minutes: started last under a device call's
+                 # limit, they were cut off unfinished (docs/nightly/2026-11-29-h200-filters31)
+                 "test_slow_path_in_wide_tiles_writes", "test_slow_path_sets_top_p_alone",
+                 "test_count_brackets_end_where", "test_one_round_bracket_leaves")
 
 
 def pytest_collection_modifyitems(config, items):
