@@ -91,8 +91,9 @@ def test_tree_of_combines_reduces_as_the_interpreter_does_element_by_element(axi
 
 @triton.jit
 def _with_numbers_kernel(x_ptr, s_ptr, out_ptr, N: tl.constexpr, INT: tl.constexpr):
-    """out [16, N] float64 of x [N] and its scalar s (x's type) with Python numbers and with s, each side (INT: x
-    is integer, which floor division and modulo take; a float's rows 3 and 4 stay as they were)."""
+    """out [20, N] float64 of x [N] and its scalar s (x's type) with Python numbers, with s, each side, with
+    themselves, across two shapes, and a float32 block with an int32 one past float32's integers (INT: x is integer,
+    which floor division and modulo take; a float's rows 3 and 4 stay as they were)."""
     i = tl.arange(0, N)
     x = tl.load(x_ptr + i)
     s = tl.load(s_ptr)
@@ -113,21 +114,26 @@ def _with_numbers_kernel(x_ptr, s_ptr, out_ptr, N: tl.constexpr, INT: tl.constex
     tl.store(out_ptr + 13 * N + i, x * s)
     tl.store(out_ptr + 14 * N + i, (s < x).to(tl.float64))
     tl.store(out_ptr + 15 * N + i, x + (1 - 2 ** 31))
+    tl.store(out_ptr + 16 * N + i, x * x - x)
+    tl.store(out_ptr + 17 * N + i, s * s - 2 * s + 1)
+    tl.store(out_ptr + 18 * N + i, tl.sum(tl.where(x[:, None] < x[None, :], 1.0, 0.0), axis=1))
+    tl.store(out_ptr + 19 * N + i, (x / 3).to(tl.float32) + (i + 16777217))
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32], ids=str)
 def test_numbers_without_splats_give_the_values_of_the_splatted_numbers(dtype, monkeypatch):
     """Blocks of int32, int64 and float32 with Python numbers on either side (an int, a float that an int block must
-    not take as its own type, int32's least) and with a scalar of their own type, through add, sub, mul,
-    floor division, modulo, true division, minimum, maximum and comparisons: with the shortcut as Triton's own
-    splats give them, bit for bit, and as torch computes the plain cases."""
+    not take as its own type, int32's least), with a scalar of their own type, and with themselves (a scalar with
+    itself and with numbers too), through add, sub, mul, floor division, modulo, true division, minimum, maximum and
+    comparisons: with the shortcut as Triton's own checks and splats give them, bit for bit, and as torch computes
+    the plain cases."""
     from specverify.kernels.triton_interpreted_ops import combine_numbers_without_splats
     assert triton_kernels.interpreted() and combine_numbers_without_splats()
     x = torch.tensor([-8, -5, -3, -1, 1, 2, 3, 4, 5, 6, 7, 9, 11, 13, 17, 100], dtype=dtype)
     s = torch.tensor([3], dtype=dtype)
 
     def run() -> torch.Tensor:
-        out = torch.full((16, 16), -0.5, dtype=torch.float64)
+        out = torch.full((20, 16), -0.5, dtype=torch.float64)
         _with_numbers_kernel[(1,)](x, s, out, 16, not dtype.is_floating_point)
         return out
 
@@ -136,6 +142,9 @@ def test_numbers_without_splats_give_the_values_of_the_splatted_numbers(dtype, m
     assert torch.equal(shortcut[0], xd + 3) and torch.equal(shortcut[1], 3 - xd) and torch.equal(shortcut[11], xd + 3)
     assert torch.equal(shortcut[7], (xd < 4).double()) and torch.equal(shortcut[14], (3 < xd).double())
     assert torch.equal(shortcut[9], (x.float() * 1.5).double())
+    assert torch.equal(shortcut[16], xd * xd - xd) and torch.equal(shortcut[17], torch.full((16,), 4.0, dtype=xd.dtype))
+    assert torch.equal(shortcut[18], (xd[:, None] < xd[None, :]).double().sum(1))
+    assert torch.equal(shortcut[19], ((x / 3).float() + (torch.arange(16) + 16777217).float()).double())
     from triton.runtime import interpreter
     monkeypatch.delattr(interpreter.interpreter_semantic, "binary_op_type_checking_impl")
     splatted = run()
@@ -161,3 +170,39 @@ def test_shortcuts_stand_down_for_an_interpreter_they_do_not_match(monkeypatch):
                                                                    arithmetic_check, div_or_mod))
     assert combine_numbers_without_splats() is False
     assert "binary_op_type_checking_impl" not in semantic.__dict__
+
+
+def test_numbers_without_splats_return_the_types_of_tritons_checks():
+    """The shortcut's operands must have the types Triton's own type checks give (so that every operation after them
+    makes the tensor Triton makes), and values that broadcast to Triton's: over blocks of two shapes, a block with a
+    scalar either side, blocks and scalars with numbers, two types, and division's computation types too; and a
+    number out of its block's range must be refused alike."""
+    import numpy as np
+    from triton.runtime import interpreter
+    from triton.runtime.interpreter import TensorHandle
+    from specverify.kernels.triton_interpreted_ops import combine_numbers_without_splats
+    assert combine_numbers_without_splats()
+    semantic = interpreter.interpreter_semantic
+    own = type(semantic).binary_op_type_checking_impl
+    np_of = {tl.float32: np.float32, tl.int32: np.int32, tl.int64: np.int64}
+
+    def t(shape, dtype):
+        data = (np.arange(int(np.prod(shape)) if shape else 1) + 1).astype(np_of[dtype]).reshape(shape or [1])
+        return tl.tensor(TensorHandle(data, dtype), tl.block_type(dtype, list(shape)) if shape else dtype)
+
+    f32, i32, i64 = tl.float32, tl.int32, tl.int64
+    pairs = [(t([4, 1], f32), t([1, 4], f32)), (t([4], i32), t([], i32)), (t([], i32), t([4], i32)), (t([4], i64), 3),
+             (2.5, t([4], f32)), (t([], f32), 1.5), (4, t([], i64)), (t([4], f32), t([4], i32)), (t([4], i32), 1.5),
+             (t([4], i64), t([4], i64)), (t([2, 4], i32), t([2, 4], i32))]
+    for lhs, rhs in pairs:
+        for div in (False, True):
+            got, want = semantic.binary_op_type_checking_impl(lhs, rhs, div_or_mod=div), own(semantic, lhs, rhs,
+                                                                                              div_or_mod=div)
+            assert [str(g.type) for g in got] == [str(w.type) for w in want], (lhs, rhs, div)
+            for g, w in zip(got, want):
+                assert g.handle.data.dtype == w.handle.data.dtype
+                assert np.array_equal(np.broadcast_to(g.handle.data, w.handle.data.shape), w.handle.data)
+    # a number its block's type cannot hold is refused, by Triton's own range check, as Triton refuses it
+    for check in (semantic.binary_op_type_checking_impl, lambda a, b: own(semantic, a, b)):
+        with pytest.raises(ValueError, match="out of range for type int32"):
+            check(t([4], i32), 2 ** 31)

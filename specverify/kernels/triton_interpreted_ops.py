@@ -3,7 +3,7 @@ interpreter's other shortcuts):
 
     reduce_combines_in_a_tree()         ``tl.reduce`` of a combine of the kernel's own in a tree of whole-array
                                         combines
-    combine_numbers_without_splats()    a block and a Python number, or a scalar of its type, without splatting it
+    combine_numbers_without_splats()    a tensor and a Python number or a tensor of its type, with no cast or splat
 Each returns False, changing nothing, where the interpreter is not as expected.
 
 Why the tree: the interpreter runs such a reduction one element at a time, calling the combine (a Python function of
@@ -17,7 +17,7 @@ integer adds, minima and maxima, and adds of integer-valued floats, which no ord
 Why the numbers: many of a kernel's binary operations pair a block with a Python number (``i < n``, ``x * 2``) or a
 scalar (``x - m``), and the interpreter makes that operand a block of the block's shape (a splat: a new array and two
 tensors) before numpy combines the two. Where neither operand needs a cast, it stays a one-element array here, which
-numpy broadcasts to the same values.
+numpy broadcasts to the same values; and operands of one type skip the type checks' dozen steps.
 """
 
 from __future__ import annotations
@@ -80,11 +80,12 @@ def _values(out, like) -> np.ndarray:
 
 
 def combine_numbers_without_splats() -> bool:
-    """Where a binary operation's type checks pair a block of a non-pointer type with a Python number (not a bool)
-    or a scalar tensor of the block's own type, and the computation type is the block's own, the number is checked
-    and made a constant as Triton makes it, and the operand given the block's type with its one value, where Triton
-    would splat it to the block's shape: the operation's numpy call broadcasts it. Every other pair, and every check
-    that refuses, takes Triton's own (once; idempotent)."""
+    """Where a binary operation's type checks pair a tensor of a non-pointer type with a Python number (not a bool)
+    or a tensor of its own type, and the computation type is that type (no cast), the number is checked and made a
+    constant as Triton makes it, and a scalar beside a block is given the block's type with its one value, where
+    Triton would splat it to the block's shape: the operation's numpy call broadcasts it. Tensors of one type and
+    shape are returned as Triton's checks return them. Every other pair (pointers, casts, blocks of two shapes), and
+    every check that refuses, takes Triton's own (once; idempotent)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
@@ -101,27 +102,34 @@ def combine_numbers_without_splats() -> bool:
 
     def type_checked(lhs, rhs, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic_check=True, div_or_mod=False):
         if arithmetic_check:
-            block = other = None
-            if type(lhs) is tensor and type(lhs.type) is block_type:
-                block, other, first = lhs, rhs, False
-            elif type(rhs) is tensor and type(rhs.type) is block_type:
-                block, other, first = rhs, lhs, True
-            if block is not None and not block.dtype.is_ptr():
-                own = block.dtype
+            if type(lhs) is tensor:
+                one, other, first = lhs, rhs, False
+            elif type(rhs) is tensor:
+                one, other, first = rhs, lhs, True
+            else:
+                one = None
+            if one is not None and not one.dtype.is_ptr():
+                own = one.dtype
                 if type(other) in (int, float):
                     its, is_number = semantic.to_tensor_type(other), True
-                elif type(other) is tensor and other.type is other.dtype and other.dtype == own:
-                    its, is_number = own, False     # a scalar of the block's own type
+                elif type(other) is tensor and other.dtype == own:
+                    its, is_number = own, False
                 else:
                     its = None
-                if its is not None:
-                    to = (semantic.computation_type_impl(its, is_number, own, False, div_or_mod) if first else
-                          semantic.computation_type_impl(own, False, its, is_number, div_or_mod))
-                    if to == own:
-                        if is_number:       # Triton's range checks, and its constant
-                            other = semantic._cast_to_computation_type(other, own)
-                        other = tensor(other.handle, block.type)
-                        return (other, block) if first else (block, other)
+                if its is not None and own == (semantic.computation_type_impl(its, is_number, own, False, div_or_mod)
+                                               if first else
+                                               semantic.computation_type_impl(own, False, its, is_number, div_or_mod)):
+                    if is_number:       # Triton's range checks, and its constant
+                        other = semantic._cast_to_computation_type(other, own)
+                    # the broadcast: equal types stay, and a scalar takes the block's type with its one value
+                    one_block, other_block = type(one.type) is block_type, type(other.type) is block_type
+                    if one_block and not other_block:
+                        other = tensor(other.handle, one.type)
+                    elif other_block and not one_block:
+                        one = tensor(one.handle, other.type)
+                    elif one_block and one.type.shape.values != other.type.shape.values:
+                        return check(semantic, lhs, rhs, allow_lhs_ptr, allow_rhs_ptr, arithmetic_check, div_or_mod)
+                    return (other, one) if first else (one, other)
         return check(semantic, lhs, rhs, allow_lhs_ptr, allow_rhs_ptr, arithmetic_check, div_or_mod)
 
     type_checked.specverify_numbers = True
