@@ -12,7 +12,9 @@ of the one-launch cut reduces [256]-element tensors of six operands that way. He
 adjacent pairs, (x0, x1), (x2, x3), ..., the pairs' results again in pairs, and so on: log2(n) calls of the combine
 on arrays. Adjacent pairs keep the elements' order, so an associative combine (which ``tl.reduce`` requires, and which
 the GPU's own tree of shuffles assumes) gives what the element-by-element reduction gives; the kernels' combines are
-integer adds, minima and maxima, and adds of integer-valued floats, which no order changes.
+integer adds, minima and maxima, and adds of integer-valued floats, which no order changes. Both shortcuts hold for
+every kernel the process interprets, a backend's under test too: a combine that is not associative (a float sum's
+rounding, a bug) gives the tree's fold there, as the GPU gives its own, where the interpreter would give a left fold.
 
 Why the numbers: many of a kernel's binary operations pair a block with a Python number (``i < n``, ``x * 2``) or a
 scalar (``x - m``), and the interpreter makes that operand a block of the block's shape (a splat: a new array and two
