@@ -661,7 +661,7 @@ def _slots_after(batch: SpecBatch, slots: int, monkeypatch) -> tuple:
     words, grid, meta = plans[0]
     nt, rows = meta["TALLY_N"], grid[0] * grid[1]
     end = words - rows * grid[2] * meta["LANE_WORDS"]       # the splits' lanes' slots come after the buckets'
-    work = [work for work, *_ in triton_filter._buffers.values()][0]
+    work = _work_space()
     return records, brackets, work[end - rows * nt * slots:end].view(rows, nt, slots).cpu().clone()
 
 
