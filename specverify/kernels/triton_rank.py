@@ -27,28 +27,38 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     A row gathered whole always finds its cut here (ok).
 
     Each reduction across the program's warps is a round trip through shared memory and a barrier, so they are
-    few: top-k's count of larger keys and top-p's mass ahead (a row of the [BLOCK_N, BLOCK_N] comparison each),
-    top-k's kept count and mass, then one of six operands for the rest. The kept set is a prefix of the tokens in
-    packed order (larger key first, then lower index: a larger packed word), so the cut is its smallest packed
-    word, and the cut splits a tie group where the largest packed word left out has the cut's key."""
+    few, and none waits on another that it need not. Where both filters are on, top-p's mass ahead of a token (a
+    row of the [BLOCK_N, BLOCK_N] comparison) takes no top-k mask, so that it and top-k's count of larger keys reduce
+    side by side: a token that top-k keeps has every token ahead of it kept too (none has a smaller key), and a token
+    that top-k cuts is cut whatever its mass ahead. Top-k's kept mass, which top-p's target needs, takes one more
+    reduction only there; then one of six operands gives the rest. The kept set is a prefix of the tokens in packed
+    order (larger key first, then lower index: a larger packed word), so the cut is its smallest packed word, and the
+    cut splits a tie group where the largest packed word left out has the cut's key."""
     i = tl.arange(0, BLOCK_N)
     packed = tl.load(buf_ptr + i, mask=i < n, other=NONE)
     valid, key, _, e = decode(packed, inv_t, m)
     w = tl.where(valid, weight(e), 0)
     keep = valid
     c_top = tl.zeros([], tl.int64)
-    if k_on:
-        larger = valid[None, :] & (key[None, :] > key[:, None])
-        keep = keep & (c_hi + tl.sum(larger.to(tl.int32), axis=1) < k)
+    target = _target(top_p, w_k)
+    if k_on & p_on:
+        n_larger = _count_larger(valid, key)
+        w_ahead = _mass_ahead(valid, packed, w)
+        keep = keep & (c_hi + n_larger < k)
         c_top, w_top = tl.reduce((keep.to(tl.int64), tl.where(keep, w, 0)), 0, add2)
         w_k = w_hi + w_top
-    target = tl.maximum((top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64), 1)
-    if p_on:
-        ahead = valid[None, :] & (packed[None, :] > packed[:, None]) & keep[None, :]
-        keep = keep & (w_hi + tl.sum(tl.where(ahead, w[None, :], 0), axis=1) < target)
+        target = _target(top_p, w_k)
+        keep = keep & (w_hi + w_ahead < target)
+    elif k_on:
+        keep = keep & (c_hi + _count_larger(valid, key) < k)
+    elif p_on:
+        keep = keep & (w_hi + _mass_ahead(valid, packed, w) < target)
     n_valid, w_valid, c_in, w_in, last, first_out = tl.reduce(
         (valid.to(tl.int64), w, keep.to(tl.int64), tl.where(keep, w, 0), tl.where(keep, packed, 9223372036854775807),
          tl.where(valid & ~keep, packed, NONE)), 0, _prefix_ends)
+    if k_on & ~p_on:    # top-k's kept set is the whole kept set
+        c_top = c_in
+        w_k = w_hi + w_in
     c_k = c_hi + tl.where(k_on, c_top, n_valid)
     ok = n_valid > 0
     if k_on:
@@ -62,6 +72,24 @@ def rank_cut(buf_ptr, n, c_hi, w_hi, w_hi_mp, w_k, k, k_on, top_p, p_on, floor, 
     if floor > 0.0:
         z = gathered_kept_mass(buf_ptr, n, cut_key, cut_idx, w_hi_mp, floor, inv_t, m, BLOCK_N)
     return ok, cut_key, cut_idx, z, w_k, c_k
+
+
+@triton.jit
+def _target(top_p, w_k):
+    """Top-p's target: float64 top_p times the mass it is a share of, truncated to int64, at least one unit."""
+    return tl.maximum((top_p.to(tl.float64) * w_k.to(tl.float64)).to(tl.int64), 1)
+
+
+@triton.jit
+def _count_larger(valid, key):
+    """[BLOCK_N] int32: each token's count of valid tokens with a larger key."""
+    return tl.sum((valid[None, :] & (key[None, :] > key[:, None])).to(tl.int32), axis=1)
+
+
+@triton.jit
+def _mass_ahead(valid, packed, w):
+    """[BLOCK_N] int64: each token's mass of the valid tokens ahead of it in packed order (a larger packed word)."""
+    return tl.sum(tl.where(valid[None, :] & (packed[None, :] > packed[:, None]), w[None, :], 0), axis=1)
 
 
 @triton.jit
