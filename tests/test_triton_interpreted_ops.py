@@ -206,3 +206,134 @@ def test_numbers_without_splats_return_the_types_of_tritons_checks():
     for check in (semantic.binary_op_type_checking_impl, lambda a, b: own(semantic, a, b)):
         with pytest.raises(ValueError, match="out of range for type int32"):
             check(t([4], i32), 2 ** 31)
+
+
+def _patched(name: str, member):
+    """What the installed ``_patch_attr`` puts in place of member (a tensor's operator, or ``where``)."""
+    from triton.runtime import interpreter
+
+    class Scope:
+        def set_attr(self, obj, attr, value):
+            self.value = value
+
+    scope = Scope()
+    interpreter._patch_attr(tl.core if name == "where" else tl.core.tensor, name, member, None, scope)
+    return scope.value
+
+
+def _operand(shape: list, dtype, seed: int):
+    """A tensor of shape ([]: a scalar) and Triton type dtype whose values hit its type's edges: each integer
+    type's least and greatest (so that adds and products wrap), and a float's infinities, signed zeros and NaN."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
+    np_dtype = _get_np_dtype(dtype)
+    if dtype == tl.int1:
+        edges = np.array([True, False, True, True, False])
+    elif dtype == tl.bfloat16:      # numpy has no bfloat16: the interpreter holds its bits as uint16
+        floats = np.array([-np.inf, -1.5, -0.0, 0.0, 1.5, np.nan, np.inf, 3.0, 1024.0], dtype=np.float32)
+        edges = (floats.view(np.uint32) >> 16).astype(np.uint16)
+    elif dtype.is_floating():
+        edges = np.array([-np.inf, -1.5, -0.0, 0.0, 1.5, np.nan, np.inf, 3.0, 1024.0], dtype=np_dtype)
+    else:
+        info = np.iinfo(np_dtype)
+        edges = np.array([info.min, info.max, 0, 1, 7, info.max - 1, info.min + 3], dtype=np_dtype)
+    size = int(np.prod(shape)) if shape else 1
+    data = np.random.default_rng(seed).choice(edges, size).astype(np_dtype).reshape(shape or [1])
+    return tl.tensor(TensorHandle(data, dtype), tl.block_type(dtype, list(shape)) if shape else dtype)
+
+
+def _result(fn, *args):
+    """(type name, numpy dtype, shape, float signs, values with NaN as a string) of fn(*args), or the exception's
+    type."""
+    import numpy as np
+    try:
+        out = fn(*args)
+    except Exception as e:      # noqa: BLE001 (Triton's own refusals must stay refusals)
+        return type(e)
+    data = out.handle.data
+    values = ["nan" if v != v else v for v in data.flatten().tolist()]      # NaN equals NaN here
+    signs = np.signbit(data).flatten().tolist() if data.dtype.kind == "f" else None     # -0.0 is not 0.0
+    return str(out.type), data.dtype, data.shape, signs, values
+
+
+@pytest.mark.parametrize("name", ["__add__", "__sub__", "__mul__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__",
+                                  "__ne__", "__and__", "__or__", "__xor__"])
+def test_operators_on_equal_types_give_tritons_results(name, monkeypatch):
+    """Each operator the shortcut runs at once, on two tensors of one type (blocks of one shape, a block with a scalar
+    of its element type either side, two scalars) of every integer width and sign, bool and the floats, with values at
+    the types' edges (wrapping adds and products, NaN, signed zeros): the result's type, numpy dtype, shape and values
+    must be Triton's own, and Triton's own path must not have run. Two types, two shapes, Python numbers and debug
+    mode's int overflow checks must take Triton's own path."""
+    from triton.runtime import interpreter
+    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
+    assert triton_kernels.interpreted() and operate_on_equal_types()
+    semantic = interpreter.interpreter_semantic
+    member = getattr(tl.core.tensor, name)
+    calls = []
+
+    def own(*args, _semantic=None):
+        calls.append(args)
+        return member(*args, _semantic=semantic)
+
+    fast = _patched(name, own)
+    types = [tl.int1, tl.int8, tl.int16, tl.int32, tl.int64, tl.uint8, tl.uint32, tl.uint64, tl.float16,
+             tl.bfloat16, tl.float32, tl.float64]
+    shortcut_ran = 0
+    for k, dtype in enumerate(types):
+        for shapes in ([[8], [8]], [[2, 4], [2, 4]], [[8], []], [[], [2, 4]], [[], []]):
+            x, y = _operand(shapes[0], dtype, k), _operand(shapes[1], dtype, k + 50)
+            calls.clear()
+            got = _result(fast, x, y)
+            ran_own = bool(calls)
+            assert got == _result(own, x, y), (name, dtype, shapes)
+            shortcut_ran += not ran_own
+            # Triton refuses bitwise operators on floats, and its own path does the refusing
+            assert ran_own == (isinstance(got, type) or name in ("__and__", "__or__", "__xor__")
+                               and dtype.is_floating()), (name, dtype, shapes)
+    assert shortcut_ran >= 40, shortcut_ran
+    # two types, two shapes, a number: Triton's own path, with its own results
+    for x, y in ((_operand([8], tl.int32, 1), _operand([8], tl.int64, 2)),
+                 (_operand([8], tl.float32, 3), _operand([1, 8], tl.float32, 4)),
+                 (_operand([8], tl.int32, 5), 3), (_operand([8], tl.float32, 6), 2.5)):
+        calls.clear()
+        got = _result(fast, x, y)
+        assert calls and got == _result(own, x, y), (name, x, y)
+    if name in ("__add__", "__sub__", "__mul__"):     # debug mode checks int overflow on Triton's own path
+        import dataclasses
+        import numpy as np
+        from triton.runtime.interpreter import TensorHandle
+        monkeypatch.setattr(semantic.builder, "options", dataclasses.replace(semantic.builder.options, debug=True))
+        small = tl.tensor(TensorHandle(np.arange(8, dtype=np.int32), tl.int32), tl.block_type(tl.int32, [8]))
+        calls.clear()
+        got = _result(fast, small, small)
+        assert calls and got == _result(own, small, small)
+
+
+def test_where_on_equal_types_gives_tritons_results():
+    """``tl.where`` of a bool block and two tensors of its shape and one type (every width, sign and float, values at
+    the edges) must give Triton's own type, dtype and values without Triton's path; a scalar condition, two types and
+    numbers take Triton's own."""
+    from triton.runtime import interpreter
+    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
+    assert operate_on_equal_types()
+    semantic = interpreter.interpreter_semantic
+    member = tl.core.where
+    calls = []
+
+    def own(*args, _semantic=None):
+        calls.append(args)
+        return member(*args, _semantic=semantic)
+
+    fast = _patched("where", own)
+    for k, dtype in enumerate([tl.int1, tl.int8, tl.int32, tl.int64, tl.uint32, tl.float16, tl.float32, tl.float64]):
+        for shape in ([8], [2, 4], []):
+            c, x, y = _operand(shape, tl.int1, k), _operand(shape, dtype, k + 1), _operand(shape, dtype, k + 2)
+            calls.clear()
+            got = _result(fast, c, x, y)
+            assert not calls and got == _result(own, c, x, y), (dtype, shape)
+    for c, x, y in ((_operand([], tl.int1, 1), _operand([8], tl.int32, 2), _operand([8], tl.int32, 3)),
+                    (_operand([8], tl.int1, 4), _operand([8], tl.int32, 5), _operand([8], tl.int64, 6)),
+                    (_operand([8], tl.int1, 7), _operand([8], tl.float32, 8), 0.0)):
+        calls.clear()
+        got = _result(fast, c, x, y)
+        assert calls and got == _result(own, c, x, y)

@@ -1,9 +1,10 @@
-"""Two of the Triton interpreter's operations, shortened, with the same results (``triton_launch`` holds the
+"""Three of the Triton interpreter's operations, shortened, with the same results (``triton_launch`` holds the
 interpreter's other shortcuts):
 
     reduce_combines_in_a_tree()         ``tl.reduce`` of a combine of the kernel's own in a tree of whole-array
                                         combines
     combine_numbers_without_splats()    a tensor and a Python number or a tensor of its type, with no cast or splat
+    operate_on_equal_types()            an operator or ``tl.where`` on tensors of one type, straight to the builder
 Each returns False, changing nothing, where the interpreter is not as expected.
 
 Why the tree: the interpreter runs such a reduction one element at a time, calling the combine (a Python function of
@@ -20,6 +21,11 @@ Why the numbers: many of a kernel's binary operations pair a block with a Python
 scalar (``x - m``), and the interpreter makes that operand a block of the block's shape (a splat: a new array and two
 tensors) before numpy combines the two. Where neither operand needs a cast, it stays a one-element array here, which
 numpy broadcasts to the same values; and operands of one type skip the type checks' dozen steps.
+
+Why the equal types: a third of the operators a one-launch kernel runs take two tensors of one type (or a block and a
+scalar of its element type), for which Triton's semantic only checks, finds nothing to cast or broadcast, and calls
+one builder operation; with the wrappers around it, six layers of Python calls. Here the builder's operation is
+called at once, and what it is, with the result's type, is worked out once per operator and type.
 """
 
 from __future__ import annotations
@@ -137,6 +143,129 @@ def combine_numbers_without_splats() -> bool:
     type_checked.specverify_numbers = True
     semantic.binary_op_type_checking_impl = type_checked
     return True
+
+
+# a binary operation of two tensors of one type: the builder's operation by the element type's kind (floating,
+# signed, unsigned), as Triton's semantic picks it once the type checks return both unchanged
+_SAME_TYPE_OPS = {
+    "__add__": ("create_fadd", "create_add", "create_add"),
+    "__sub__": ("create_fsub", "create_sub", "create_sub"),
+    "__mul__": ("create_fmul", "create_mul", "create_mul"),
+    "__lt__": ("create_fcmpOLT", "create_icmpSLT", "create_icmpULT"),
+    "__le__": ("create_fcmpOLE", "create_icmpSLE", "create_icmpULE"),
+    "__gt__": ("create_fcmpOGT", "create_icmpSGT", "create_icmpUGT"),
+    "__ge__": ("create_fcmpOGE", "create_icmpSGE", "create_icmpUGE"),
+    "__eq__": ("create_fcmpOEQ", "create_icmpEQ", "create_icmpEQ"),
+    "__ne__": ("create_fcmpUNE", "create_icmpNE", "create_icmpNE"),
+    "__and__": (None, "create_and", "create_and"),
+    "__or__": (None, "create_or", "create_or"),
+    "__xor__": (None, "create_xor", "create_xor"),
+}
+_COMPARISONS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__")
+_ARITHMETIC = ("__add__", "__sub__", "__mul__")
+_BITWISE = ("__and__", "__or__", "__xor__")
+
+
+def operate_on_equal_types() -> bool:
+    """Where a tensor's arithmetic (+, -, *), comparison or bitwise operator (&, |, ^) takes a tensor of its own type
+    and shape, or a block a scalar of its element type (either side), or ``tl.where`` a condition of their shape and
+    two tensors of one type, the builder's operation runs at once on the handles, with the result type Triton's
+    semantic gives: its type checks return such operands unchanged, but for the scalar, whose one value numpy
+    broadcasts as Triton's splat would. What each (operator, type) pair runs is decided once, by Triton's own
+    computation type; pointers, operands of two types or shapes, numbers, extra arguments, and the int overflow checks
+    of debug mode take Triton's own path (once; idempotent)."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+        semantic = interpreter.interpreter_semantic
+        previous = interpreter._patch_attr
+        semantic.computation_type_impl, semantic._bool_like, semantic.builder.create_select  # noqa: B018
+        semantic.builder.options.debug  # noqa: B018
+    except (ImportError, AttributeError):
+        return False
+    if getattr(previous, "specverify_equal_types", False):
+        return True
+    if _parameters(previous) != ["obj", "name", "member", "builder", "scope"]:
+        return False
+    tensor, block_type, builder = tl.core.tensor, tl.core.block_type, semantic.builder
+    plans = {}
+
+    def plan(name, x):
+        """(the builder's operation, the result type) of name on two tensors of x's type, or None. A type's name
+        (its element type and shape) keys it: types are not hashable."""
+        key = (name, getattr(x.type, "name", None))
+        found = plans.get(key, False)
+        if found is False:
+            found = _plan(name, x)
+            if type(key[1]) is str:
+                plans[key] = found
+        return found
+
+    def _plan(name, x):
+        sca = x.type.scalar
+        if sca.is_ptr() or not (sca.is_floating() or sca.is_int()):
+            return None
+        # a type whose operations Triton computes in another (a cast first) is Triton's to run
+        if name not in _BITWISE and semantic.computation_type_impl(sca, False, sca, False, False) != sca:
+            return None
+        if name == "where":     # and the condition's type
+            return builder.create_select, x.type, semantic._bool_like(x)
+        floating, signed, unsigned = _SAME_TYPE_OPS[name]
+        create = floating if sca.is_floating() else signed if sca.is_int_signed() else unsigned
+        if create is None:
+            return None
+        out = semantic._bool_like(x) if name in _COMPARISONS else x.type
+        return getattr(builder, create), out
+
+    def operator(name, member):
+        sanitized = name in _ARITHMETIC
+
+        def fast(self, other, *args, **kwargs):
+            if not args and not kwargs and type(other) is tensor and not (sanitized and builder.options.debug):
+                mine, its = self.type, other.type
+                # a scalar beside a block of its element type keeps its one value, which numpy broadcasts
+                wide = self if mine is its or type(its) is not block_type else other
+                if _same(mine, its) or _same(mine.scalar, its) and type(mine) is block_type or \
+                        _same(mine, its.scalar) and type(its) is block_type:
+                    found = plan(name, wide)
+                    if found is not None:
+                        create, out = found
+                        return tensor(create(self.handle, other.handle), out)
+            kwargs["_semantic"] = semantic
+            return member(self, other, *args, **kwargs)
+        return fast
+
+    def where(member):
+        def fast(condition, x, y, *args, **kwargs):
+            if not args and not kwargs and type(condition) is tensor and type(x) is tensor and type(y) is tensor \
+                    and _same(x.type, y.type):
+                found = plan("where", x)
+                if found is not None and _same(condition.type, found[2]):
+                    return tensor(found[0](condition.handle, x.handle, y.handle), found[1])
+            kwargs["_semantic"] = semantic
+            return member(condition, x, y, *args, **kwargs)
+        return fast
+
+    def patch_attr(obj, name, member, builder_, scope):
+        if obj is tensor and name in _SAME_TYPE_OPS:
+            scope.set_attr(obj, name, operator(name, member))
+        elif name == "where" and obj in (tl, tl.core):
+            scope.set_attr(obj, name, where(member))
+        else:
+            previous(obj, name, member, builder_, scope)
+
+    patch_attr.specverify_equal_types = True
+    interpreter._patch_attr = patch_attr
+    return True
+
+
+def _same(a, b) -> bool:
+    """Whether two types are one: the same object, or of one name (a block type's names its element type and shape),
+    where ``==`` walks both."""
+    if a is b:
+        return True
+    name = getattr(a, "name", None)
+    return type(name) is str and name == getattr(b, "name", None)
 
 
 def _parameters(fn) -> list:
