@@ -153,8 +153,9 @@ def test_numbers_without_splats_give_the_values_of_the_splatted_numbers(dtype, m
 
 def test_shortcuts_stand_down_for_an_interpreter_they_do_not_match(monkeypatch):
     """Each shortcut reads the interpreter's own state (a reduction's axis, combine and kept dimensions; the type
-    checks' arguments): where a Triton's constructor or type checks take other parameters, installing it must refuse
-    and leave Triton's own in place, rather than misread them."""
+    checks' arguments; the arguments of the function that patches each builtin): where a Triton's constructor, type
+    checks or patching take other parameters, installing it must refuse and leave Triton's own in place, rather than
+    misread them."""
     from triton.runtime import interpreter
     from specverify.kernels.triton_interpreted_ops import combine_numbers_without_splats
     ops, semantic = interpreter.ReduceOps, interpreter.interpreter_semantic
@@ -170,6 +171,10 @@ def test_shortcuts_stand_down_for_an_interpreter_they_do_not_match(monkeypatch):
                                                                    arithmetic_check, div_or_mod))
     assert combine_numbers_without_splats() is False
     assert "binary_op_type_checking_impl" not in semantic.__dict__
+    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
+    other_patch = lambda obj, name, member, builder, scope, extra=None: None      # noqa: E731
+    monkeypatch.setattr(interpreter, "_patch_attr", other_patch)
+    assert operate_on_equal_types() is False and interpreter._patch_attr is other_patch
 
 
 def test_numbers_without_splats_return_the_types_of_tritons_checks():
@@ -208,17 +213,42 @@ def test_numbers_without_splats_return_the_types_of_tritons_checks():
             check(t([4], i32), 2 ** 31)
 
 
-def _patched(name: str, member):
-    """What the installed ``_patch_attr`` puts in place of member (a tensor's operator, or ``where``)."""
+def _spied(name: str) -> tuple:
+    """(shortcut, own, calls) for a tensor's operator or ``where``: what the installed ``_patch_attr`` puts in its
+    place, over Triton's own member spied on, which appends each call's arguments to calls."""
     from triton.runtime import interpreter
+    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
+    assert triton_kernels.interpreted() and operate_on_equal_types()
+    semantic = interpreter.interpreter_semantic
+    member = tl.core.where if name == "where" else getattr(tl.core.tensor, name)
+    calls = []
+
+    def own(*args, _semantic=None):
+        calls.append(args)
+        return member(*args, _semantic=semantic)
 
     class Scope:
         def set_attr(self, obj, attr, value):
             self.value = value
 
     scope = Scope()
-    interpreter._patch_attr(tl.core if name == "where" else tl.core.tensor, name, member, None, scope)
-    return scope.value
+    interpreter._patch_attr(tl.core if name == "where" else tl.core.tensor, name, own, None, scope)
+    return scope.value, own, calls
+
+
+def _debug_on(monkeypatch) -> None:
+    """The interpreter's options with debug mode on (int overflow checks) for the rest of the test."""
+    import dataclasses
+    from triton.runtime import interpreter
+    builder = interpreter.interpreter_semantic.builder
+    monkeypatch.setattr(builder, "options", dataclasses.replace(builder.options, debug=True))
+
+
+def _small_int32():
+    """A [8] int32 block of 0..7, whose adds, differences and products with small numbers do not overflow."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    return tl.tensor(TensorHandle(np.arange(8, dtype=np.int32), tl.int32), tl.block_type(tl.int32, [8]))
 
 
 def _operand(shape: list, dtype, seed: int):
@@ -256,26 +286,16 @@ def _result(fn, *args):
     return str(out.type), data.dtype, data.shape, signs, values
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")     # numpy's, of the edges' overflows and NaNs
 @pytest.mark.parametrize("name", ["__add__", "__sub__", "__mul__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__",
                                   "__ne__", "__and__", "__or__", "__xor__"])
 def test_operators_on_equal_types_give_tritons_results(name, monkeypatch):
     """Each operator the shortcut runs at once, on two tensors of one type (blocks of one shape, a block with a scalar
     of its element type either side, two scalars) of every integer width and sign, bool and the floats, with values at
     the types' edges (wrapping adds and products, NaN, signed zeros): the result's type, numpy dtype, shape and values
-    must be Triton's own, and Triton's own path must not have run. Two types, two shapes, Python numbers and debug
-    mode's int overflow checks must take Triton's own path."""
-    from triton.runtime import interpreter
-    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
-    assert triton_kernels.interpreted() and operate_on_equal_types()
-    semantic = interpreter.interpreter_semantic
-    member = getattr(tl.core.tensor, name)
-    calls = []
-
-    def own(*args, _semantic=None):
-        calls.append(args)
-        return member(*args, _semantic=semantic)
-
-    fast = _patched(name, own)
+    must be Triton's own, and Triton's own path must not have run. Two types, two shapes and debug mode's int
+    overflow checks must take Triton's own path."""
+    fast, own, calls = _spied(name)
     types = [tl.int1, tl.int8, tl.int16, tl.int32, tl.int64, tl.uint8, tl.uint32, tl.uint64, tl.float16,
              tl.bfloat16, tl.float32, tl.float64]
     shortcut_ran = 0
@@ -291,40 +311,57 @@ def test_operators_on_equal_types_give_tritons_results(name, monkeypatch):
             assert ran_own == (isinstance(got, type) or name in ("__and__", "__or__", "__xor__")
                                and dtype.is_floating()), (name, dtype, shapes)
     assert shortcut_ran >= 40, shortcut_ran
-    # two types, two shapes, a number: Triton's own path, with its own results
+    # two types, two shapes: Triton's own path, with its own results
     for x, y in ((_operand([8], tl.int32, 1), _operand([8], tl.int64, 2)),
-                 (_operand([8], tl.float32, 3), _operand([1, 8], tl.float32, 4)),
-                 (_operand([8], tl.int32, 5), 3), (_operand([8], tl.float32, 6), 2.5)):
+                 (_operand([8], tl.float32, 3), _operand([1, 8], tl.float32, 4))):
         calls.clear()
         got = _result(fast, x, y)
         assert calls and got == _result(own, x, y), (name, x, y)
     if name in ("__add__", "__sub__", "__mul__"):     # debug mode checks int overflow on Triton's own path
-        import dataclasses
-        import numpy as np
-        from triton.runtime.interpreter import TensorHandle
-        monkeypatch.setattr(semantic.builder, "options", dataclasses.replace(semantic.builder.options, debug=True))
-        small = tl.tensor(TensorHandle(np.arange(8, dtype=np.int32), tl.int32), tl.block_type(tl.int32, [8]))
+        _debug_on(monkeypatch)
+        small = _small_int32()
         calls.clear()
         got = _result(fast, small, small)
         assert calls and got == _result(own, small, small)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")     # numpy's, of the edges' overflows and NaNs
+@pytest.mark.parametrize("name", ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__lt__",
+                                  "__ge__", "__eq__", "__ne__", "__and__", "__rand__", "__xor__", "__ror__"])
+def test_operators_with_numbers_give_tritons_results(name, monkeypatch):
+    """A Python number beside a tensor (right of the operator, or left through the reflected one) of every integer
+    width and sign, bool and the floats: ints small, negative, at int32's ends and past them (uint32's and int64's
+    numbers), a bool (Triton's path), and floats with signed zeros, NaN and infinities. The result, or the refusal
+    (a number out of the type's range, a negative one with an unsigned type, a float where the type is integer and
+    bitwise), must be Triton's own; the shortcut must have run where Triton computes in the tensor's own type, and
+    not in debug mode's overflow checks."""
+    fast, own, calls = _spied(name)
+    numbers = [3, -5, 0, 2 ** 31 - 1, -2 ** 31, 2 ** 31, 2 ** 40, True, 1.5, -0.0, 0.0, float("nan"), float("inf"),
+               1e300]
+    shortcut_ran = 0
+    for k, dtype in enumerate([tl.int1, tl.int8, tl.int32, tl.int64, tl.uint8, tl.uint32, tl.float16, tl.bfloat16,
+                               tl.float32, tl.float64]):
+        for shape in ([8], [2, 4], []):
+            x = _operand(shape, dtype, k)
+            for number in numbers:
+                calls.clear()
+                got = _result(fast, x, number)
+                shortcut_ran += not calls
+                assert got == _result(own, x, number), (name, dtype, shape, number)
+    assert shortcut_ran >= 100, shortcut_ran
+    if name in ("__add__", "__rsub__", "__mul__"):
+        _debug_on(monkeypatch)
+        small = _small_int32()
+        calls.clear()
+        got = _result(fast, small, 3)
+        assert calls and got == _result(own, small, 3)
 
 
 def test_where_on_equal_types_gives_tritons_results():
     """``tl.where`` of a bool block and two tensors of its shape and one type (every width, sign and float, values at
     the edges) must give Triton's own type, dtype and values without Triton's path; a scalar condition, two types and
     numbers take Triton's own."""
-    from triton.runtime import interpreter
-    from specverify.kernels.triton_interpreted_ops import operate_on_equal_types
-    assert operate_on_equal_types()
-    semantic = interpreter.interpreter_semantic
-    member = tl.core.where
-    calls = []
-
-    def own(*args, _semantic=None):
-        calls.append(args)
-        return member(*args, _semantic=semantic)
-
-    fast = _patched("where", own)
+    fast, own, calls = _spied("where")
     for k, dtype in enumerate([tl.int1, tl.int8, tl.int32, tl.int64, tl.uint32, tl.float16, tl.float32, tl.float64]):
         for shape in ([8], [2, 4], []):
             c, x, y = _operand(shape, tl.int1, k), _operand(shape, dtype, k + 1), _operand(shape, dtype, k + 2)

@@ -22,10 +22,11 @@ scalar (``x - m``), and the interpreter makes that operand a block of the block'
 tensors) before numpy combines the two. Where neither operand needs a cast, it stays a one-element array here, which
 numpy broadcasts to the same values; and operands of one type skip the type checks' dozen steps.
 
-Why the equal types: a third of the operators a one-launch kernel runs take two tensors of one type (or a block and a
-scalar of its element type), for which Triton's semantic only checks, finds nothing to cast or broadcast, and calls
-one builder operation; with the wrappers around it, six layers of Python calls. Here the builder's operation is
-called at once, and what it is, with the result's type, is worked out once per operator and type.
+Why the equal types: most of the operators a one-launch kernel runs take two tensors of one type (or a block and a
+scalar of its element type, or a number), for which Triton's semantic only checks, finds nothing to cast or
+broadcast, and calls one builder operation; with the wrappers around it, six layers of Python calls. Here the
+builder's operation is called at once, and what it is, with the result's type, is worked out once per operator and
+type.
 """
 
 from __future__ import annotations
@@ -164,16 +165,21 @@ _SAME_TYPE_OPS = {
 _COMPARISONS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__")
 _ARITHMETIC = ("__add__", "__sub__", "__mul__")
 _BITWISE = ("__and__", "__or__", "__xor__")
+# a number on the left: Python calls the tensor's reflected operator, which Triton runs as the operation on (number,
+# tensor); a comparison's reflection is Python's (3 < x calls x.__gt__(3))
+_REFLECTED = {"__radd__": ("__add__", True), "__rsub__": ("__sub__", True), "__rmul__": ("__mul__", True),
+              "__rand__": ("__and__", True), "__ror__": ("__or__", True), "__rxor__": ("__xor__", True)}
 
 
 def operate_on_equal_types() -> bool:
     """Where a tensor's arithmetic (+, -, *), comparison or bitwise operator (&, |, ^) takes a tensor of its own type
-    and shape, or a block a scalar of its element type (either side), or ``tl.where`` a condition of their shape and
-    two tensors of one type, the builder's operation runs at once on the handles, with the result type Triton's
-    semantic gives: its type checks return such operands unchanged, but for the scalar, whose one value numpy
-    broadcasts as Triton's splat would. What each (operator, type) pair runs is decided once, by Triton's own
-    computation type; pointers, operands of two types or shapes, numbers, extra arguments, and the int overflow checks
-    of debug mode take Triton's own path (once; idempotent)."""
+    and shape, or a block a scalar of its element type (either side), or a Python int or float that Triton computes
+    in the tensor's type (either side), or ``tl.where`` a condition of their shape and two tensors of one type, the
+    builder's operation runs at once on the handles, with the result type Triton's semantic gives: its type checks
+    return such operands unchanged, but for the scalar and the number, whose one value numpy broadcasts as Triton's
+    splat would (the number made a constant by Triton's own range checks). What each (operator, type) pair runs is
+    decided once, by Triton's own computation type; pointers, operands of two types or shapes, bools, extra
+    arguments, and the int overflow checks of debug mode take Triton's own path (once; idempotent)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
@@ -217,20 +223,44 @@ def operate_on_equal_types() -> bool:
         out = semantic._bool_like(x) if name in _COMPARISONS else x.type
         return getattr(builder, create), out
 
+    constants = {}
+
+    def constant(number, x):
+        """The number as Triton makes it an operand of x's element type (its range checks, its constant), or None
+        where Triton computes the two in another type. Constants are never changed in place, so each is made once."""
+        own = x.type.scalar
+        key = (own.name, type(number), number if type(number) is int else number.hex())
+        found = constants.get(key)
+        if found is None:
+            if semantic.computation_type_impl(own, False, semantic.to_tensor_type(number), True, False) != own:
+                return None
+            if len(constants) >= 4096:
+                constants.clear()
+            found = constants[key] = semantic._cast_to_computation_type(number, own)
+        return found
+
     def operator(name, member):
-        sanitized = name in _ARITHMETIC
+        base, reflected = _REFLECTED.get(name, (name, False))
+        sanitized = base in _ARITHMETIC
 
         def fast(self, other, *args, **kwargs):
-            if not args and not kwargs and type(other) is tensor and not (sanitized and builder.options.debug):
-                mine, its = self.type, other.type
-                # a scalar beside a block of its element type keeps its one value, which numpy broadcasts
-                wide = self if mine is its or type(its) is not block_type else other
-                if _same(mine, its) or _same(mine.scalar, its) and type(mine) is block_type or \
-                        _same(mine, its.scalar) and type(its) is block_type:
-                    found = plan(name, wide)
-                    if found is not None:
-                        create, out = found
-                        return tensor(create(self.handle, other.handle), out)
+            if not args and not kwargs and not (sanitized and builder.options.debug):
+                kind = type(other)
+                if kind is tensor and not reflected:
+                    mine, its = self.type, other.type
+                    # a scalar beside a block of its element type keeps its one value, which numpy broadcasts
+                    wide = self if mine is its or type(its) is not block_type else other
+                    if _same(mine, its) or _same(mine.scalar, its) and type(mine) is block_type or \
+                            _same(mine, its.scalar) and type(its) is block_type:
+                        found = plan(base, wide)
+                        if found is not None:
+                            return tensor(found[0](self.handle, other.handle), found[1])
+                elif kind is int or kind is float:
+                    found = plan(base, self)
+                    number = None if found is None else constant(other, self)
+                    if number is not None:
+                        lhs, rhs = (number, self) if reflected else (self, number)
+                        return tensor(found[0](lhs.handle, rhs.handle), found[1])
             kwargs["_semantic"] = semantic
             return member(self, other, *args, **kwargs)
         return fast
@@ -247,7 +277,7 @@ def operate_on_equal_types() -> bool:
         return fast
 
     def patch_attr(obj, name, member, builder_, scope):
-        if obj is tensor and name in _SAME_TYPE_OPS:
+        if obj is tensor and (name in _SAME_TYPE_OPS or name in _REFLECTED):
             scope.set_attr(obj, name, operator(name, member))
         elif name == "where" and obj in (tl, tl.core):
             scope.set_attr(obj, name, where(member))
