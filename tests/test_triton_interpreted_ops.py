@@ -357,6 +357,43 @@ def test_operators_with_numbers_give_tritons_results(name, monkeypatch):
         assert calls and got == _result(own, small, 3)
 
 
+def _pointers(shape: list, element, seed: int):
+    """A pointer to element, or a block of shape of them ([]: a scalar), at distinct 16-byte-aligned addresses."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    size = int(np.prod(shape)) if shape else 1
+    data = (np.random.default_rng(seed).choice(1 << 20, size, replace=False).astype(np.uint64) << np.uint64(4)) \
+        + np.uint64(1 << 40)
+    ptr = tl.pointer_type(element)
+    return tl.tensor(TensorHandle(data.reshape(shape or [1]), ptr), tl.block_type(ptr, list(shape)) if shape else ptr)
+
+
+def test_pointer_plus_offsets_gives_tritons_addresses():
+    """A pointer (to a float, an int64, a bool: their byte widths) or a block of them plus signed offsets (int32,
+    int64; of its shape, a scalar, or a block beside a scalar pointer, which Triton broadcasts) or a Python int (small,
+    negative, an int64 one) must give Triton's own addresses and type without Triton's path. Unsigned offsets, blocks
+    of two shapes, uint32's ints, bools and floats (which Triton refuses) take Triton's own path."""
+    fast, own, calls = _spied("__add__")
+    shortcut_ran = 0
+    for k, element in enumerate([tl.float32, tl.int64, tl.int1, tl.float16]):
+        for pshape, oshape in (([8], [8]), ([2, 4], [2, 4]), ([8], []), ([], [8]), ([], [2, 4]), ([], [])):
+            for offsets in (_operand(oshape, tl.int32, k), _operand(oshape, tl.int64, k + 1), 3, -7, 2 ** 40):
+                ptr = _pointers(pshape, element, k)
+                calls.clear()
+                got = _result(fast, ptr, offsets)
+                assert not calls and got == _result(own, ptr, offsets), (element, pshape, oshape, offsets)
+                shortcut_ran += 1
+    assert shortcut_ran == 120
+    for ptr, offsets in ((_pointers([8], tl.float32, 1), _operand([8], tl.uint32, 2)),
+                         (_pointers([8], tl.float32, 3), _operand([1, 8], tl.int32, 4)),
+                         (_pointers([2, 4], tl.float32, 5), _operand([4], tl.int32, 6)),
+                         (_pointers([8], tl.float32, 7), 2 ** 31), (_pointers([8], tl.float32, 8), True),
+                         (_pointers([8], tl.float32, 9), 1.5)):
+        calls.clear()
+        got = _result(fast, ptr, offsets)
+        assert calls and got == _result(own, ptr, offsets), (ptr, offsets)
+
+
 def test_where_on_equal_types_gives_tritons_results():
     """``tl.where`` of a bool block and two tensors of its shape and one type (every width, sign and float, values at
     the edges) must give Triton's own type, dtype and values without Triton's path; a scalar condition, two types and

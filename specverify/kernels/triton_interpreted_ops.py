@@ -4,7 +4,8 @@ interpreter's other shortcuts):
     reduce_combines_in_a_tree()         ``tl.reduce`` of a combine of the kernel's own in a tree of whole-array
                                         combines
     combine_numbers_without_splats()    a tensor and a Python number or a tensor of its type, with no cast or splat
-    operate_on_equal_types()            an operator or ``tl.where`` on tensors of one type, straight to the builder
+    operate_on_equal_types()            an operator or ``tl.where`` on tensors of one type, a tensor and a number, or
+                                        a pointer and its offsets, straight to the builder
 Each returns False, changing nothing, where the interpreter is not as expected.
 
 Why the tree: the interpreter runs such a reduction one element at a time, calling the combine (a Python function of
@@ -23,10 +24,10 @@ tensors) before numpy combines the two. Where neither operand needs a cast, it s
 numpy broadcasts to the same values; and operands of one type skip the type checks' dozen steps.
 
 Why the equal types: most of the operators a one-launch kernel runs take two tensors of one type (or a block and a
-scalar of its element type, or a number), for which Triton's semantic only checks, finds nothing to cast or
-broadcast, and calls one builder operation; with the wrappers around it, six layers of Python calls. Here the
-builder's operation is called at once, and what it is, with the result's type, is worked out once per operator and
-type.
+scalar of its element type, a number, or a pointer and its offsets), for which Triton's semantic only checks, finds
+nothing to cast or broadcast, and calls one builder operation; with the wrappers around it, six layers of Python
+calls. Here the builder's operation is called at once, and what it is, with the result's type, is worked out once
+per operator and type.
 """
 
 from __future__ import annotations
@@ -177,15 +178,17 @@ def operate_on_equal_types() -> bool:
     in the tensor's type (either side), or ``tl.where`` a condition of their shape and two tensors of one type, the
     builder's operation runs at once on the handles, with the result type Triton's semantic gives: its type checks
     return such operands unchanged, but for the scalar and the number, whose one value numpy broadcasts as Triton's
-    splat would (the number made a constant by Triton's own range checks). What each (operator, type) pair runs is
-    decided once, by Triton's own computation type; pointers, operands of two types or shapes, bools, extra
-    arguments, and the int overflow checks of debug mode take Triton's own path (once; idempotent)."""
+    splat would (the number made a constant by Triton's own range checks). A pointer plus signed offsets (or an int)
+    likewise goes to the builder's ``addptr``. What each (operator, type) pair runs is decided once, by Triton's own
+    computation type; operands of two types or shapes, unsigned offsets, bools, extra arguments, and the int overflow
+    checks of debug mode take Triton's own path (once; idempotent)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
         semantic = interpreter.interpreter_semantic
         previous = interpreter._patch_attr
-        semantic.computation_type_impl, semantic._bool_like, semantic.builder.create_select  # noqa: B018
+        semantic.computation_type_impl, semantic._bool_like, semantic.to_tensor  # noqa: B018
+        semantic.builder.create_select, semantic.builder.create_addptr  # noqa: B018
         semantic.builder.options.debug  # noqa: B018
     except (ImportError, AttributeError):
         return False
@@ -239,14 +242,49 @@ def operate_on_equal_types() -> bool:
             found = constants[key] = semantic._cast_to_computation_type(number, own)
         return found
 
+    sums = {}
+
+    def pointer_sum(ptr, offset):
+        """The type of ptr + offset (a pointer or block of pointers, and signed integer offsets of its shape or a
+        scalar either side), as Triton's broadcast gives it, or None. Kept by the two types' names."""
+        key = (getattr(ptr.type, "name", None), getattr(offset.type, "name", None))
+        found = sums.get(key, False)
+        if found is False:
+            found = None
+            mine, its = ptr.type, offset.type
+            if its.scalar.is_int_signed():
+                if type(mine) is not block_type:
+                    found = its.with_element_ty(mine) if type(its) is block_type else mine
+                elif type(its) is not block_type or mine.shape.values == its.shape.values:
+                    found = mine
+            if type(key[0]) is str and type(key[1]) is str:
+                sums[key] = found
+        return found
+
+    def offset_of(number):
+        """A pointer's int offset as Triton makes it a tensor (``to_tensor``), made once per value."""
+        key = ("offset", number)
+        found = constants.get(key)
+        if found is None:
+            if len(constants) >= 4096:
+                constants.clear()
+            found = constants[key] = semantic.to_tensor(number)
+        return found
+
     def operator(name, member):
         base, reflected = _REFLECTED.get(name, (name, False))
-        sanitized = base in _ARITHMETIC
+        sanitized, adds = base in _ARITHMETIC, name == "__add__"
 
         def fast(self, other, *args, **kwargs):
             if not args and not kwargs and not (sanitized and builder.options.debug):
                 kind = type(other)
-                if kind is tensor and not reflected:
+                if adds and self.type.scalar.is_ptr():
+                    # an int is Triton's constant of its type (an unsigned one, past int32, takes Triton's path)
+                    offset = other if kind is tensor else offset_of(other) if kind is int else None
+                    out = None if offset is None else pointer_sum(self, offset)
+                    if out is not None:
+                        return tensor(builder.create_addptr(self.handle, offset.handle), out)
+                elif kind is tensor and not reflected:
                     mine, its = self.type, other.type
                     # a scalar beside a block of its element type keeps its one value, which numpy broadcasts
                     wide = self if mine is its or type(its) is not block_type else other
