@@ -1,7 +1,9 @@
-"""The interpreter's tree of combines for ``tl.reduce`` (specverify/kernels/triton_interpreted_ops.py): it must
-give what the interpreter's own element-by-element reduction gives, on every axis and with kept dimensions, for an
-associative combine that is not commutative (the first nonzero element), so that an order of pairs that mixes the
-elements up fails. Interpreter only: on CUDA the reduction is compiled.
+"""The interpreter's shortcuts (specverify/kernels/triton_interpreted_ops.py). The tree of combines for
+``tl.reduce`` must give what the interpreter's own element-by-element reduction gives, on every axis and with kept
+dimensions, for an associative combine that is not commutative (the first nonzero element), so that an order of
+pairs that mixes the elements up fails. The numbers without splats, and the operators that go straight to the
+builder, must give the types, dtypes and values of Triton's own path, operand by operand, and leave to it what they
+do not take. Interpreter only: on CUDA every operation is compiled.
 """
 
 from __future__ import annotations
