@@ -396,10 +396,13 @@ def test_pointer_plus_offsets_gives_tritons_addresses():
         assert calls and got == _result(own, ptr, offsets), (ptr, offsets)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")     # numpy's, of the edges' NaNs
 def test_where_on_equal_types_gives_tritons_results():
     """``tl.where`` of a bool block and two tensors of its shape and one type (every width, sign and float, values at
-    the edges) must give Triton's own type, dtype and values without Triton's path; a scalar condition, two types and
-    numbers take Triton's own."""
+    the edges), or one of them and a Python number either side (in range, past int32's, a float with an int type,
+    signed zeros, NaN), must give Triton's own type, dtype and values, or its refusal; without Triton's path where
+    Triton computes in the tensor's type. A scalar condition, two types, two numbers, a bool and a float that Triton
+    computes an int type's block with take Triton's own."""
     fast, own, calls = _spied("where")
     for k, dtype in enumerate([tl.int1, tl.int8, tl.int32, tl.int64, tl.uint32, tl.float16, tl.float32, tl.float64]):
         for shape in ([8], [2, 4], []):
@@ -407,9 +410,20 @@ def test_where_on_equal_types_gives_tritons_results():
             calls.clear()
             got = _result(fast, c, x, y)
             assert not calls and got == _result(own, c, x, y), (dtype, shape)
+    shortcut_ran = 0
+    for k, dtype in enumerate([tl.int8, tl.int32, tl.int64, tl.uint32, tl.float16, tl.float32, tl.float64]):
+        for number in (0, -3, 2 ** 40, 1.5, -0.0, float("nan")):
+            c, x = _operand([8], tl.int1, k), _operand([8], dtype, k + 3)
+            for args in ((c, x, number), (c, number, x)):
+                calls.clear()
+                got = _result(fast, *args)
+                shortcut_ran += not calls
+                assert got == _result(own, *args), (dtype, number, args.index(number))
+    assert shortcut_ran >= 40, shortcut_ran
     for c, x, y in ((_operand([], tl.int1, 1), _operand([8], tl.int32, 2), _operand([8], tl.int32, 3)),
                     (_operand([8], tl.int1, 4), _operand([8], tl.int32, 5), _operand([8], tl.int64, 6)),
-                    (_operand([8], tl.int1, 7), _operand([8], tl.float32, 8), 0.0)):
+                    (_operand([8], tl.int1, 7), 1.0, 0.0), (_operand([8], tl.int1, 8), _operand([8], tl.int32, 9), 1.5),
+                    (_operand([8], tl.int1, 10), True, _operand([8], tl.int32, 11))):
         calls.clear()
         got = _result(fast, c, x, y)
         assert calls and got == _result(own, c, x, y)

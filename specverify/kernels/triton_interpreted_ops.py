@@ -175,11 +175,11 @@ _REFLECTED = {"__radd__": ("__add__", True), "__rsub__": ("__sub__", True), "__r
 def operate_on_equal_types() -> bool:
     """Where a tensor's arithmetic (+, -, *), comparison or bitwise operator (&, |, ^) takes a tensor of its own type
     and shape, or a block a scalar of its element type (either side), or a Python int or float that Triton computes
-    in the tensor's type (either side), or ``tl.where`` a condition of their shape and two tensors of one type, the
-    builder's operation runs at once on the handles, with the result type Triton's semantic gives: its type checks
-    return such operands unchanged, but for the scalar and the number, whose one value numpy broadcasts as Triton's
-    splat would (the number made a constant by Triton's own range checks). A pointer plus signed offsets (or an int)
-    likewise goes to the builder's ``addptr``. What each (operator, type) pair runs is decided once, by Triton's own
+    in the tensor's type (either side), or ``tl.where`` a condition of their shape and two tensors of one type (or one
+    and such a number), the builder's operation runs at once on the handles, with the result type Triton's semantic
+    gives: its type checks return such operands unchanged, but for the scalar and the number, whose one value numpy
+    broadcasts as Triton's splat would (the number made a constant by Triton's own range checks). A pointer plus
+    signed offsets (or an int) likewise goes to the builder's ``addptr``. What each (operator, type) pair runs is decided once, by Triton's own
     computation type; operands of two types or shapes, unsigned offsets, bools, extra arguments, and the int overflow
     checks of debug mode take Triton's own path (once; idempotent)."""
     try:
@@ -305,11 +305,19 @@ def operate_on_equal_types() -> bool:
 
     def where(member):
         def fast(condition, x, y, *args, **kwargs):
-            if not args and not kwargs and type(condition) is tensor and type(x) is tensor and type(y) is tensor \
-                    and _same(x.type, y.type):
-                found = plan("where", x)
-                if found is not None and _same(condition.type, found[2]):
-                    return tensor(found[0](condition.handle, x.handle, y.handle), found[1])
+            if not args and not kwargs and type(condition) is tensor:
+                kind_x, kind_y = type(x), type(y)
+                # two tensors of one type, or a tensor and a number Triton makes a constant of its type
+                found = lhs = rhs = None
+                if kind_x is tensor and (kind_y is tensor and _same(x.type, y.type) or kind_y is int or
+                                         kind_y is float):
+                    found = plan("where", x)
+                    lhs, rhs = x, (y if kind_y is tensor or found is None else constant(y, x))
+                elif kind_y is tensor and (kind_x is int or kind_x is float):
+                    found = plan("where", y)
+                    lhs, rhs = (None if found is None else constant(x, y)), y
+                if found is not None and lhs is not None and rhs is not None and _same(condition.type, found[2]):
+                    return tensor(found[0](condition.handle, lhs.handle, rhs.handle), found[1])
             kwargs["_semantic"] = semantic
             return member(condition, x, y, *args, **kwargs)
         return fast
