@@ -179,9 +179,9 @@ def operate_on_equal_types() -> bool:
     and such a number), the builder's operation runs at once on the handles, with the result type Triton's semantic
     gives: its type checks return such operands unchanged, but for the scalar and the number, whose one value numpy
     broadcasts as Triton's splat would (the number made a constant by Triton's own range checks). A pointer plus
-    signed offsets (or an int) likewise goes to the builder's ``addptr``. What each (operator, type) pair runs is decided once, by Triton's own
-    computation type; operands of two types or shapes, unsigned offsets, bools, extra arguments, and the int overflow
-    checks of debug mode take Triton's own path (once; idempotent)."""
+    signed offsets (or an int) likewise goes to the builder's ``addptr``. What each (operator, type) pair runs is
+    decided once, by Triton's own computation type; operands of two types or shapes, unsigned offsets, bools, extra
+    arguments, and the int overflow checks of debug mode take Triton's own path (once; idempotent)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
