@@ -163,6 +163,7 @@ _SAME_TYPE_OPS = {
     "__or__": (None, "create_or", "create_or"),
     "__xor__": (None, "create_xor", "create_xor"),
 }
+_MISSING = object()
 _COMPARISONS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__")
 _ARITHMETIC = ("__add__", "__sub__", "__mul__")
 _BITWISE = ("__and__", "__or__", "__xor__")
@@ -197,18 +198,24 @@ def operate_on_equal_types() -> bool:
     if _parameters(previous) != ["obj", "name", "member", "builder", "scope"]:
         return False
     tensor, block_type, builder = tl.core.tensor, tl.core.block_type, semantic.builder
-    plans = {}
+    plans, sums, constants = {}, {}, {}
+
+    def kept(table, key, make, *args):
+        """table[key], made by make(*args) the first time. A key holding None (a type without a name) is made each
+        time; a table past 4,096 entries (the constants', kept by value) starts over."""
+        found = table.get(key, _MISSING)
+        if found is _MISSING:
+            found = make(*args)
+            if None not in key:
+                if len(table) >= 4096:
+                    table.clear()
+                table[key] = found
+        return found
 
     def plan(name, x):
         """(the builder's operation, the result type) of name on two tensors of x's type, or None. A type's name
         (its element type and shape) keys it: types are not hashable."""
-        key = (name, getattr(x.type, "name", None))
-        found = plans.get(key, False)
-        if found is False:
-            found = _plan(name, x)
-            if type(key[1]) is str:
-                plans[key] = found
-        return found
+        return kept(plans, (name, getattr(x.type, "name", None)), _plan, name, x)
 
     def _plan(name, x):
         sca = x.type.scalar
@@ -226,50 +233,35 @@ def operate_on_equal_types() -> bool:
         out = semantic._bool_like(x) if name in _COMPARISONS else x.type
         return getattr(builder, create), out
 
-    constants = {}
-
     def constant(number, x):
         """The number as Triton makes it an operand of x's element type (its range checks, its constant), or None
         where Triton computes the two in another type. Constants are never changed in place, so each is made once."""
         own = x.type.scalar
-        key = (own.name, type(number), number if type(number) is int else number.hex())
-        found = constants.get(key)
-        if found is None:
-            if semantic.computation_type_impl(own, False, semantic.to_tensor_type(number), True, False) != own:
-                return None
-            if len(constants) >= 4096:
-                constants.clear()
-            found = constants[key] = semantic._cast_to_computation_type(number, own)
-        return found
+        return kept(constants, (own.name, type(number), number if type(number) is int else number.hex()),
+                    _constant, number, own)
 
-    sums = {}
+    def _constant(number, own):
+        if semantic.computation_type_impl(own, False, semantic.to_tensor_type(number), True, False) != own:
+            return None
+        return semantic._cast_to_computation_type(number, own)
 
     def pointer_sum(ptr, offset):
         """The type of ptr + offset (a pointer or block of pointers, and signed integer offsets of its shape or a
         scalar either side), as Triton's broadcast gives it, or None. Kept by the two types' names."""
-        key = (getattr(ptr.type, "name", None), getattr(offset.type, "name", None))
-        found = sums.get(key, False)
-        if found is False:
-            found = None
-            mine, its = ptr.type, offset.type
-            if its.scalar.is_int_signed():
-                if type(mine) is not block_type:
-                    found = its.with_element_ty(mine) if type(its) is block_type else mine
-                elif type(its) is not block_type or mine.shape.values == its.shape.values:
-                    found = mine
-            if type(key[0]) is str and type(key[1]) is str:
-                sums[key] = found
-        return found
+        return kept(sums, (getattr(ptr.type, "name", None), getattr(offset.type, "name", None)), _pointer_sum,
+                    ptr.type, offset.type)
+
+    def _pointer_sum(mine, its):
+        if its.scalar.is_int_signed():
+            if type(mine) is not block_type:
+                return its.with_element_ty(mine) if type(its) is block_type else mine
+            if type(its) is not block_type or mine.shape.values == its.shape.values:
+                return mine
+        return None
 
     def offset_of(number):
         """A pointer's int offset as Triton makes it a tensor (``to_tensor``), made once per value."""
-        key = ("offset", number)
-        found = constants.get(key)
-        if found is None:
-            if len(constants) >= 4096:
-                constants.clear()
-            found = constants[key] = semantic.to_tensor(number)
-        return found
+        return kept(constants, ("offset", number), semantic.to_tensor, number)
 
     def operator(name, member):
         base, reflected = _REFLECTED.get(name, (name, False))
