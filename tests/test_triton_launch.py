@@ -13,6 +13,7 @@ import torch
 import reference
 from reference import Noise, SpecBatch
 from triton_sampler_cases import _CUDA, TritonBackend, _batch, _same, triton_kernels, triton_launch
+from specverify.kernels import triton_interpreter  # noqa: E402 (after the interpreter is switched on)
 
 
 def test_fast_launch_key_separates_what_triton_specialises_on():
@@ -112,7 +113,7 @@ def test_fast_relaunch_still_calls_registered_launch_hooks():
 
 
 def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match(monkeypatch):
-    """The interpreter's shape shortcut (``triton_launch.share_interpreted_shapes``) sets the attributes
+    """The interpreter's shape shortcut (``triton_interpreter.share_interpreted_shapes``) sets the attributes
     Triton's tensor constructor sets today; a Triton whose constructor sets one more must keep its own, or
     interpreted tensors would lack it. The shortcut checks itself against Triton's constructors when it
     installs, and refuses then (and wherever it does not match the installed Triton, which the GPU's may
@@ -127,8 +128,8 @@ def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match
 
     monkeypatch.setattr(core.tensor, "__init__", one_more)
     monkeypatch.setattr(core.block_type, "__init__", block_init)
-    assert triton_launch.share_interpreted_shapes() is False
+    assert triton_interpreter.share_interpreted_shapes() is False
     assert core.tensor.__init__ is one_more and core.block_type.__init__ is block_init
     monkeypatch.setattr(core.tensor, "__init__", tensor_init)
-    if triton_launch.share_interpreted_shapes():       # a Triton it matches: the shortcut's tensors are whole
+    if triton_interpreter.share_interpreted_shapes():       # a Triton it matches: the shortcut's tensors are whole
         assert core.tensor(None, core.block_type(core.float32, [4])).numel == 4

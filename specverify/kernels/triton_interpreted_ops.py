@@ -1,5 +1,5 @@
-"""Three of the Triton interpreter's operations, shortened, with the same results (``triton_launch`` holds the
-interpreter's other shortcuts):
+"""Three of the Triton interpreter's operations, shortened, with the same results (``triton_interpreter`` holds the
+interpreter's other shortcuts and installs these):
 
     reduce_combines_in_a_tree()         ``tl.reduce`` of a combine of the kernel's own in a tree of whole-array
                                         combines

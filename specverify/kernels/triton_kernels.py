@@ -65,12 +65,8 @@ import triton
 from specverify.kernels import triton_math
 from specverify.kernels.triton_block import mass_launch
 from specverify.kernels.triton_chain import _row_stats_kernel, chain_launches
-from specverify.kernels.triton_interpreted_ops import (combine_numbers_without_splats, operate_on_equal_types,
-                                                      reduce_combines_in_a_tree)
-from specverify.kernels.triton_launch import (launch, launch_key, lighten_interpreted_builtins,
-                                              patch_language_once_per_launch,
-                                              run_interpreted_grids_on_a_chunk_of_their_own, scratch,
-                                              share_interpreted_shapes, skip_discarded_overflow_checks)
+from specverify.kernels.triton_interpreter import shorten_the_interpreter
+from specverify.kernels.triton_launch import launch, launch_key, scratch
 from specverify.kernels.triton_math import offset_block
 from specverify.kernels.triton_tree import tree_launches, tree_recipe
 
@@ -239,11 +235,4 @@ def interpreted() -> bool:
 
 _INTERPRETED = interpreted()
 if _INTERPRETED:
-    patch_language_once_per_launch()
-    run_interpreted_grids_on_a_chunk_of_their_own()
-    skip_discarded_overflow_checks()
-    lighten_interpreted_builtins()
-    share_interpreted_shapes()
-    reduce_combines_in_a_tree()
-    combine_numbers_without_splats()
-    operate_on_equal_types()
+    shorten_the_interpreter()
