@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ from specverify.checks.repro import write_reproducer
 from specverify.report import document, header, junit_xml, render, write_json
 from specverify.replay import replay_file
 from specverify.strategies import PROFILES, get_profile
-from specverify.shards import ShardError, check_shards, measured_costs, parse_shard, share
+from specverify.shards import ShardError, check_shards, measured_costs, parse_shard, read_report, share
 from specverify.verdict import RecordedCapabilities, declared, describe, parse_requirements, verdict
 
 
@@ -64,7 +63,28 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _unwritable(args) -> str | None:
+    """Why a report the command writes at its end (--json, --junit) could not be written there, found before it
+    runs, so that a long run's report is not lost to a mistyped path; None where each can be."""
+    for flag in ("json", "junit"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            return f"--{flag} {path!r} is a directory"
+        if not os.path.isdir(parent):
+            return f"--{flag} {path!r}: there is no directory {parent!r}"
+        if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            return f"--{flag} {path!r} is not writable"
+    return None
+
+
 def _check(args) -> int:
+    problem = _unwritable(args)
+    if problem:
+        print(f"specverify: error: {problem}", file=sys.stderr)
+        return 2
     profile = get_profile(args.profile)
     if args.device:
         profile = replace(profile, device=args.device)
@@ -87,6 +107,9 @@ def _check(args) -> int:
             print(f"--cases {args.cases!r} matches no case of the selected checks", file=sys.stderr)
             return 2
     pairs = full_plan
+    if args.costs and not args.shard:
+        print("specverify: error: --costs balances shards: give --shard K/N with it", file=sys.stderr)
+        return 2
     if args.shard:
         k, n = parse_shard(args.shard)
         measured = measured_costs(args.costs) if args.costs else None
@@ -163,10 +186,11 @@ def _check(args) -> int:
 
 
 def _merge(args) -> int:
-    docs = []
-    for path in args.reports:
-        with open(path) as f:
-            docs.append((path, json.load(f)))
+    problem = _unwritable(args)
+    if problem:
+        print(f"specverify merge: error: {problem}", file=sys.stderr)
+        return 2
+    docs = [(path, read_report(path)) for path in args.reports]
     try:
         ids = check_shards(docs)
         requires = {tuple(doc.get("require") or ()) for _, doc in docs}

@@ -60,7 +60,10 @@ def replay_file(path: str, spec: str, device: str | None = None) -> int:
         return replay_engine(path, spec)
     try:
         repro = load(path)
-    except (OSError, RuntimeError) as exc:
+    except OSError as exc:
+        print(f"specverify: error: cannot read reproducer {path!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"specverify: error: cannot read reproducer {path!r}: {exc}", file=sys.stderr)
         return 2
     print(f"reproducer: {repro.check}[{repro.case}], recorded on backend {repro.backend!r} "

@@ -46,10 +46,24 @@ def cost(check: str, case: str, kind: str, measured: dict | None = None) -> floa
     return LARGE_CASE_COST if case.startswith("large_vocab") else COST_HINTS.get(kind, 1.0)
 
 
+def read_report(path: str, what: str = "report") -> dict:
+    """The JSON object of a report written by ``specverify check --json``; ValueError naming the file and what is
+    wrong where it cannot be opened, is not JSON, or holds another JSON value than an object."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {what} {path!r}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"cannot read {what} {path!r}: it holds a JSON {type(doc).__name__}, not a report's object")
+    return doc
+
+
 def measured_costs(path: str) -> dict:
     """{check id: seconds} from a report written by ``specverify check --json``."""
-    with open(path) as f:
-        doc = json.load(f)
+    doc = read_report(path, "--costs report")
     return {f"{r['check']}[{r['case']}]": r["seconds"] for r in doc.get("results", ())
             if r.get("status") in ("pass", "fail", "known deviation")}
 
@@ -117,4 +131,5 @@ def check_shards(docs: list[tuple[str, dict]]) -> list[str]:
     return plan
 
 
-__all__ = ["COST_HINTS", "ShardError", "check_shards", "cost", "measured_costs", "parse_shard", "share"]
+__all__ = ["COST_HINTS", "ShardError", "check_shards", "cost", "measured_costs", "parse_shard", "read_report",
+           "share"]

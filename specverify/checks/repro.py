@@ -290,7 +290,20 @@ def reproduce(result, profile, backend, tolerance: float, errors: tuple) -> Repr
 
 
 def load(path) -> Reproducer:
-    return Reproducer.from_dict(torch.load(path, weights_only=True))
+    """The reproducer saved at ``path`` (``Reproducer.save``); OSError where the file cannot be opened, ValueError
+    saying why where it holds no reproducer."""
+    try:
+        saved = torch.load(path, weights_only=True)
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch.load raises many kinds for a file that is not its format
+        raise ValueError(f"not a reproducer saved by specverify (torch.load: {type(exc).__name__})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"not a specverify reproducer (it holds a {type(saved).__name__})")
+    try:
+        return Reproducer.from_dict(saved)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"a specverify reproducer that lacks or mistypes its field {exc}") from None
 
 
 def write_reproducer(result, directory, profile=None, spec: str | None = None) -> str | None:

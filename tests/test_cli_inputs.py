@@ -1,0 +1,71 @@
+"""The CLI's files: a report, cost report or reproducer it cannot read is refused with status 2 and a line naming the
+file and what is wrong with it, never a traceback; a report it would write at the end of a run is checked before
+the run, so that a long run's verdict is not lost to a mistyped path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specverify import cli
+from specverify.checks.repro import FORMAT
+from specverify.cli import main
+
+
+def _files(tmp_path) -> dict:
+    """Paths of files that hold no report or reproducer, by what is wrong with them."""
+    files = {"missing": tmp_path / "missing.json", "text": tmp_path / "text.json", "list": tmp_path / "list.json",
+             "tensor": tmp_path / "tensor.pt", "other format": tmp_path / "other.pt", "fields": tmp_path / "fields.pt"}
+    files["text"].write_text("not json\n")
+    files["list"].write_text(json.dumps([1, 2]))
+    torch.save(torch.zeros(2), files["tensor"])
+    torch.save({"format": "someone-else/1"}, files["other format"])
+    torch.save({"format": FORMAT}, files["fields"])
+    return {name: str(path) for name, path in files.items()}
+
+
+@pytest.mark.parametrize("command, bad, expected", [
+    (["merge", "{}"], "missing", "cannot read report {!r}: No such file or directory"),
+    (["merge", "{}"], "text", "cannot read report {!r}: not JSON"),
+    (["merge", "{}"], "list", "cannot read report {!r}: it holds a JSON list"),
+    (["check", "cpu", "--shard", "1/2", "--costs", "{}"], "missing", "cannot read --costs report {!r}: No such file"),
+    (["check", "cpu", "--shard", "1/2", "--costs", "{}"], "text", "cannot read --costs report {!r}: not JSON"),
+    (["replay", "{}", "cpu"], "missing", "cannot read reproducer {!r}: No such file or directory"),
+    (["replay", "{}", "cpu"], "text", "cannot read reproducer {!r}: not a reproducer saved by specverify"),
+    (["replay", "{}", "cpu"], "tensor", "cannot read reproducer {!r}: not a specverify reproducer (it holds a Tensor)"),
+    (["replay", "{}", "cpu"], "other format", "cannot read reproducer {!r}: not a specverify reproducer (format"),
+    (["replay", "{}", "cpu"], "fields", "cannot read reproducer {!r}: a specverify reproducer that lacks"),
+])
+def test_unreadable_files_are_refused_naming_the_file_and_the_problem(tmp_path, capsys, command, bad, expected):
+    """Each face that reads a file (merge's reports, check's --costs, replay's reproducer) meets a file that is
+    missing, not its format, or of its format but not a report or reproducer: status 2, and the error names the
+    file and the problem, where Python's exception would have been the only message."""
+    path = _files(tmp_path)[bad]
+    assert main([arg.format(path) for arg in command]) == 2
+    err = capsys.readouterr().err
+    assert expected.format(path) in err, err
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["check", "cpu", "--json", "{dir}/no/such/dir/r.json"], "--json '{dir}/no/such/dir/r.json': there is no "
+                                                              "directory '{dir}/no/such/dir'"),
+    (["check", "cpu", "--junit", "{dir}"], "--junit '{dir}' is a directory"),
+    (["merge", "{dir}/a.json", "--json", "{dir}/no/r.json"], "--json '{dir}/no/r.json': there is no directory"),
+    (["check", "cpu", "--costs", "{dir}/a.json"], "--costs balances shards: give --shard K/N with it"),
+])
+def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, monkeypatch, command,
+                                                                      expected):
+    """A report path the run would write only at its end (a nightly run takes an hour) is refused before any check
+    runs or any report is read: the pool and the report reader fail the test if they are reached. --costs without
+    --shard would be read and never used, so it is refused too."""
+    def reached(*args, **kwargs):
+        raise AssertionError("the command went on past a report it could not write")
+
+    monkeypatch.setattr(cli, "CheckPool", reached)
+    monkeypatch.setattr(cli, "read_report", reached)
+    monkeypatch.setattr(cli, "measured_costs", reached)
+    assert main([arg.format(dir=tmp_path) for arg in command]) == 2
+    err = capsys.readouterr().err
+    assert expected.format(dir=tmp_path) in err, err
