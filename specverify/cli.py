@@ -20,6 +20,7 @@ from dataclasses import replace
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
 from specverify.gpus import choose_gpus, visible_gpus
 from specverify.pool import BackendLoadError, CheckPool
+from specverify.outputs import unwritable
 from specverify.registry import get_engine
 from specverify.checks.deviations import load_deviations
 from specverify.checks.repro import write_reproducer
@@ -65,18 +66,12 @@ def _seconds(text: str) -> float:
 
 def _unwritable(args) -> str | None:
     """Why a report the command writes at its end (--json, --junit) could not be written there, found before it
-    runs, so that a long run's report is not lost to a mistyped path; None where each can be."""
+    runs; None where each can be."""
     for flag in ("json", "junit"):
         path = getattr(args, flag, None)
-        if not path:
-            continue
-        parent = os.path.dirname(os.path.abspath(path))
-        if os.path.isdir(path):
-            return f"--{flag} {path!r} is a directory"
-        if not os.path.isdir(parent):
-            return f"--{flag} {path!r}: there is no directory {parent!r}"
-        if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-            return f"--{flag} {path!r} is not writable"
+        problem = path and unwritable(path)
+        if problem:
+            return f"--{flag} {path!r} {problem}"
     return None
 
 

@@ -31,6 +31,7 @@ from dataclasses import replace
 import pytest
 
 from specverify.gpus import pinned_order, visible_gpus
+from specverify.outputs import unwritable
 
 GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
 RUN_ENV = "SPECVERIFY_RUN"        # "start time;directory" of the run, set by the controller for its workers
@@ -104,6 +105,10 @@ def _pin_gpu(config) -> None:
 
 
 def pytest_configure(config):
+    path = config.getoption("--specverify-json", default=None)
+    problem = path and unwritable(path)
+    if problem:
+        raise pytest.UsageError(f"--specverify-json {path!r} {problem}")
     profile = config.getoption("--specverify-profile", default=None)
     if profile:
         os.environ["SPECVERIFY_PROFILE"] = profile

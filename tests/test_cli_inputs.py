@@ -1,10 +1,12 @@
-"""The CLI's files: a report, cost report or reproducer it cannot read is refused with status 2 and a line naming the
+"""The faces' files: a report, cost report or reproducer it cannot read is refused with status 2 and a line naming the
 file and what is wrong with it, never a traceback; a report it would write at the end of a run is checked before
 the run, so that a long run's verdict is not lost to a mistyped path."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -49,10 +51,10 @@ def test_unreadable_files_are_refused_naming_the_file_and_the_problem(tmp_path, 
 
 
 @pytest.mark.parametrize("command, expected", [
-    (["check", "cpu", "--json", "{dir}/no/such/dir/r.json"], "--json '{dir}/no/such/dir/r.json': there is no "
-                                                              "directory '{dir}/no/such/dir'"),
+    (["check", "cpu", "--json", "{dir}/no/such/dir/r.json"], "--json '{dir}/no/such/dir/r.json' cannot be written: "
+                                                              "there is no directory '{dir}/no/such/dir'"),
     (["check", "cpu", "--junit", "{dir}"], "--junit '{dir}' is a directory"),
-    (["merge", "{dir}/a.json", "--json", "{dir}/no/r.json"], "--json '{dir}/no/r.json': there is no directory"),
+    (["merge", "{dir}/a.json", "--json", "{dir}/no/r.json"], "--json '{dir}/no/r.json' cannot be written"),
     (["check", "cpu", "--costs", "{dir}/a.json"], "--costs balances shards: give --shard K/N with it"),
 ])
 def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, monkeypatch, command,
@@ -69,3 +71,17 @@ def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, 
     assert main([arg.format(dir=tmp_path) for arg in command]) == 2
     err = capsys.readouterr().err
     assert expected.format(dir=tmp_path) in err, err
+
+
+def test_the_shipped_suite_refuses_a_json_report_it_could_not_write_before_collecting(tmp_path):
+    """The pytest plugin writes --specverify-json when the session finishes: a path in no directory is a usage
+    error at configure time (status 4, the path and the problem named), not a traceback after the suite ran."""
+    path = tmp_path / "no" / "r.json"
+    # one quick case: a plugin that let the run go on would run it, pass it, and fail writing the report
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
+                           "specverify.suite", "--specverify-backend=cpu", f"--specverify-json={path}",
+                           "-k", "determinism and random"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"--specverify-json '{path}' cannot be written: there is no directory" in proc.stderr, proc.stderr
+    assert "passed" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
