@@ -54,6 +54,18 @@ def _gpus(spec: str | None, profile) -> list[str] | None:
     return (visible_gpus() or None) if profile.device == "cuda" else None
 
 
+def _device(text: str) -> str:
+    """A device name torch parses (whether the run can reach it is the run's to find: a backend that does not run
+    there is not applicable, and a run where nothing applies fails)."""
+    import torch  # noqa: PLC0415 - parsing only
+
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"is not a torch device (cpu, cuda, cuda:N): {text!r}") from None
+    return text
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -226,7 +238,7 @@ def main(argv=None) -> int:
     check.add_argument("backend", help="reference, cpu, triton, or MODULE:ATTR")
     check.add_argument("--profile", choices=sorted(PROFILES), default=None,
                        help="ci (default; or $SPECVERIFY_PROFILE), smoke, dev, nightly")
-    check.add_argument("--device", default=None, help="override the profile's device (cpu, cuda)")
+    check.add_argument("--device", type=_device, default=None, help="override the profile's device (cpu, cuda)")
     check.add_argument("--checks", default=None, help="comma-separated subset of checks")
     check.add_argument("--cases", default=None, metavar="PATTERNS",
                        help="comma-separated case-name patterns (fnmatch: 'tree*,filters'): only those cases")
@@ -278,7 +290,8 @@ def main(argv=None) -> int:
     replay = sub.add_parser("replay", help="re-run a reproducer written by a failed check against a backend")
     replay.add_argument("file", help="a reproducer (.pt) from the failures directory")
     replay.add_argument("backend", help="reference, cpu, triton, or MODULE:ATTR")
-    replay.add_argument("--device", default=None, help="device to replay on (default: the reproducer's, else cpu)")
+    replay.add_argument("--device", type=_device, default=None,
+                        help="device to replay on (default: the reproducer's, else cpu)")
     replay.set_defaults(func=lambda args: replay_file(args.file, args.backend, args.device))
     sub.add_parser("list", help="list the checks and their cases").set_defaults(func=_list)
     args = parser.parse_args(argv)

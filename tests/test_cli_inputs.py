@@ -56,19 +56,27 @@ def test_unreadable_files_are_refused_naming_the_file_and_the_problem(tmp_path, 
     (["check", "cpu", "--junit", "{dir}"], "--junit '{dir}' is a directory"),
     (["merge", "{dir}/a.json", "--json", "{dir}/no/r.json"], "--json '{dir}/no/r.json' cannot be written"),
     (["check", "cpu", "--costs", "{dir}/a.json"], "--costs balances shards: give --shard K/N with it"),
+    (["check", "cpu", "--device", "gpu0"], "argument --device: is not a torch device (cpu, cuda, cuda:N): 'gpu0'"),
+    (["replay", "{dir}/a.pt", "cpu", "--device", "gpu0"], "argument --device: is not a torch device"),
 ])
 def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, monkeypatch, command,
                                                                       expected):
     """A report path the run would write only at its end (a nightly run takes an hour) is refused before any check
     runs or any report is read: the pool and the report reader fail the test if they are reached. --costs without
-    --shard would be read and never used, so it is refused too."""
+    --shard would be read and never used, so it is refused too, as is a --device torch cannot parse, which would
+    make every check not applicable."""
     def reached(*args, **kwargs):
         raise AssertionError("the command went on past a report it could not write")
 
     monkeypatch.setattr(cli, "CheckPool", reached)
     monkeypatch.setattr(cli, "read_report", reached)
     monkeypatch.setattr(cli, "measured_costs", reached)
-    assert main([arg.format(dir=tmp_path) for arg in command]) == 2
+    monkeypatch.setattr(cli, "replay_file", reached)
+    try:
+        status = main([arg.format(dir=tmp_path) for arg in command])
+    except SystemExit as exc:       # argparse's own refusal
+        status = exc.code
+    assert status == 2
     err = capsys.readouterr().err
     assert expected.format(dir=tmp_path) in err, err
 
