@@ -62,6 +62,11 @@ def replay_engine(path: str, spec: str, workers: int | None = None) -> int:
     passes, 2 when it cannot be replayed there (with the reason)."""
     with open(path) as f:
         repro = json.load(f)
+    missing = [field for field in ("check", "case", "backend", "profile", "message") if field not in repro]
+    if missing:
+        print(f"specverify: error: cannot read reproducer {path!r}: an engine reproducer without its field(s) "
+              f"{', '.join(missing)}", file=sys.stderr)
+        return 2
     print(f"reproducer: {repro['check']}[{repro['case']}], recorded on engine {repro['backend']!r} "
           f"(profile {repro['profile']})\nrecorded failure: {repro['message']}")
     engine = get_engine(spec)

@@ -14,6 +14,7 @@ import torch
 from specverify import cli
 from specverify.checks.repro import FORMAT
 from specverify.cli import main
+from specverify.engine_cli import ENGINE_REPRODUCER
 
 
 def _files(tmp_path) -> dict:
@@ -25,6 +26,8 @@ def _files(tmp_path) -> dict:
     torch.save(torch.zeros(2), files["tensor"])
     torch.save({"format": "someone-else/1"}, files["other format"])
     torch.save({"format": FORMAT}, files["fields"])
+    files["engine fields"] = tmp_path / "engine.json"
+    files["engine fields"].write_text(json.dumps({"kind": ENGINE_REPRODUCER, "check": "engine_law"}))
     return {name: str(path) for name, path in files.items()}
 
 
@@ -39,6 +42,8 @@ def _files(tmp_path) -> dict:
     (["replay", "{}", "cpu"], "tensor", "cannot read reproducer {!r}: not a specverify reproducer (it holds a Tensor)"),
     (["replay", "{}", "cpu"], "other format", "cannot read reproducer {!r}: not a specverify reproducer (format"),
     (["replay", "{}", "cpu"], "fields", "cannot read reproducer {!r}: a specverify reproducer that lacks"),
+    (["replay", "{}", "cpu"], "engine fields", "cannot read reproducer {!r}: an engine reproducer without its field(s) "
+                                               "case, backend, profile, message"),
 ])
 def test_unreadable_files_are_refused_naming_the_file_and_the_problem(tmp_path, capsys, command, bad, expected):
     """Each face that reads a file (merge's reports, check's --costs, replay's reproducer) meets a file that is
