@@ -20,7 +20,7 @@ from dataclasses import replace
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
 from specverify.gpus import choose_gpus, visible_gpus
 from specverify.pool import BackendLoadError, CheckPool
-from specverify.outputs import unwritable
+from specverify.options import parse_device, unwritable
 from specverify.registry import get_engine
 from specverify.checks.deviations import load_deviations
 from specverify.checks.repro import write_reproducer
@@ -55,15 +55,10 @@ def _gpus(spec: str | None, profile) -> list[str] | None:
 
 
 def _device(text: str) -> str:
-    """A device name torch parses (whether the run can reach it is the run's to find: a backend that does not run
-    there is not applicable, and a run where nothing applies fails)."""
-    import torch  # noqa: PLC0415 - parsing only
-
     try:
-        torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"is not a torch device (cpu, cuda, cuda:N): {text!r}") from None
-    return text
+        return parse_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(text: str) -> float:

@@ -31,7 +31,7 @@ from dataclasses import replace
 import pytest
 
 from specverify.gpus import pinned_order, visible_gpus
-from specverify.outputs import unwritable
+from specverify.options import parse_device, unwritable
 
 GPU_LIST_ENV = "SPECVERIFY_GPU_LIST"
 RUN_ENV = "SPECVERIFY_RUN"        # "start time;directory" of the run, set by the controller for its workers
@@ -104,15 +104,41 @@ def _pin_gpu(config) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = pinned_order(gpus[index % len(gpus)], gpus)
 
 
-def pytest_configure(config):
+def _refuse_bad_options(config) -> None:
+    """A usage error, before any test runs, for an option the run would otherwise meet only at a test's setup (the
+    deviations file, in every test) or when the session finishes (the verdict's requirements, the JSON report): a
+    typo must not cost a whole conformance run."""
     path = config.getoption("--specverify-json", default=None)
     problem = path and unwritable(path)
     if problem:
         raise pytest.UsageError(f"--specverify-json {path!r} {problem}")
+    for flag, check in (("--specverify-device", parse_device), ("--specverify-require", _parse_requirements),
+                        ("--specverify-deviations", _load_deviations)):
+        value = config.getoption(flag, default=None)
+        try:
+            if value:
+                check(value)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{flag}: {exc}") from None
+
+
+def _parse_requirements(text: str) -> None:
+    from specverify.verdict import parse_requirements  # noqa: PLC0415
+    parse_requirements(text)
+
+
+def _load_deviations(path: str) -> None:
+    from specverify.checks import CHECKS  # noqa: PLC0415
+    from specverify.checks.deviations import load_deviations  # noqa: PLC0415
+    load_deviations(path, CHECKS)
+
+
+def pytest_configure(config):
     profile = config.getoption("--specverify-profile", default=None)
     if profile:
         os.environ["SPECVERIFY_PROFILE"] = profile
     _pin_gpu(config)
+    _refuse_bad_options(config)
     # the suite groups a statistical case's checks (one draw serves them); xdist declares the mark where
     # it is installed, and without it the mark does nothing
     config.addinivalue_line("markers", "xdist_group(name): run under --dist loadgroup in one xdist worker")

@@ -61,8 +61,8 @@ def test_unreadable_files_are_refused_naming_the_file_and_the_problem(tmp_path, 
     (["check", "cpu", "--junit", "{dir}"], "--junit '{dir}' is a directory"),
     (["merge", "{dir}/a.json", "--json", "{dir}/no/r.json"], "--json '{dir}/no/r.json' cannot be written"),
     (["check", "cpu", "--costs", "{dir}/a.json"], "--costs balances shards: give --shard K/N with it"),
-    (["check", "cpu", "--device", "gpu0"], "argument --device: is not a torch device (cpu, cuda, cuda:N): 'gpu0'"),
-    (["replay", "{dir}/a.pt", "cpu", "--device", "gpu0"], "argument --device: is not a torch device"),
+    (["check", "cpu", "--device", "gpu0"], "argument --device: 'gpu0' is not a torch device (cpu, cuda, cuda:N)"),
+    (["replay", "{dir}/a.pt", "cpu", "--device", "gpu0"], "argument --device: 'gpu0' is not a torch device"),
 ])
 def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, monkeypatch, command,
                                                                       expected):
@@ -86,15 +86,23 @@ def test_a_report_that_could_not_be_written_is_refused_before_the_run(tmp_path, 
     assert expected.format(dir=tmp_path) in err, err
 
 
-def test_the_shipped_suite_refuses_a_json_report_it_could_not_write_before_collecting(tmp_path):
-    """The pytest plugin writes --specverify-json when the session finishes: a path in no directory is a usage
-    error at configure time (status 4, the path and the problem named), not a traceback after the suite ran."""
-    path = tmp_path / "no" / "r.json"
-    # one quick case: a plugin that let the run go on would run it, pass it, and fail writing the report
+@pytest.mark.parametrize("option, expected", [
+    ("--specverify-json={dir}/no/r.json",
+     "--specverify-json '{dir}/no/r.json' cannot be written: there is no directory"),
+    ("--specverify-device=gpu0", "--specverify-device: 'gpu0' is not a torch device"),
+    ("--specverify-require=standard,nosuch", "--specverify-require: unknown requirement(s) ['nosuch']"),
+    ("--specverify-deviations={dir}/none.toml",
+     "--specverify-deviations: cannot read deviations file '{dir}/none.toml'"),
+])
+def test_the_shipped_suite_refuses_a_bad_option_before_running_a_test(tmp_path, option, expected):
+    """The pytest plugin meets the JSON report when the session finishes, the verdict's requirements then too, and
+    the deviations file at every test's setup: each mistyped one is a usage error at configure time (status 4, the
+    option and the problem named), not a traceback or sixty errors after the suite ran."""
+    # one quick case: a plugin that let the run go on would run it, and fail it or the session afterwards
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
-                           "specverify.suite", "--specverify-backend=cpu", f"--specverify-json={path}",
+                           "specverify.suite", "--specverify-backend=cpu", option.format(dir=tmp_path),
                            "-k", "determinism and random"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert f"--specverify-json '{path}' cannot be written: there is no directory" in proc.stderr, proc.stderr
+    assert expected.format(dir=tmp_path) in proc.stderr, proc.stderr
     assert "passed" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
