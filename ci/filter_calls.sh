@@ -38,10 +38,10 @@ latency) shift; latency 560 "$@" ;;
 both) stamps ${LIMIT:-330} $2; latency $((570 - (SECONDS - T0))) $3 ;;     # LIMIT=s: the stamps' share
 tests)
     shift
-    # the eight filter test files, or those named (the eight took 468 of the 560 s on a cold cache: two calls, the
-    # one launch's file in one of them, leave room for more); verbose into the file as they finish, so that a run
-    # cut off by the limit keeps every result it reached
-    files=${*:-tests/test_triton_filters.py tests/test_triton_lazy_cut.py tests/test_triton_one_launch.py \
+    # the filter test files, or those named (they need more than one call's 560 s on a cold cache: name a part of
+    # them, or pass --deselect for what a call finished); verbose into the file as they finish, so that a run cut
+    # off by the limit keeps every result it reached
+    files=${*:-tests/test_triton_filters.py tests/test_triton_lazy_cut.py tests/test_triton_one_launch*.py \
         tests/test_filter_probe.py tests/test_triton_slow_path.py tests/test_triton_copies.py \
         tests/test_triton_sample_counts.py tests/test_triton_rank.py}
     timeout ${LIMIT:-560} python3 -m pytest $files -p no:cacheprovider -v -n ${NPROC:-16} > $OUT/tests.txt 2>&1
@@ -63,7 +63,7 @@ ncu)
     echo "t=$((SECONDS-T0))"; ls -la $OUT; head -c 600 $OUT/details.txt ;;
 check)
     latency 190 $2
-    timeout $((530 - (SECONDS - T0))) python3 -m pytest tests/test_triton_one_launch.py tests/test_triton_filters.py \
+    timeout $((530 - (SECONDS - T0))) python3 -m pytest tests/test_triton_one_launch*.py tests/test_triton_filters.py \
         -p no:cacheprovider -v -n 16 > $OUT/tests.txt 2>&1
     echo "rc=$? t=$((SECONDS-T0))"
     grep -cE " PASSED " $OUT/tests.txt; grep -E " FAILED | ERROR |passed|failed" $OUT/tests.txt | tail -20 ;;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
-# (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch.py, test_filter_probe.py,
-# test_triton_slow_path.py, test_triton_copies.py),
+# (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch*.py, test_filter_probe.py,
+# test_triton_slow_path.py, test_triton_copies.py, test_triton_sample_counts.py, test_triton_rank.py),
 # compute-sanitizer (memcheck, initcheck, racecheck), the GPU benchmark (quick mode), each statistical case's
 # sampling rate alone, FlashInfer's chain sampler through its adapter when FlashInfer is importable, and a report
 # with plots.
@@ -81,8 +81,8 @@ step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caugh
 # kernels), PRE plan, lazy cut, one launch, and the one launch's phase stamps (four workers share one GPU: the run
 # is bound by compiling the cut's kernels)
 step filter-kernels filter-kernels.log "$PY" -m pytest tests/test_triton_filters.py tests/test_triton_lazy_cut.py \
-  tests/test_triton_one_launch.py tests/test_filter_probe.py tests/test_triton_slow_path.py \
-  tests/test_triton_copies.py -p no:cacheprovider \
+  tests/test_triton_one_launch*.py tests/test_filter_probe.py tests/test_triton_slow_path.py \
+  tests/test_triton_copies.py tests/test_triton_sample_counts.py tests/test_triton_rank.py -p no:cacheprovider \
   -n 4 -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------

@@ -1,5 +1,5 @@
 """What the Triton filter cut's kernel tests share (tests/test_triton_filters.py, test_triton_lazy_cut.py,
-test_triton_one_launch.py): the device the kernels run on, fixtures that pin or shrink the cut's tuning
+test_triton_one_launch*.py): the device the kernels run on, fixtures that pin or shrink the cut's tuning
 settings so that small batches reach every path, rows of every logit style and filter mix, the records
 a cut writes, the order keys of float32 values (``order_keys``), and the keys that the one launch's buckets start
 at (``tally_keys_of``).
