@@ -7,8 +7,8 @@ installs these and ``triton_interpreted_ops``' operations, in a process whose ke
     skip_discarded_overflow_checks()                  the interpreter skips int32 overflow checks it discards
     lighten_interpreted_builtins()                    the interpreter's per-operation wrappers, cheaper
     share_interpreted_shapes()                        the interpreter's tensors reuse their shapes' types
-Each returns False, changing nothing, where the interpreter is not as expected; each is idempotent. Why each holds
-is in its docstring; docs/testing.md times them.
+Each shortcut returns False, changing nothing, where the interpreter is not as expected, and is idempotent. Why each
+holds is in its docstring; docs/testing.md times them.
 """
 
 from __future__ import annotations
