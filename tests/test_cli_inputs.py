@@ -1,6 +1,7 @@
-"""The faces' files: a report, cost report or reproducer it cannot read is refused with status 2 and a line naming the
-file and what is wrong with it, never a traceback; a report it would write at the end of a run is checked before
-the run, so that a long run's verdict is not lost to a mistyped path."""
+"""The faces' files and options: a report, cost report or reproducer they cannot read is refused with status 2 and
+a line naming the file and what is wrong with it, never a traceback; a report they would write at the end of a run,
+and an option they would meet only during it (a device, the verdict's requirements, a deviations file), are checked
+before the run, so that a long run's verdict is not lost to a typo."""
 
 from __future__ import annotations
 
