@@ -107,7 +107,10 @@ def _pin_gpu(config) -> None:
 def _refuse_bad_options(config) -> None:
     """A usage error, before any test runs, for an option the run would otherwise meet only at a test's setup (the
     deviations file, in every test) or when the session finishes (the verdict's requirements, the JSON report): a
-    typo must not cost a whole conformance run."""
+    typo must not cost a whole conformance run. The controller checks them before any worker starts; its xdist
+    workers, which would check them again, do not."""
+    if getattr(config, "workerinput", None):
+        return
     path = config.getoption("--specverify-json", default=None)
     problem = path and unwritable(path)
     if problem:
