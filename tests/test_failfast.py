@@ -18,12 +18,15 @@ HOSTILE = "specverify.mutants.hostile:"
 
 
 def _run(tmp_path, capsys, backend: str, *args: str):
+    """(status, what the run printed: its report, then its progress and plan on stderr, the JSON report, the JUnit
+    XML, seconds) of ``specverify check`` on a hostile backend."""
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     start = time.perf_counter()
     status = main(["check", HOSTILE + backend, "--json", str(report), "--junit", str(junit),
                    "--failures-dir", str(tmp_path / "failures"), *args])
     seconds = time.perf_counter() - start
-    return status, capsys.readouterr().out, json.loads(report.read_text()), ElementTree.parse(junit), seconds
+    printed = capsys.readouterr()
+    return status, printed.out + printed.err, json.loads(report.read_text()), ElementTree.parse(junit), seconds
 
 
 def test_a_hung_call_is_named_once_and_the_backend_is_not_called_again(tmp_path, capsys):
@@ -71,15 +74,18 @@ def test_maxfail_stops_after_the_first_failed_check(tmp_path, capsys):
 
 
 def test_maxfail_n_counts_failures_before_it_stops(tmp_path, capsys):
-    """--maxfail 2 lets the first failure pass and stops at the second: two FAIL lines, then not run; and
-    without --maxfail every check runs (the stop comes from the option, not from the backend)."""
+    """--maxfail 2 lets the first failure pass and stops at the second: two FAIL lines, then not run, as the run's
+    plan announced; and without --maxfail every check runs (the stop comes from the option, not from the
+    backend)."""
     checks = "determinism,output_structure,input_integrity,zero_draft_layouts"
     status, printed, doc, _, _ = _run(tmp_path, capsys, "Int32Outputs", "--checks", checks, "--maxfail", "2",
                                       "-n", "1")
     assert status == 1 and [r["status"] for r in doc["results"]] == [FAIL, FAIL, NOT_RUN, NOT_RUN], printed
     assert doc["maxfail"] == 2 and "2 check(s) failed (--maxfail 2)" in doc["stopped"]
+    assert "or after 2 failed check(s)" in printed       # the plan says so before it starts
     status, printed, doc, _, _ = _run(tmp_path, capsys, "Int32Outputs", "--checks", checks, "-n", "1")
     assert [r["status"] for r in doc["results"]] == [FAIL] * 4 and doc["stopped"] is None, printed
+    assert "failed check(s)" not in printed
 
 
 def test_deadline_stops_the_check_in_flight_and_reports_the_rest_not_run(tmp_path, capsys):
