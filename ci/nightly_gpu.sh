@@ -15,8 +15,26 @@
 # PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
 # Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
 # SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has
-# no .git. Exit status 0 only when every step passed.
+# no .git.
+# STEPS="driver suite ...": run only the steps named (the names of steps.tsv, listed in ALL_STEPS below); the
+# others are recorded as "not run (STEPS)", and the last line says the run was partial. DEADLINE=SECONDS: the
+# most seconds from the script's start that its steps may run; a step still running then is stopped and failed,
+# and the steps after it are failed as "not run (DEADLINE)", so that a machine's per-command limit ends the run
+# with every result it reached and a report (the report runs after DEADLINE too: it takes seconds). Together they spread the nightly over several calls of a lent machine.
+# Exit status 0 only when every step run passed and none was cut by DEADLINE.
 set -uo pipefail
+
+ALL_STEPS="driver suite mutants filter-kernels sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck bench rates
+flashinfer report"
+SELECTED="$(echo ${STEPS:-$ALL_STEPS} | tr ',' ' ')"
+for s in $SELECTED; do
+  case " $(echo $ALL_STEPS) " in *" $s "*) ;; *)
+    echo "nightly_gpu.sh: STEPS names an unknown step '$s'; the steps are: $(echo $ALL_STEPS)" >&2; exit 2 ;;
+  esac
+done
+case "${DEADLINE:-0}" in ''|*[!0-9]*)
+  echo "nightly_gpu.sh: DEADLINE must be a whole number of seconds, not '${DEADLINE}'" >&2; exit 2 ;;
+esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -26,20 +44,35 @@ RESULTS="$(cd "$RESULTS" && pwd)"
 PY="${PYTHON:-python3}"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-STEPS="$RESULTS/steps.tsv"
-printf 'step\tstatus\tseconds\n' > "$STEPS"
+STEPS_TSV="$RESULTS/steps.tsv"
+printf 'step\tstatus\tseconds\n' > "$STEPS_TSV"
 START=$(date +%s)
 FAILED=0
 
-step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time
+NOT_RUN=""
+selected() { case " $SELECTED " in *" $1 "*) return 0 ;; esac; return 1; }
+step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time (unless STEPS or DEADLINE leave it out)
   local name="$1" log="$2"; shift 2
+  if ! selected "$name"; then
+    printf '%s\t%s\t%s\n' "$name" "not run (STEPS)" "-" >> "$STEPS_TSV"; NOT_RUN="$NOT_RUN $name"; return 0
+  fi
+  local limit=()
+  if [ "${DEADLINE:-0}" -gt 0 ] && [ "$name" != report ]; then
+    local left=$(( DEADLINE - ($(date +%s) - START) ))
+    if [ $left -le 0 ]; then
+      printf '%s\t%s\t%s\n' "$name" "fail(not run (DEADLINE))" "-" >> "$STEPS_TSV"; FAILED=1
+      echo "=== $name: not run, DEADLINE=$DEADLINE s reached" | tee -a "$RESULTS/nightly.log"; return 1
+    fi
+    limit=(timeout "$left")
+  fi
   local t0=$(date +%s)
   echo "=== $name: $*" | tee -a "$RESULTS/nightly.log"
-  "$@" > "$RESULTS/$log" 2>&1
+  "${limit[@]}" "$@" > "$RESULTS/$log" 2>&1
   local rc=$?
   local dt=$(( $(date +%s) - t0 ))
   local status=pass; [ $rc -eq 0 ] || { status="fail(rc=$rc)"; FAILED=1; }
-  printf '%s\t%s\t%s\n' "$name" "$status" "$dt" >> "$STEPS"
+  [ $rc -eq 124 ] && [ ${#limit[@]} -gt 0 ] && status="fail(stopped at DEADLINE=$DEADLINE s)"
+  printf '%s\t%s\t%s\n' "$name" "$status" "$dt" >> "$STEPS_TSV"
   echo "=== $name: $status in ${dt}s (log: $log)" | tee -a "$RESULTS/nightly.log"
   return $rc
 }
@@ -91,6 +124,10 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     step "sanitizer-$tool" "sanitizer-$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
       --print-limit 50 "$PY" ci/sanitizer_driver.py
   done
+else
+  for tool in memcheck initcheck racecheck; do
+    printf 'sanitizer-%s\tnot run (SKIP_SANITIZER)\t-\n' $tool >> "$STEPS_TSV"; NOT_RUN="$NOT_RUN sanitizer-$tool"
+  done
 fi
 
 # ---- 5. benchmark ---------------------------------------------------------------------------------
@@ -102,19 +139,22 @@ step bench bench.log "$PY" ci/bench_gpu.py ${BENCH_ARGS:---quick} --json "$RESUL
 step rates rates.log "$PY" ci/sampling_rates.py --json "$RESULTS/rates.json" --markdown "$RESULTS/rates.md"
 
 # ---- 5b. third-party kernels, when importable (docs/kernels.md records each) ----------------------
-if "$PY" -c 'import flashinfer.sampling' > /dev/null 2>&1; then
+if ! selected flashinfer || "$PY" -c 'import flashinfer.sampling' > /dev/null 2>&1; then
   step flashinfer flashinfer.log "$PY" -m specverify.cli check specverify.adapters.flashinfer:chain \
     --profile nightly --device cuda --json "$RESULTS/flashinfer.json"
 else
   echo "=== flashinfer: not importable here, not checked" | tee -a "$RESULTS/nightly.log"
+  # named in STEPS, a step that cannot run fails; in the default run it is only noted
+  if [ -n "${STEPS:-}" ]; then status="fail(not importable)"; FAILED=1; else status="not run (not importable)"; fi
+  printf '%s\t%s\t%s\n' flashinfer "$status" "-" >> "$STEPS_TSV"
 fi
 
 # ---- 6. report --------------------------------------------------------------------------------------
 ELAPSED=$(( $(date +%s) - START ))
 step report report.log "$PY" ci/nightly_report.py "$RESULTS" --elapsed "$ELAPSED"
 TOTAL=$(( $(date +%s) - START ))
-echo "nightly: $([ $FAILED -eq 0 ] && echo PASSED || echo FAILED) in ${TOTAL}s; results in $RESULTS" \
-  | tee -a "$RESULTS/nightly.log"
+echo "nightly: $([ $FAILED -eq 0 ] && echo PASSED || echo FAILED) in ${TOTAL}s${NOT_RUN:+ (partial, not run:$NOT_RUN)};" \
+  "results in $RESULTS" | tee -a "$RESULTS/nightly.log"
 # one file to carry off a lent machine whose tools return a limited number of files
 tar -czf "$RESULTS.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")" \
   && echo "nightly: the folder as one file: $RESULTS.tar.gz"

@@ -1,0 +1,127 @@
+"""ci/nightly_gpu.sh's control of its steps, on a machine without a GPU: the whole nightly does not fit a lent
+machine's per-command limit, so ``STEPS`` runs a part of it in a call and ``DEADLINE`` ends a call with every
+result it reached. The steps' programs are stood in for by a fake ``python`` and ``nvidia-smi`` on the PATH; the
+real steps run on the device (docs/nightly/).
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "ci" / "nightly_gpu.sh"
+ALL_STEPS = ["driver", "suite", "mutants", "filter-kernels", "sanitizer-memcheck", "sanitizer-initcheck",
+             "sanitizer-racecheck", "bench", "rates", "flashinfer", "report"]
+
+# The fake python: `-c` snippets (the plugin's arguments, the environment's versions, the FlashInfer import) go to
+# the real interpreter with the snippet replaced by a stand-in where it needs a GPU's packages; every other call is
+# a step, logged, and sleeps SLOW_S seconds when its arguments contain SLOW_ARG.
+FAKE_PY = """#!/usr/bin/env bash
+if [ "$1" = -c ]; then
+  case "$2" in
+    *flashinfer*) exit ${FLASHINFER_RC:-1} ;;
+    *load_args*) exit 0 ;;
+    *) echo "fake python"; exit 0 ;;
+  esac
+fi
+[ "$1 $2" = "-m pip" ] && exit 0
+echo "$*" >> "$CALLS"
+if [ -n "${SLOW_ARG:-}" ]; then case "$*" in *"$SLOW_ARG"*) exec sleep "$SLOW_S" ;; esac; fi
+exit 0
+"""
+FAKE_SANITIZER = """#!/usr/bin/env bash
+[ "$1" = --version ] && exit 0
+echo "sanitizer $*" >> "$CALLS"
+"""
+FAKE_SMI = """#!/usr/bin/env bash
+[ "$1" = -L ] && { echo "GPU 0: Fake GPU (UUID: GPU-0)"; exit 0; }
+echo "Fake GPU, 0, 0 MiB"
+"""
+
+
+def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
+    """(exit status, stdout and stderr, {step: status} from steps.tsv, the fake python's step calls) of the
+    script run into tmp_path/results with the stand-ins and ``env``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("python", FAKE_PY), ("nvidia-smi", FAKE_SMI), ("compute-sanitizer", FAKE_SANITIZER)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    results = tmp_path / "results"
+    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
+               "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
+    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER"):
+        if unset not in env:
+            run_env.pop(unset, None)
+    done = subprocess.run(["bash", str(SCRIPT), str(results)], env=run_env, capture_output=True, text=True,
+                          timeout=120)
+    tsv = results / "steps.tsv"
+    steps = dict(line.split("\t")[:2] for line in tsv.read_text().splitlines()[1:]) if tsv.exists() else {}
+    return done.returncode, done.stdout + done.stderr, steps, calls.read_text().splitlines()
+
+
+def test_steps_runs_only_the_steps_named_and_calls_the_run_partial(tmp_path):
+    """A call that runs the suite and the mutants alone: the other steps are recorded as not run, none of their
+    programs is started, and the last line says the run was partial, naming what it left out."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="suite mutants")
+    assert status == 0, out
+    assert steps["suite"] == "pass" and steps["mutants"] == "pass"
+    assert {s for s, v in steps.items() if v == "not run (STEPS)"} == set(ALL_STEPS) - {"suite", "mutants"}
+    assert len(calls) == 2 and "specverify.suite" in calls[0] and "test_mutants_caught.py" in calls[1]
+    last = [line for line in out.splitlines() if line.startswith("nightly: ")][0]
+    assert "PASSED" in last and "partial" in last and "driver" in last and "suite" not in last.split("partial")[1]
+
+
+def test_every_step_runs_by_default_and_the_run_is_not_called_partial(tmp_path):
+    """Without STEPS every step runs (FlashInfer where it imports), and the last line claims no part."""
+    status, out, steps, calls = _nightly(tmp_path, FLASHINFER_RC="0")
+    assert status == 0, out
+    assert steps == {s: "pass" for s in ALL_STEPS}
+    assert "partial" not in out
+    assert sum("sanitizer_driver.py" in c for c in calls) == 4     # the driver, then under each sanitizer
+
+
+def test_a_step_named_in_steps_that_cannot_run_fails_the_run(tmp_path):
+    """FlashInfer named in STEPS where it does not import: the run fails. In the default run the same absence is
+    recorded and does not fail it (the nightly checks FlashInfer only where it is installed)."""
+    status, out, steps, _ = _nightly(tmp_path, STEPS="flashinfer")
+    assert status == 1 and steps["flashinfer"] == "fail(not importable)", out
+    status, out, steps, _ = _nightly(tmp_path)
+    assert status == 0 and steps["flashinfer"] == "not run (not importable)", out
+
+
+@pytest.mark.parametrize("steps, deadline, named", [("suite,nosuch", "", "nosuch"), ("", "ten", "ten")])
+def test_unknown_steps_and_bad_deadlines_are_refused_before_any_step(tmp_path, steps, deadline, named):
+    """A misspelt step would otherwise be silently left out of a run that then passes; a DEADLINE that is not a
+    whole number of seconds would otherwise be ignored. Both stop the script at once, naming the value."""
+    env = {k: v for k, v in (("STEPS", steps), ("DEADLINE", deadline)) if v}
+    status, out, steps_run, calls = _nightly(tmp_path, **env)
+    assert status == 2 and named in out and calls == [] and steps_run == {}, out
+
+
+def test_deadline_stops_the_running_step_fails_the_rest_and_still_reports(tmp_path):
+    """A step still running at DEADLINE is stopped and failed, the steps after it are failed as not run, and the
+    report is still written, so that a call cut by the machine's limit keeps what it reached."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="driver suite mutants report", DEADLINE="3",
+                                         SLOW_ARG="specverify.suite", SLOW_S="30")
+    assert status == 1, out
+    assert steps["driver"] == "pass"
+    assert steps["suite"] == "fail(stopped at DEADLINE=3 s)"
+    assert steps["mutants"] == "fail(not run (DEADLINE))"
+    assert steps["report"] == "pass" and any("nightly_report.py" in c for c in calls)
+    assert not any("test_mutants_caught.py" in c for c in calls)
+    assert "FAILED" in [line for line in out.splitlines() if line.startswith("nightly: ")][0]
+
+
+def test_skip_sanitizer_records_the_sanitizers_as_not_run(tmp_path):
+    """SKIP_SANITIZER leaves the three sanitizer steps out: steps.tsv says so rather than dropping their rows, and
+    the last line calls the run partial."""
+    status, out, steps, calls = _nightly(tmp_path, SKIP_SANITIZER="1")
+    assert status == 0, out
+    assert all(steps[f"sanitizer-{t}"] == "not run (SKIP_SANITIZER)" for t in ("memcheck", "initcheck", "racecheck"))
+    assert sum("sanitizer_driver.py" in c for c in calls) == 1
+    assert "partial" in [line for line in out.splitlines() if line.startswith("nightly: ")][0]
