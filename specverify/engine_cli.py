@@ -47,21 +47,20 @@ def _write_reproducer(result: CheckResult, directory: str, spec: str, profile) -
     result.replay = f"specverify replay {path}.json {spec}"
 
 
-def is_engine_reproducer(path: str) -> bool:
-    """Whether ``path`` is an engine reproducer (``_write_reproducer``'s JSON)."""
+def read_engine_reproducer(path: str) -> dict | None:
+    """The engine reproducer at ``path`` (``_write_reproducer``'s JSON), or None where the file is not one."""
     try:
         with open(path) as f:
-            return json.load(f).get("kind") == ENGINE_REPRODUCER
-    except (OSError, ValueError, AttributeError):
-        return False
+            repro = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return repro if isinstance(repro, dict) and repro.get("kind") == ENGINE_REPRODUCER else None
 
 
-def replay_engine(path: str, spec: str, workers: int | None = None) -> int:
-    """Re-run the failed engine check of the reproducer at ``path`` on the engine ``spec`` names, on the
-    recorded case and profile: exit 1 while it still fails (a declared deviation included), 0 when it
-    passes, 2 when it cannot be replayed there (with the reason)."""
-    with open(path) as f:
-        repro = json.load(f)
+def replay_engine(path: str, repro: dict, spec: str, workers: int | None = None) -> int:
+    """Re-run the failed engine check of ``repro``, the reproducer read from ``path``, on the engine ``spec``
+    names, on the recorded case and profile: exit 1 while it still fails (a declared deviation included), 0 when
+    it passes, 2 when it cannot be replayed there (with the reason)."""
     missing = [field for field in ("check", "case", "backend", "profile", "message") if field not in repro]
     if missing:
         print(f"specverify: error: cannot read reproducer {path!r}: an engine reproducer without its field(s) "

@@ -55,9 +55,10 @@ def _path_for(call: Call, caps, device: str) -> tuple[Call | None, str]:
 
 
 def replay_file(path: str, spec: str, device: str | None = None) -> int:
-    from specverify.engine_cli import is_engine_reproducer, replay_engine  # noqa: PLC0415 - engines: SPEC 8
-    if is_engine_reproducer(path):
-        return replay_engine(path, spec)
+    from specverify.engine_cli import read_engine_reproducer, replay_engine  # noqa: PLC0415 - engines: SPEC 8
+    engine_repro = read_engine_reproducer(path)
+    if engine_repro is not None:
+        return replay_engine(path, engine_repro, spec)
     try:
         repro = load(path)
     except OSError as exc:
