@@ -115,12 +115,14 @@ def filtered_calls(g, device: str, tag: str | None = None) -> int:
                           plain.temperature, torch.tensor(pick(top_k)), torch.tensor(pick([0.9, 1.0, 0.5])),
                           torch.tensor(pick(min_p)))
         seeds = request_seeds(4321 + V, B)
+        start = time.perf_counter()     # each line's seconds: a cold cache's compiles show where the step's time goes
         out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
         cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
                                    Noise.from_seeds(seeds, batch.num_draft_tokens, V), method=method)
         print(f"B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}"
               f"{''.join(' ' + tag for tag in tags)}: {cmp.decisions} decisions, "
-              f"{len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous divergences", flush=True)
+              f"{len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous divergences, "
+              f"{time.perf_counter() - start:.1f}s", flush=True)
         if cmp.real:
             print(f"  ERROR: {cmp.real[0]}", flush=True)
             errors += 1
@@ -145,6 +147,7 @@ def run(device: str, filtered_tag: str | None = None) -> int:
             if method == "synthetic" else dict(method=method)
         block_v, splits = launch if launch else (None, None)
         for path in ("injected", "seeded"):
+            start = time.perf_counter()
             seeds = request_seeds(1234 + len(counts), B)
             noise = Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
             noise_kw = dict(seeds=seeds.to(device)) if path == "seeded" else \
@@ -158,7 +161,7 @@ def run(device: str, filtered_tag: str | None = None) -> int:
             cmp = compare_to_reference(batch, out, noise, **kwargs)
             what = f"B={B} V={V} {str(dtype)[6:]} {drafter} greedy={greedy} {method} {path} launch={launch}"
             print(f"{what}: {cmp.decisions} decisions, {len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous "
-                  "divergences", flush=True)
+                  f"divergences, {time.perf_counter() - start:.1f}s", flush=True)
             if cmp.real:
                 print(f"  ERROR: {cmp.real[0]}", flush=True)
                 errors += 1
