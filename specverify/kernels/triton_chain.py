@@ -43,8 +43,8 @@ from specverify.kernels.triton_block import block_weights
 from specverify.kernels.triton_cut import KMAX, kept, order_key, row_settings, work_gathered, work_parts, work_tokens
 from specverify.kernels.triton_gather import count_word, gather, logit_tile
 from specverify.kernels.triton_lazy import ACCEPTED, UNREACHED, top_p_alone
-from specverify.kernels.triton_math import (NO_INDEX, at_drafts, keep_best, neg_log, philox_uniform, race_key,
-                                            request_offset, row_norms, scratch_views)
+from specverify.kernels.triton_math import (NO_INDEX, at_drafts, neg_log, no_race, philox_uniform, publish_races,
+                                            race_tile, request_offset, row_norms, scratch_views)
 
 
 @triton.jit
@@ -300,10 +300,7 @@ def _decide_race_kernel(
         hi = tl.minimum(lo + chunk, V)
         # The q row is read only where a residual is formed (an empty range otherwise).
         q_hi = tl.where(residual & ~hole_at_n, hi, lo)
-        best_w = tl.full([BLOCK_V], -1.0, tl.float32)
-        best_w_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
-        best_p = tl.full([BLOCK_V], -1.0, tl.float32)
-        best_p_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
+        best_w, best_w_idx, best_p, best_p_idx = no_race(BLOCK_V)
         if FILTERED:
             rec_n = cut_ptr + b * K1 + n_acc
             cut_val, cut_idx, floor = tl.load(rec_n), tl.load(rec_n + n_rows).to(tl.int32), tl.load(rec_n + 2 * n_rows)
@@ -326,14 +323,9 @@ def _decide_race_kernel(
                 w = wp - q
             else:
                 w = tl.where(residual & (offs == x_rejected), 0.0, wp)
-            # Entries of zero weight (and padded lanes) score -1 and never win (reference.race).
-            inv_expo = 1.0 / expo
-            score_w = tl.where(mask & (w > 0.0), w * inv_expo, -1.0)
-            score_p = tl.where(mask & (p > 0.0), p * inv_expo, -1.0)
-            best_w, best_w_idx = keep_best(best_w, best_w_idx, score_w, offs)
-            best_p, best_p_idx = keep_best(best_p, best_p_idx, score_p, offs)
-        tl.atomic_max(slots_ptr + 2 * b, race_key(best_w, best_w_idx, V), sem="relaxed")
-        tl.atomic_max(slots_ptr + 2 * b + 1, race_key(best_p, best_p_idx, V), sem="relaxed")
+            best_w, best_w_idx, best_p, best_p_idx = race_tile(best_w, best_w_idx, best_p, best_p_idx, w, p, expo,
+                                                               mask, offs)
+        publish_races(slots_ptr, b, best_w, best_w_idx, best_p, best_p_idx, V)
 
     # ---- the last program of this request writes its whole output row
     ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel")

@@ -20,6 +20,9 @@ at rows row0 = d_off + b onwards of the [T + B, V] logits, K1 = K + 1, S1 pass 1
     at_drafts(..., d_off, row0, k_b, inv_t, row_max, row_sum)   logits [T + B, V], draft ids [T] int64,
                                          q [T, V] -> [BLOCK_K] draft (int64), placeholder (bool),
                                          p(draft) and q(draft) (float32) per draft slot
+    no_race(BLOCK_V), race_tile(...), publish_races(slots_ptr, b, ...)   a split's two exponential races
+                                         (pass 2's, the tree's): its lanes' start, one tile, its winners merged
+                                         into request b's two race slots
 """
 
 from __future__ import annotations
@@ -172,6 +175,34 @@ def keep_best(best, best_idx, score, offs):
     """Each lane's running best of the exponential race: (score, id) where ``score`` [BLOCK_V] beats it."""
     better = score > best
     return tl.where(better, score, best), tl.where(better, offs, best_idx)
+
+
+@triton.jit
+def no_race(BLOCK_V: tl.constexpr):
+    """The two races' lanes before a split's first tile: (best w score, its id, best p score, its id), [BLOCK_V]
+    each, every score -1 (no candidate)."""
+    return (tl.full([BLOCK_V], -1.0, tl.float32), tl.full([BLOCK_V], NO_INDEX, tl.int32),
+            tl.full([BLOCK_V], -1.0, tl.float32), tl.full([BLOCK_V], NO_INDEX, tl.int32))
+
+
+@triton.jit
+def race_tile(best_w, best_w_idx, best_p, best_p_idx, w, p, expo, mask, offs):
+    """One tile of a split's two exponential races (reference.race), w's (the residual's, or the bonus row's)
+    and p's (the fallback where w is zero everywhere): each lane keeps its best w / E and p / E with the id. An
+    entry of zero weight, or a padded lane, scores -1 and never wins."""
+    inv_expo = 1.0 / expo
+    score_w = tl.where(mask & (w > 0.0), w * inv_expo, -1.0)
+    score_p = tl.where(mask & (p > 0.0), p * inv_expo, -1.0)
+    best_w, best_w_idx = keep_best(best_w, best_w_idx, score_w, offs)
+    best_p, best_p_idx = keep_best(best_p, best_p_idx, score_p, offs)
+    return best_w, best_w_idx, best_p, best_p_idx
+
+
+@triton.jit
+def publish_races(slots_ptr, b, best_w, best_w_idx, best_p, best_p_idx, V):
+    """A split's two race winners merged into request b's two race slots (``race_key``, an atomic max)."""
+    tl.atomic_max(slots_ptr + 2 * b, race_key(best_w, best_w_idx, V), sem="relaxed")
+    tl.atomic_max(slots_ptr + 2 * b + 1, race_key(best_p, best_p_idx, V), sem="relaxed")
 
 
 @triton.jit

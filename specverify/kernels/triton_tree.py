@@ -63,8 +63,8 @@ import triton
 import triton.language as tl
 
 from specverify.kernels.triton_chain import _row_stats_kernel
-from specverify.kernels.triton_math import (NO_INDEX, keep_best, neg_log, offset_block, philox_uniform, race_key,
-                                            request_offset, row_norms, scratch_views)
+from specverify.kernels.triton_math import (NO_INDEX, neg_log, no_race, offset_block, philox_uniform, publish_races,
+                                            race_tile, request_offset, row_norms, scratch_views)
 
 
 @triton.jit
@@ -288,10 +288,7 @@ def _tree_race_kernel(
         before = tl.maximum(n - 1, 0)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, V)
-        best_w = tl.full([BLOCK_V], -1.0, tl.float32)
-        best_w_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
-        best_p = tl.full([BLOCK_V], -1.0, tl.float32)
-        best_p_idx = tl.full([BLOCK_V], NO_INDEX, tl.int32)
+        best_w, best_w_idx, best_p, best_p_idx = no_race(BLOCK_V)
         for start in range(lo, hi, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
             mask = offs < hi
@@ -305,14 +302,10 @@ def _tree_race_kernel(
                 expo = neg_log(philox_uniform(seed, offs, 1))
             else:
                 expo = tl.load(exp_ptr + b.to(tl.int64) * stride_exp + offs, mask=mask, other=1.0).to(tl.float32)
-            inv_expo = 1.0 / expo
-            # Entries of zero weight (and padded lanes) score -1 and never win (reference.race).
-            score_w = tl.where(mask & (r > 0.0), r * inv_expo, -1.0)
-            score_p = tl.where(mask & (r_prev > 0.0), r_prev * inv_expo, -1.0)
-            best_w, best_w_idx = keep_best(best_w, best_w_idx, score_w, offs)
-            best_p, best_p_idx = keep_best(best_p, best_p_idx, score_p, offs)
-        tl.atomic_max(slots_ptr + 2 * b, race_key(best_w, best_w_idx, V), sem="relaxed")
-        tl.atomic_max(slots_ptr + 2 * b + 1, race_key(best_p, best_p_idx, V), sem="relaxed")
+            # the fallback race is the residual before the last step (r_prev), not p
+            best_w, best_w_idx, best_p, best_p_idx = race_tile(best_w, best_w_idx, best_p, best_p_idx, r, r_prev,
+                                                               expo, mask, offs)
+        publish_races(slots_ptr, b, best_w, best_w_idx, best_p, best_p_idx, V)
         ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel")
         if ticket == S2 - 1:
             key_w = tl.atomic_add(slots_ptr + 2 * b, 0, sem="acquire")
