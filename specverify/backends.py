@@ -86,6 +86,10 @@ class Capabilities:
     # False: a target-only kernel, whose drafter is one-hot; a random request with draft_probs is then
     # UnsupportedError and the checks draw no dense q for it (the dense-q cases are n/a)
     dense_draft_probs: bool = True
+    # True: q reaches the kernel as logits (log q) and is renormalised there, so a row of draft_probs that sums
+    # to other than 1 (within the batch's tolerance) is not what it samples against. The differential examples
+    # that need such a row (the residual's fallback to p: q = p (1 + 5e-4)) are left out, and the check says so.
+    draft_probs_up_to_scale: bool = False
     target_filters: bool = False    # applies top_k / top_p / min_p (SPEC 3.4); undeclared: UnsupportedError
     placeholders: bool = False      # takes -1 placeholder drafts (SPEC 3.5); undeclared: UnsupportedError
     # The kernel takes the bonus token from its caller (the adapter samples it): checks of the bonus

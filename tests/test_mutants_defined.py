@@ -276,6 +276,27 @@ def scenario_float32_boundaries(backend):
     return backend(batch, noise=Noise(torch.full((B,), 1e-60, dtype=torch.float64), exponential))
 
 
+def scenario_drafter_is_the_target(backend, method="standard"):
+    """q = p (1 + 5e-4) at every draft row (a drafter that is the target model, its probabilities rounded up)
+    and a uniform above p(x) / q(x): each first draft is rejected where max(p - q, 0) is zero everywhere, and
+    the rule samples p itself; token 0 has probability 0, so racing the empty residual shows."""
+    g = torch.Generator().manual_seed(139)
+    B, V = 8, 12
+    logits = torch.randn(2 * B, V, generator=g)
+    logits[:, 0] = float("-inf")
+    p = torch.softmax(logits[0::2].double(), dim=-1)
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.full((B,), 5), logits, (p * (1 + 5e-4)).float(),
+                      torch.ones(B))
+    return backend(batch, noise=Noise(torch.full((B,), 1 - 1e-4, dtype=torch.float64),
+                                      torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)), method=method)
+
+
+def scenario_drafter_is_the_target_tree(backend):
+    """The same under the tree rule (chains as single-path trees): the residual r - m q_c empties, and r is kept
+    as it was (SPEC 3.8)."""
+    return scenario_drafter_is_the_target(backend, method="tree")
+
+
 def scenario_trees(backend):
     """Token trees (SPEC 3.8) of every shape with several siblings per node, drawn without replacement (each
     sibling's q_i differs), a third of the requests greedy on tied rows, injected noise."""
@@ -290,7 +311,7 @@ def scenario_trees(backend):
 
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
-    scenario_trees,
+    scenario_trees, scenario_drafter_is_the_target, scenario_drafter_is_the_target_tree,
     scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
     scenario_nonfinite_rows, scenario_block,
@@ -340,6 +361,8 @@ WITNESS = {
     "top_k_ties_counted_twice": "filter_cuts",
     "min_p_unscaled_max": "filter_cuts",
     "cut_applied_to_q": "filter_cuts",
+    "residual_without_fallback": "drafter_is_the_target",
+    "tree_empty_residual_not_kept": "drafter_is_the_target_tree",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

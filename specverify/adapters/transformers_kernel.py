@@ -121,7 +121,7 @@ class SpeculativeSampling(Backend):
     name = "transformers:speculative_sampling"
     capabilities = Capabilities(
         methods=frozenset({"standard"}), noise=frozenset({"injected", "seeded"}), devices=frozenset({"cpu"}),
-        logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", deviations=DEVIATIONS,
+        logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", deviations=DEVIATIONS, draft_probs_up_to_scale=True,
         notes=(f"transformers {VERSION}: {FUNCTION}, one request per call, drafts alone as candidate_input_ids",
                "target rows cast to float32 and divided by transformers' TemperatureLogitsWarper",
                "greedy requests: one-hot target at the argmax, one-hot drafts, no noise (transformers verifies "

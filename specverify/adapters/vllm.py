@@ -99,7 +99,11 @@ PATCH_POINTS = {
 
 SYNTHETIC_RESIDUAL = "at a synthetic forced rejection vLLM emits the residual's sample; SPEC 3 samples p"
 SYNTHETIC_LAW = r"token distribution differs from the exact one|of probability 0 emitted"
+NO_FALLBACK = ("real defect: where max(p - q, 0) is zero everywhere (p == q up to rounding: a rejection only rounding "
+               "allows, as when the drafter is the target model), sample_recovered_tokens_kernel's scores are all 0 "
+               "and it keeps the first index, so token 0 is emitted whatever p(0); SPEC 3 samples p: docs/kernels.md")
 DEVIATIONS = (
+    Deviation("differential_injected", "boundary", NO_FALLBACK, r"REAL: residual fallback to p"),
     # the synthetic-only cases: every call is synthetic, so the case scopes them
     Deviation("differential_injected", "synthetic", SYNTHETIC_RESIDUAL, r"REAL: exponential race"),
     Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),

@@ -69,6 +69,7 @@ class VllmMrv2(Backend):
     capabilities = Capabilities(
         methods=frozenset({"standard", "synthetic"}), noise=frozenset({"seeded"}), devices=DEVICES,
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", empty_batches=False, deviations=DEVIATIONS,
+        draft_probs_up_to_scale=True,
         notes=(f"vLLM {COMMIT[:12]}: MRV2 rejection_sample, noise drawn in-kernel from (seed, position)",
                "target logits: float32 with vLLM's apply_temperature; draft logits: log q",
                "no block verification at this commit", "cpu: vLLM's Triton kernels need TRITON_INTERPRET=1"))

@@ -31,6 +31,8 @@ SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
 DIFFERENTIAL_CASES = ("standard", "synthetic", "block", "bulk", "replicated", "large_vocab", "filters",
                       "placeholders", "boundary", "tree", "tree_path_equals_chain")
 TREE_CASES = ("tree", "tree_path_equals_chain")
+# the cases whose examples reach the standard rule's fallback to p (``_residual_fallbacks``)
+FALLBACK_CASES = ("boundary", "tree_path_equals_chain")
 # Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.
 SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # Uniforms that round to 0 in float32 (2^-150 ties to even, 1e-60) and in bf16, float32's own 2^-24,
@@ -38,9 +40,13 @@ SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # -log(u) and far above any -log of a float32 uniform.
 BOUNDARY_UNIFORMS = (2.0 ** -150, 1e-60, 2.0 ** -24, 1.0 - 2.0 ** -53)
 BOUNDARY_EXPONENTIALS = (1e-30, 2.0 ** -40, 1e30)
+# q = p (1 + FALLBACK_EXCESS) everywhere at a request's first draft: p <= q leaves the residual zero everywhere.
+# The excess is far above float32's rounding and the ambiguity margin, and keeps q's row sum within the batch's
+# tolerance (reference.batch.PROB_SUM_TOLERANCE).
+FALLBACK_EXCESS = 5e-4
 
 
-def at_boundaries(example: Example) -> Example:
+def at_boundaries(example: Example, fallbacks: bool = True) -> Example:
     """The example with half its uniforms (float64) and a tenth of its exponentials set to boundary
     values. Each draft whose uniform rounds to 0 in float32 gets p(x) = 0 (a -inf logit), or for
     about half of a random request's drafts a tiny p(x) near e^-64, normal in float32, where its row
@@ -48,7 +54,10 @@ def at_boundaries(example: Example) -> Example:
     rejects; at the tiny p(x) a uniform clamped at float32's floor rejects what it accepts.
     1 - 2^-53 (1.0 in float32) goes only to drafts whose p(x) / q(x) is not within 1e-3 of 1: there
     the decision is a float32 coin flip, which the ambiguity bound excuses and the case would only
-    spend. Deterministic in the example."""
+    spend. Where the example has draft probabilities, the first random request and about a quarter of the
+    others get the rule's own boundary at their first draft (``_residual_fallbacks``): p <= q everywhere, and a
+    rejection (unless ``fallbacks`` is False). Deterministic in the
+    example."""
     batch, noise = example.batch, example.noise
     B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
     g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) if B else 0)
@@ -73,7 +82,49 @@ def at_boundaries(example: Example) -> Example:
         logits[row] = tiny if tiny is not None else logits[row].index_fill(0, torch.tensor(x), float("-inf"))
     placed = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
                        batch.top_k, batch.top_p, batch.min_p)
+    if fallbacks:
+        placed, u = _residual_fallbacks(placed, u, pick, rows, g)
     return Example(placed, Noise(u, e), example.seeds, f"{example.description} at boundaries")
+
+
+def with_residual_fallbacks(example: Example) -> Example:
+    """The example with the standard rule's fallback to p reached at some first drafts (``_residual_fallbacks``)
+    and nothing else changed. Deterministic in the example."""
+    batch, noise = example.batch, example.noise
+    g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) + 1 if batch.num_requests else 0)
+    rows = torch.arange(batch.num_drafts) + torch.repeat_interleave(torch.arange(batch.num_requests),
+                                                                   batch.num_draft_tokens.cpu())
+    placed, u = _residual_fallbacks(batch, noise.uniform.double(), torch.zeros(batch.num_drafts, dtype=torch.bool),
+                                    rows, g)
+    return Example(placed, Noise(u, noise.exponential), example.seeds, example.description)
+
+
+def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, rows: torch.Tensor,
+                        g: torch.Generator) -> tuple[SpecBatch, torch.Tensor]:
+    """(batch, u [T]) with the standard rule's fallback reached at the first draft of the first random request
+    and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered target, as the
+    reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero everywhere, where the
+    rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter is the target model).
+    A kernel that races the empty residual emits a token of probability 0, or none. Slots already given a
+    boundary uniform (``taken``) and placeholders are left as they are."""
+    B = batch.num_requests
+    if batch.draft_probs is None or not batch.num_drafts:
+        return batch, u
+    first = batch.draft_offsets()[:-1]
+    has_draft = batch.num_draft_tokens > 0
+    at = first.clamp(max=max(batch.num_drafts - 1, 0))
+    eligible = has_draft & (batch.temperature > 0) & ~taken[at] & (batch.draft_token_ids[at] >= 0)
+    # the first eligible request always, so that a small profile's few examples reach the fallback too
+    chosen = eligible & ((torch.rand(B, generator=g) < 0.25) | (torch.cumsum(eligible, 0) == 1))
+    q = batch.draft_probs.clone()
+    u = u.clone()
+    for b in torch.nonzero(chosen).flatten().tolist():
+        t = int(first[b])
+        t_b = batch.temperature[b].double().reshape(1, 1)
+        p = filtered_target(batch, torch.tensor([b]), batch.target_logits[int(rows[t])][None], t_b)[0]
+        q[t] = (p * (1 + FALLBACK_EXCESS)).to(q.dtype)
+        u[t] = 1 - FALLBACK_EXCESS / 4
+    return dataclasses.replace(batch, draft_probs=q), u
 
 
 def _tiny_target(row: torch.Tensor, x: int, temperature: float) -> torch.Tensor | None:
@@ -102,13 +153,16 @@ def _case_strategy(case: str, profile: Profile, caps):
     """(example, call kwargs) for a differential case; the tree cases draw filters and placeholders
     where ``caps`` declares them, and trees within its declared depth."""
     depth = getattr(caps, "max_tree_depth", None)
+    fallbacks = not getattr(caps, "draft_probs_up_to_scale", False)
     if case == "tree":
         return st.tuples(tree_examples(profile, filters=caps.target_filters, placeholders=caps.placeholders,
                                        max_depth=depth), st.just(dict(method="tree")))
     if case == "tree_path_equals_chain":
         chains = profile if depth is None else dataclasses.replace(profile, max_draft=min(profile.max_draft, depth))
-        return st.tuples(spec_examples(chains, filters=caps.target_filters, placeholders=caps.placeholders),
-                         st.just(dict(method="tree")))
+        # with the chain's fallback to p at some first drafts: the tree rule's own (r kept where r - m q_c is
+        # zero everywhere) must give the same token
+        examples = spec_examples(chains, filters=caps.target_filters, placeholders=caps.placeholders)
+        return st.tuples(examples.map(with_residual_fallbacks) if fallbacks else examples, st.just(dict(method="tree")))
     if case == "large_vocab":
         examples = st.one_of(*(spec_examples(profile, max_vocab=v, max_requests=profile.large_requests)
                                for v in profile.large_vocabs))
@@ -121,7 +175,7 @@ def _case_strategy(case: str, profile: Profile, caps):
         # block: filters and placeholders too, since both change the block (p' throughout, a shorter block)
         examples = spec_examples(profile, placeholders=True, filters=case == "block")
     elif case == "boundary":
-        examples = spec_examples(profile).map(at_boundaries)
+        examples = spec_examples(profile).map(lambda example: at_boundaries(example, fallbacks))
     else:
         examples = spec_examples(profile)
     if case == "synthetic":
@@ -177,6 +231,8 @@ def check_differential(ctx: Context, case: str, *, seeded: bool) -> None:
                      shrink=case not in ("bulk", "large_vocab"))
     if ctx.result.status != "fail":
         ctx.result.message = f"{totals['examples']} examples"
+        if case in FALLBACK_CASES and getattr(ctx.backend.capabilities, "draft_probs_up_to_scale", False):
+            ctx.result.message += " (none at the residual's fallback to p: the backend reads q up to scale)"
 
 
 def _path_equals_chain(ctx: Context, example: Example, seeded: bool) -> None:

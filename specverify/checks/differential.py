@@ -51,6 +51,9 @@ class Divergence:
                 f"({kind}: {self.decision} margin {self.margin:.3g})")
 
 
+FALLBACK_RACE = "residual fallback to p (max(p - q, 0) is zero everywhere)"
+
+
 def tolerance(base: float, vocab_size: int) -> float:
     return base * max(1.0, math.sqrt(vocab_size / 4096))
 
@@ -120,11 +123,14 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
             if 0 <= v < cpu.vocab_size and p[v] > 0 and abs(float(p[v] - q[v])) <= tol * float(p[v]):
                 margin = abs(float(p[v] - q[v])) / float(p[v])
                 return Divergence(b, j, expected, got, "residual cancellation p(v) - q(v)", margin, True)
+        # the residual zero everywhere, where the rule races p itself (SPEC 3), is named apart: a kernel without
+        # that fallback is told so (and an adapter can declare it)
+        race = "exponential race" if bool((p > q).any()) else FALLBACK_RACE
     else:
-        w = p
+        w, race = p, "exponential race"
     score = torch.where(w > 0, w / noise.exponential.cpu()[b].double(), torch.zeros_like(w))
     margin = _relative_gap(score)
-    return Divergence(b, j, expected, got, "exponential race", margin, margin < tol)
+    return Divergence(b, j, expected, got, race, margin, margin < tol)
 
 
 def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from specverify.checks import CHECKS
 from specverify.mutants import block, filters, nonfinite, samplers
-from specverify.mutants.tree import TREE_MUTANTS
+from specverify.mutants.tree import TREE_MUTANTS, TreeEmptyResidualNotKept
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
                                                  SplitVocabOutOfRangeOwnStream)
@@ -115,6 +115,9 @@ _ALL = [
              DIFF + ("token_distribution",)),
     _sampler(samplers.ResidualFromP, "residual sampled from p instead of max(p - q, 0)", "classic",
              DIFF + ("token_distribution",)),
+    Mutant(samplers.ResidualWithoutFallback.name, samplers.ResidualWithoutFallback,
+           "a residual zero everywhere (p == q up to rounding) raced as it is, not p", "classic",
+           ("differential_injected",), cases=("boundary",)),
     _sampler(samplers.AcceptWithZeroUniform, "acceptance uniform can be 0: accepts drafts with p = 0", "classic",
              DIFF + ("token_distribution", "acceptance_rate")),
     _sampler(samplers.BonusAfterRejection, "bonus token emitted after a rejection", "classic",
@@ -187,6 +190,10 @@ _ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distrib
 _ALL += [Mutant(cls.name, cls, bug, "public", DIFF if "greedy" in cls.name else
                 DIFF + ("sequence_distribution", "token_distribution"), cases=("tree", "tree_dense_q"))
          for cls, bug in TREE_MUTANTS]
+# reached only where the residual empties (q = p (1 + 5e-4)): the single-path trees of tree_path_equals_chain
+_ALL.append(Mutant(TreeEmptyResidualNotKept.name, TreeEmptyResidualNotKept,
+                   "tree: a residual zero everywhere taken as the new residual, not the one before it", "classic",
+                   ("differential_injected",), cases=("tree_path_equals_chain",)))
 
 # SPEC 7 placement, on the Triton sampler (vllm-project/vllm #7183): right wherever the caller's device and
 # stream are the batch's, so seen only on a GPU: the stream case on one, the other_device case on two

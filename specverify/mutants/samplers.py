@@ -207,6 +207,17 @@ class ResidualFromP(CpuBackend):
         return w
 
 
+class ResidualWithoutFallback(CpuBackend):
+    """A residual max(p - q, 0) that is zero everywhere (p == q up to rounding, a rejection that rounding alone
+    allows) is raced as it is instead of falling back to p: every score ties at 0 and token 0 is emitted, whatever
+    its probability (classic: a kernel that normalises or races the residual with no empty-row case)."""
+
+    name = "residual_without_fallback"
+
+    def residual(self, w, total, q):
+        return torch.addcmul(w, q, total[:, None], value=-1).clamp_(min=0)
+
+
 class AcceptWithZeroUniform(CpuBackend):
     """The acceptance uniform is floor-quantised to 8 bits, so u can be 0 and `u * q <= p` accepts drafts
     with p(x) = 0 (classic)."""

@@ -40,6 +40,17 @@ class TreeResidualNotUpdated(CpuBackend):
         return r, m
 
 
+class TreeEmptyResidualNotKept(CpuBackend):
+    """Where max(r - m q, 0) is zero everywhere (r == m q up to rounding) the residual is updated to it anyway,
+    not kept as it was: the final token is raced over zeros, and token 0 is emitted whatever its probability."""
+
+    name = "tree_empty_residual_not_kept"
+
+    def tree_residual(self, r, m, q):
+        res = torch.clamp(r - m[:, None] * q, min=0)
+        return res, torch.cumsum(res, dim=1)[:, -1]
+
+
 class TreeParentProposal(CpuBackend):
     """Every sibling's proposal read as its parent's (the q the first child was drawn from), where the
     node's own q_i was given: the test and the residual update use the wrong q after the first sibling."""
@@ -130,4 +141,4 @@ TREE_MUTANTS = (
     (TreeGreedyHighestIndexTie, "tree: greedy ties broken at the highest index"),
 )
 
-__all__ = ["TREE_MUTANTS"] + [cls.__name__ for cls, _ in TREE_MUTANTS]
+__all__ = ["TREE_MUTANTS", "TreeEmptyResidualNotKept"] + [cls.__name__ for cls, _ in TREE_MUTANTS]
