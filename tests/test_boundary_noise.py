@@ -1,12 +1,19 @@
-"""The boundary case places noise where float32 precision bugs live (SPEC 2): the property the two
-boundary mutants are caught by must really be in its examples."""
+"""The boundary case places noise where float32 precision bugs live (SPEC 2), and drafts at the rule's own
+boundary (a residual zero everywhere, SPEC 3): the property each boundary mutant is caught by must really be in
+its examples."""
+
+from dataclasses import replace
 
 import torch
 
 from reference import Noise
-from specverify.checks.agreement import BOUNDARY_EXPONENTIALS, at_boundaries
+from reference.sample import filtered_target
+from specverify.checks import PASS, run_check
+from specverify.checks.agreement import BOUNDARY_EXPONENTIALS, FALLBACK_CASES, at_boundaries
 from specverify.generate import random_batch
-from specverify.strategies import Example
+from specverify.kernels.cpu import CpuBackend
+from specverify.mutants.samplers import ResidualWithoutFallback
+from specverify.strategies import Example, get_profile
 
 
 def _example(seed: int) -> Example:
@@ -37,3 +44,46 @@ def test_exponentials_reach_both_tails():
     e = torch.cat([at_boundaries(_example(s)).noise.exponential.flatten() for s in range(4)])
     assert bool((e < 2.0 ** -24).any()) and bool((e > 1e20).any())
     assert set(BOUNDARY_EXPONENTIALS) <= set(e.tolist())
+
+
+def test_some_first_drafts_reach_the_residuals_fallback_to_p():
+    """The rule's own boundary (SPEC 3): at some random requests' first draft q = p (1 + FALLBACK_EXCESS), so
+    max(p - q, 0) is zero everywhere, and the uniform rejects the draft by a margin far above float32 rounding;
+    the batch stays valid (its q rows sum within the tolerance)."""
+    reached = 0
+    for example in (at_boundaries(_example(s)) for s in range(4)):
+        b, u = example.batch, example.noise.uniform
+        b.validate()
+        first = b.draft_offsets()[:-1][b.num_draft_tokens > 0]
+        requests = torch.nonzero(b.num_draft_tokens > 0).flatten()
+        for t, r in zip(first.tolist(), requests.tolist()):
+            row = t + r
+            p = filtered_target(b, torch.tensor([r]), b.target_logits[row][None],
+                                b.temperature[r].double().reshape(1, 1))[0]
+            q = b.draft_probs[t].double()
+            if bool((p > q).any()) or b.temperature[r] == 0:
+                continue
+            x = int(b.draft_token_ids[t])
+            assert float(u[t]) * float(q[x]) > float(p[x]) * (1 + 1e-4)
+            reached += 1
+    assert reached >= 4
+
+
+def test_a_backend_that_reads_q_up_to_scale_is_given_none_and_told_so():
+    """A q row that sums to 1.0005 cannot reach a kernel that takes log q (its softmax renormalises it): such a
+    backend declares draft_probs_up_to_scale, gets no fallback examples, and its result says so."""
+    class UpToScale(CpuBackend):
+        name = "cpu-up-to-scale"
+        capabilities = replace(CpuBackend.capabilities, draft_probs_up_to_scale=True)
+
+    profile = replace(get_profile("ci"), shrink=False)
+    for case in FALLBACK_CASES:
+        result = run_check(UpToScale(), "differential_injected", case, profile, reproducer=False)
+        assert result.status == PASS and "none at the residual's fallback to p" in result.message, result.line()
+        plain = run_check(CpuBackend(), "differential_injected", case, profile, reproducer=False)
+        assert plain.status == PASS and "fallback" not in plain.message, plain.line()
+    # the examples are left out, not just the message added: the mutant without the fallback passes there
+    class MutantUpToScale(ResidualWithoutFallback):
+        capabilities = replace(CpuBackend.capabilities, draft_probs_up_to_scale=True)
+
+    assert run_check(MutantUpToScale(), "differential_injected", "boundary", profile, reproducer=False).status == PASS
