@@ -153,8 +153,9 @@ fi
 ELAPSED=$(( $(date +%s) - START ))
 step report report.log "$PY" ci/nightly_report.py "$RESULTS" --elapsed "$ELAPSED"
 TOTAL=$(( $(date +%s) - START ))
-echo "nightly: $([ $FAILED -eq 0 ] && echo PASSED || echo FAILED) in ${TOTAL}s${NOT_RUN:+ (partial, not run:$NOT_RUN)};" \
-  "results in $RESULTS" | tee -a "$RESULTS/nightly.log"
+VERDICT=$([ $FAILED -eq 0 ] && echo PASSED || echo FAILED)
+echo "nightly: $VERDICT in ${TOTAL}s${NOT_RUN:+ (partial, not run:$NOT_RUN)}; results in $RESULTS" \
+  | tee -a "$RESULTS/nightly.log"
 # one file to carry off a lent machine whose tools return a limited number of files
 tar -czf "$RESULTS.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")" \
   && echo "nightly: the folder as one file: $RESULTS.tar.gz"

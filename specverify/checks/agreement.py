@@ -54,10 +54,9 @@ def at_boundaries(example: Example, fallbacks: bool = True) -> Example:
     rejects; at the tiny p(x) a uniform clamped at float32's floor rejects what it accepts.
     1 - 2^-53 (1.0 in float32) goes only to drafts whose p(x) / q(x) is not within 1e-3 of 1: there
     the decision is a float32 coin flip, which the ambiguity bound excuses and the case would only
-    spend. Where the example has draft probabilities, the first random request and about a quarter of the
-    others get the rule's own boundary at their first draft (``_residual_fallbacks``): p <= q everywhere, and a
-    rejection (unless ``fallbacks`` is False). Deterministic in the
-    example."""
+    spend. With ``fallbacks``, where the example has draft probabilities, the first random request and about a
+    quarter of the others get the rule's own boundary at their first draft (``_residual_fallbacks``): p <= q
+    everywhere, and a rejection. Deterministic in the example."""
     batch, noise = example.batch, example.noise
     B, T, V = batch.num_requests, batch.num_drafts, batch.vocab_size
     g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) if B else 0)
@@ -102,11 +101,12 @@ def with_residual_fallbacks(example: Example) -> Example:
 def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, rows: torch.Tensor,
                         g: torch.Generator) -> tuple[SpecBatch, torch.Tensor]:
     """(batch, u [T]) with the standard rule's fallback reached at the first draft of the first random request
-    and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered target, as the
-    reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero everywhere, where the
-    rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter is the target model).
-    A kernel that races the empty residual emits a token of probability 0, or none. Slots already given a
-    boundary uniform (``taken``) and placeholders are left as they are."""
+    and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered
+    target, as the reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero
+    everywhere, where the rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter
+    is the target model). A kernel that races the empty residual emits a token of probability 0, or none. Slots
+    already given a boundary uniform (``taken``, [T] bool) and placeholders are left as they are; ``rows`` [T]:
+    each draft's target row."""
     B = batch.num_requests
     if batch.draft_probs is None or not batch.num_drafts:
         return batch, u
