@@ -20,7 +20,7 @@ and fill ``ctx.result`` with their statistics.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from reference import SpecOutput, exact
+from reference import exact
 from reference.sample import synthetic_rates_f32
 from specverify.checks import sampling, stats
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase, runs_on
