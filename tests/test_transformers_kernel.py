@@ -91,6 +91,30 @@ def test_a_zero_uniform_accepts_a_draft_the_target_excludes():
     assert int(accepted) == 0 and int(tokens[0, 0]) != 3
 
 
+def test_an_empty_residual_makes_speculative_sampling_raise():
+    """Found by reading (docs/kernels.md), out of the harness's reach through log q: an assistant whose logits
+    are the target's but for one ulp has p <= q everywhere in float32 with p(0) < q(0), so p(0) / q(0) is
+    1 - 1.2e-7. torch.rand's largest draw, 1 - 2^-24 (after seed 1 and 44,131,175 draws), rejects token 0, the
+    residual clamp(p - q, min=0) is zero everywhere, and dividing it by its sum makes torch.multinomial raise,
+    where SPEC 3 samples p. Any other draw accepts. When transformers falls back to p, this fails: say so in
+    docs/kernels.md."""
+    from transformers.generation.utils import _speculative_sampling
+    target = torch.tensor([-0.40334352850914, -0.5966353416442871, 0.18203648924827576])
+    assistant = target.clone()
+    assistant[0] = torch.nextafter(target[0], torch.tensor(float("inf")))
+    call = (torch.tensor([[0]]), assistant[None, None, :], 1, torch.stack([target, target])[None])
+    p, q = target.softmax(-1), assistant.softmax(-1)
+    assert bool((p <= q).all()) and float(p[0] / q[0]) < 1 - 2 ** -24
+    with torch.random.fork_rng(devices=[]), pytest.raises(RuntimeError, match="probability tensor contains"):
+        torch.manual_seed(1)
+        torch.rand(44_131_175)
+        _speculative_sampling(*call)
+    with torch.random.fork_rng(devices=[]):     # any other draw accepts it
+        torch.manual_seed(1)
+        tokens, accepted = _speculative_sampling(*call)
+    assert int(accepted) == 1 and int(tokens[0, 0]) == 0
+
+
 def test_a_nan_row_raises_runtime_error_from_multinomial(kernel):
     """The documented behaviour declared for nonfinite_rows: a NaN target row makes the residual NaN and
     torch.multinomial refuses it, on the seeded path and, through the stand-in's same refusal, injected."""
