@@ -291,6 +291,12 @@ def scenario_drafter_is_the_target(backend, method="standard"):
                                       torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)), method=method)
 
 
+def scenario_drafter_is_the_target_block(backend):
+    """The same under block verification (SPEC 3.7), one draft a request: w_1 = 1 / (1 + 5e-4) is below the
+    uniform, so the block stops at tau = 0, where the residual max(p_0 - q_0, 0) is zero everywhere."""
+    return scenario_drafter_is_the_target(backend, method="block")
+
+
 def scenario_drafter_is_the_target_tree(backend):
     """The same under the tree rule (chains as single-path trees): the residual r - m q_c empties, and r is kept
     as it was (SPEC 3.8)."""
@@ -312,6 +318,7 @@ def scenario_trees(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees, scenario_drafter_is_the_target, scenario_drafter_is_the_target_tree,
+    scenario_drafter_is_the_target_block,
     scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
     scenario_nonfinite_rows, scenario_block,
@@ -363,6 +370,7 @@ WITNESS = {
     "cut_applied_to_q": "filter_cuts",
     "residual_without_fallback": "drafter_is_the_target",
     "tree_empty_residual_not_kept": "drafter_is_the_target_tree",
+    "block_residual_without_fallback": "drafter_is_the_target_block",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

@@ -31,8 +31,8 @@ SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
 DIFFERENTIAL_CASES = ("standard", "synthetic", "block", "bulk", "replicated", "large_vocab", "filters",
                       "placeholders", "boundary", "tree", "tree_path_equals_chain")
 TREE_CASES = ("tree", "tree_path_equals_chain")
-# the cases whose examples reach the standard rule's fallback to p (``_residual_fallbacks``)
-FALLBACK_CASES = ("boundary", "tree_path_equals_chain")
+# the cases whose examples reach the rules' fallback to p where the residual is zero everywhere (``_residual_fallbacks``)
+FALLBACK_CASES = ("boundary", "tree_path_equals_chain", "block")
 # Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.
 SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # Uniforms that round to 0 in float32 (2^-150 ties to even, 1e-60) and in bf16, float32's own 2^-24,
@@ -87,26 +87,29 @@ def at_boundaries(example: Example, fallbacks: bool = True) -> Example:
 
 
 def with_residual_fallbacks(example: Example) -> Example:
-    """The example with the standard rule's fallback to p reached at some first drafts (``_residual_fallbacks``)
-    and nothing else changed. Deterministic in the example."""
+    """The example with the rules' fallback to p reached at some requests (``_residual_fallbacks``, every draft of
+    the request) and nothing else changed. Deterministic in the example."""
     batch, noise = example.batch, example.noise
     g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) + 1 if batch.num_requests else 0)
     rows = torch.arange(batch.num_drafts) + torch.repeat_interleave(torch.arange(batch.num_requests),
                                                                    batch.num_draft_tokens.cpu())
     placed, u = _residual_fallbacks(batch, noise.uniform.double(), torch.zeros(batch.num_drafts, dtype=torch.bool),
-                                    rows, g)
+                                    rows, g, whole=True)
     return Example(placed, Noise(u, noise.exponential), example.seeds, example.description)
 
 
 def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, rows: torch.Tensor,
-                        g: torch.Generator) -> tuple[SpecBatch, torch.Tensor]:
+                        g: torch.Generator, whole: bool = False) -> tuple[SpecBatch, torch.Tensor]:
     """(batch, u [T]) with the standard rule's fallback reached at the first draft of the first random request
     and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered
     target, as the reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero
     everywhere, where the rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter
     is the target model). A kernel that races the empty residual emits a token of probability 0, or none. Slots
     already given a boundary uniform (``taken``, [T] bool) and placeholders are left as they are; ``rows`` [T]:
-    each draft's target row."""
+    each draft's target row. With ``whole``, every draft of the chosen requests gets the same, so that block
+    verification (SPEC 3.7) stops at tau = 0 there too: each running ratio w_i falls below 1, each S_i is 0 (so
+    h_i = 0 but for h_k = w_k), and eta_k is above w_k; its residual at tau = 0 is the first draft's, zero
+    everywhere."""
     B = batch.num_requests
     if batch.draft_probs is None or not batch.num_drafts:
         return batch, u
@@ -119,11 +122,12 @@ def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, 
     q = batch.draft_probs.clone()
     u = u.clone()
     for b in torch.nonzero(chosen).flatten().tolist():
-        t = int(first[b])
+        t0 = int(first[b])
         t_b = batch.temperature[b].double().reshape(1, 1)
-        p = filtered_target(batch, torch.tensor([b]), batch.target_logits[int(rows[t])][None], t_b)[0]
-        q[t] = (p * (1 + FALLBACK_EXCESS)).to(q.dtype)
-        u[t] = 1 - FALLBACK_EXCESS / 4
+        for t in range(t0, t0 + (int(batch.num_draft_tokens[b]) if whole else 1)):
+            p = filtered_target(batch, torch.tensor([b]), batch.target_logits[int(rows[t])][None], t_b)[0]
+            q[t] = (p * (1 + FALLBACK_EXCESS)).to(q.dtype)
+            u[t] = 1 - FALLBACK_EXCESS / 4
     return dataclasses.replace(batch, draft_probs=q), u
 
 
@@ -172,8 +176,11 @@ def _case_strategy(case: str, profile: Profile, caps):
     elif case == "filters":
         examples = spec_examples(profile, filters=True)
     elif case in ("placeholders", "block"):
-        # block: filters and placeholders too, since both change the block (p' throughout, a shorter block)
+        # block: filters and placeholders too, since both change the block (p' throughout, a shorter block), and
+        # requests that stop at tau = 0 with the residual zero everywhere
         examples = spec_examples(profile, placeholders=True, filters=case == "block")
+        if case == "block" and fallbacks:
+            examples = examples.map(with_residual_fallbacks)
     elif case == "boundary":
         examples = spec_examples(profile).map(lambda example: at_boundaries(example, fallbacks))
     else:

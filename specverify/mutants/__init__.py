@@ -185,6 +185,10 @@ _ALL += [Mutant(cls.name, cls, bug, "public", ("accepted_length", "token_distrib
     (block.BlockRatioUnclamped, "block verification's running ratio not clamped at 1"),
     (block.BlockStopFromStart, "block acceptance point searched from the start of the block, not the end"),
     (block.BlockResidualWrongPosition, "block residual taken at the position after the stop"))]
+# reached only where the residual empties (every draft's q = p (1 + 5e-4)): the differential block case's requests
+_ALL.append(Mutant(block.BlockResidualWithoutFallback.name, block.BlockResidualWithoutFallback,
+                   "block: a residual zero everywhere at the stop raced as it is, not p_tau", "classic", DIFF,
+                   cases=("block",)))
 
 # SPEC 3.8: each caught by the differential tree case; the random-rule ones also by the tree statistics
 _ALL += [Mutant(cls.name, cls, bug, "public", DIFF if "greedy" in cls.name else

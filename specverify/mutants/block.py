@@ -49,3 +49,16 @@ class BlockResidualWrongPosition(CpuBackend):
 
     def block_extra_weights(self, tau, k, w, p, q):
         return super().block_extra_weights(torch.minimum(tau + 1, k - 1).clamp(min=0).where(tau < k, tau), k, w, p, q)
+
+
+class BlockResidualWithoutFallback(CpuBackend):
+    """A stop whose residual max(w_tau p_tau - q_tau, 0) is zero everywhere raced as it is, not p_tau: every score
+    ties at 0 and token 0 is emitted, whatever its probability."""
+
+    name = "block_residual_without_fallback"
+
+    def block_extra_weights(self, tau, k, w, p, q):
+        R, K = q.shape[0], q.shape[1]
+        r = torch.arange(R, device=tau.device)
+        res = torch.clamp(w[r, tau][:, None] * p[r, tau] - q[r, tau.clamp(max=K - 1)], min=0)
+        return torch.where((tau == k)[:, None], p[r, k], res)
