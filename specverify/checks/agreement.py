@@ -82,7 +82,7 @@ def at_boundaries(example: Example, fallbacks: bool = True) -> Example:
     placed = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, logits, batch.draft_probs, batch.temperature,
                        batch.top_k, batch.top_p, batch.min_p)
     if fallbacks:
-        placed, u = _residual_fallbacks(placed, u, pick, rows, g)
+        placed, u = _residual_fallbacks(placed, u, g, taken=pick)
     return Example(placed, Noise(u, e), example.seeds, f"{example.description} at boundaries")
 
 
@@ -91,22 +91,19 @@ def with_residual_fallbacks(example: Example) -> Example:
     the request) and nothing else changed. Deterministic in the example."""
     batch, noise = example.batch, example.noise
     g = torch.Generator().manual_seed(int(example.seeds.sum()) % (2 ** 62) + 1 if batch.num_requests else 0)
-    rows = torch.arange(batch.num_drafts) + torch.repeat_interleave(torch.arange(batch.num_requests),
-                                                                   batch.num_draft_tokens.cpu())
-    placed, u = _residual_fallbacks(batch, noise.uniform.double(), torch.zeros(batch.num_drafts, dtype=torch.bool),
-                                    rows, g, whole=True)
+    placed, u = _residual_fallbacks(batch, noise.uniform.double(), g, whole=True)
     return Example(placed, Noise(u, noise.exponential), example.seeds, example.description)
 
 
-def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, rows: torch.Tensor,
-                        g: torch.Generator, whole: bool = False) -> tuple[SpecBatch, torch.Tensor]:
+def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, g: torch.Generator, taken: torch.Tensor | None = None,
+                        whole: bool = False) -> tuple[SpecBatch, torch.Tensor]:
     """(batch, u [T]) with the standard rule's fallback reached at the first draft of the first random request
     and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered
     target, as the reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero
     everywhere, where the rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter
     is the target model). A kernel that races the empty residual emits a token of probability 0, or none. Slots
-    already given a boundary uniform (``taken``, [T] bool) and placeholders are left as they are; ``rows`` [T]:
-    each draft's target row. With ``whole``, every draft of the chosen requests gets the same, so that block
+    already given a boundary uniform (``taken``, [T] bool, none when None) and placeholders are left as they are.
+    With ``whole``, every draft of the chosen requests gets the same, so that block
     verification (SPEC 3.7) stops at tau = 0 there too: each running ratio w_i falls below 1, each S_i is 0 (so
     h_i = 0 but for h_k = w_k), and eta_k is above w_k; its residual at tau = 0 is the first draft's, zero
     everywhere."""
@@ -116,7 +113,9 @@ def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, 
     first = batch.draft_offsets()[:-1]
     has_draft = batch.num_draft_tokens > 0
     at = first.clamp(max=max(batch.num_drafts - 1, 0))
-    eligible = has_draft & (batch.temperature > 0) & ~taken[at] & (batch.draft_token_ids[at] >= 0)
+    eligible = has_draft & (batch.temperature > 0) & (batch.draft_token_ids[at] >= 0)
+    if taken is not None:
+        eligible &= ~taken[at]
     # the first eligible request always, so that a small profile's few examples reach the fallback too
     chosen = eligible & ((torch.rand(B, generator=g) < 0.25) | (torch.cumsum(eligible, 0) == 1))
     q = batch.draft_probs.clone()
@@ -125,7 +124,8 @@ def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, taken: torch.Tensor, 
         t0 = int(first[b])
         t_b = batch.temperature[b].double().reshape(1, 1)
         for t in range(t0, t0 + (int(batch.num_draft_tokens[b]) if whole else 1)):
-            p = filtered_target(batch, torch.tensor([b]), batch.target_logits[int(rows[t])][None], t_b)[0]
+            # draft t of request b is decided at target row t + b (each request's rows add its bonus row)
+            p = filtered_target(batch, torch.tensor([b]), batch.target_logits[t + b][None], t_b)[0]
             q[t] = (p * (1 + FALLBACK_EXCESS)).to(q.dtype)
             u[t] = 1 - FALLBACK_EXCESS / 4
     return dataclasses.replace(batch, draft_probs=q), u
