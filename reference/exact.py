@@ -8,6 +8,8 @@ With drafts drawn x_j ~ q_j independently and fixed target rows p_j (the harness
     P(y_0..y_m) = prod_{i<m} min(p_i, q_i)(y_i) * (max(p_m - q_m, 0)(y_m)  if m < k
                                                     p_k(y_m)                if m = k)
 
+(where the residual is zero everywhere, p_m itself times the chance of rejecting: standard_sequences)
+
 so the token emitted at position j, given the request reached j, is distributed exactly as p_j,
 and position j accepts with probability alpha_j = sum_v min(p_j(v), q_j(v)).
 """
@@ -27,12 +29,21 @@ def _normalise(w: torch.Tensor) -> torch.Tensor:
 
 
 def standard_sequences(p: torch.Tensor, q: torch.Tensor) -> dict[tuple[int, ...], float]:
-    """Drafts x_j ~ q_j: p [k+1, V] target rows (bonus last), q [k, V] drafter rows, float64."""
+    """Drafts x_j ~ q_j: p [k+1, V] target rows (bonus last), q [k, V] drafter rows, float64.
+
+    A q row may sum to Z_j > 1 (within the batch's tolerance): the drafts are drawn from q_j / Z_j, the
+    test still reads q_j itself, so position j rejects with probability 1 - alpha_j / Z_j even where the
+    residual max(p_j - q_j, 0) is zero everywhere, and then emits a sample of p_j (SPEC 3's fallback).
+    """
     k, V = q.shape[0], p.shape[1]
-    overlap = torch.minimum(p[:k], q)                   # [k, V]: accept-and-emit v at j
+    overlap = torch.minimum(p[:k], q) / q.sum(dim=1, keepdim=True)   # [k, V]: draft v, accept it at j
     out: dict[tuple[int, ...], float] = {}
     for m in range(k + 1):
-        last = torch.clamp(p[m] - q[m], min=0) if m < k else p[k]
+        if m < k:
+            reject = torch.clamp(1 - overlap[m].sum(), min=0)
+            last = reject * _normalise(leviathan.residual(p[m], q[m]))
+        else:
+            last = p[k]
         for prefix in itertools.product(range(V), repeat=m):
             head = float(torch.prod(overlap[torch.arange(m), torch.tensor(prefix, dtype=torch.int64)])) if m else 1.0
             if head == 0.0:

@@ -87,3 +87,24 @@ def test_a_backend_that_reads_q_up_to_scale_is_given_none_and_told_so():
         capabilities = replace(CpuBackend.capabilities, draft_probs_up_to_scale=True)
 
     assert run_check(MutantUpToScale(), "differential_injected", "boundary", profile, reproducer=False).status == PASS
+
+
+def test_the_statistical_fallback_case_is_not_applicable_where_q_is_read_up_to_scale():
+    """``residual_fallback``'s q rows sum to 1 + 5e-4 by design; a backend that renormalises them (log q in,
+    draft_probs_up_to_scale) would never reject there, so the case is n/a for it, saying why, and runs for
+    every other backend. Undeclared, the renormalising backend fails it: with 200,000 copies, about 100
+    rejections at each position are due, and none come."""
+    class UpToScale(CpuBackend):
+        name = "cpu-up-to-scale"
+        capabilities = replace(CpuBackend.capabilities, draft_probs_up_to_scale=True)
+
+        def _sample(self, batch, **kwargs):
+            q = None if batch.draft_probs is None else batch.draft_probs / batch.draft_probs.sum(1, keepdim=True)
+            return super()._sample(replace(batch, draft_probs=q), **kwargs)
+
+    profile = replace(get_profile("ci"), shrink=False, stat_copies=200_000)
+    result = run_check(UpToScale(), "acceptance_rate", "residual_fallback", profile, reproducer=False)
+    assert result.status == "n/a" and "draft_probs_up_to_scale" in result.message, result.line()
+    undeclared = type("Undeclared", (UpToScale,), {"capabilities": CpuBackend.capabilities})
+    assert run_check(undeclared(), "acceptance_rate", "residual_fallback", profile, reproducer=False).status == "fail"
+    assert run_check(CpuBackend(), "acceptance_rate", "residual_fallback", profile, reproducer=False).status == PASS

@@ -291,6 +291,20 @@ def scenario_drafter_is_the_target(backend, method="standard"):
                                       torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)), method=method)
 
 
+def scenario_drafter_is_the_target_seeded(backend):
+    """q = p (1 + 5e-4) under seeds, 20,000 requests of one draft: about 10 are rejected, each where max(p - q, 0)
+    is zero everywhere; ids 0 and V - 1 have probability 0, so a fallback to the first or the last id shows."""
+    g = torch.Generator().manual_seed(149)
+    B, V = 20_000, 12
+    logits = torch.randn(V, generator=g)
+    logits[[0, V - 1]] = float("-inf")
+    p = torch.softmax(logits.double(), dim=-1)
+    x = torch.multinomial(p, B, replacement=True, generator=g)
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), x, logits.repeat(2 * B, 1),
+                      (p * (1 + 5e-4)).float().repeat(B, 1), torch.ones(B))
+    return backend(batch, seed=torch.arange(B, dtype=torch.int64))
+
+
 def scenario_drafter_is_the_target_block(backend):
     """The same under block verification (SPEC 3.7), one draft a request: w_1 = 1 / (1 + 5e-4) is below the
     uniform, so the block stops at tau = 0, where the residual max(p_0 - q_0, 0) is zero everywhere."""
@@ -318,6 +332,7 @@ def scenario_trees(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees, scenario_drafter_is_the_target, scenario_drafter_is_the_target_tree,
+    scenario_drafter_is_the_target_seeded,
     scenario_drafter_is_the_target_block,
     scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
@@ -371,6 +386,8 @@ WITNESS = {
     "residual_without_fallback": "drafter_is_the_target",
     "tree_empty_residual_not_kept": "drafter_is_the_target_tree",
     "block_residual_without_fallback": "drafter_is_the_target_block",
+    "residual_without_fallback_own_stream": "drafter_is_the_target_seeded",
+    "residual_fallback_to_last_id_own_stream": "drafter_is_the_target_seeded",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

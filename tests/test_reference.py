@@ -132,16 +132,21 @@ def test_exact_acceptance_probability_is_sum_of_min_p_q():
     torch.testing.assert_close(alpha, expected, rtol=0, atol=1e-12)
 
 
-def test_exact_given_drafts_averaged_over_q_equals_exact_from_q():
+@pytest.mark.parametrize("excess", [0.0, 5e-4], ids=["q-sums-to-1", "q-sums-over-1"])
+def test_exact_given_drafts_averaged_over_q_equals_exact_from_q(excess):
     """The two exact formulas (fixed drafts; drafts ~ q) are written independently: averaging the first
-    over drafts drawn from q must give the second."""
+    over drafts drawn from q must give the second. With rows of q summing to 1 + 5e-4 (the fallback case), the
+    drafts are drawn from q / (1 + 5e-4), and the second row, q = p (1 + 5e-4), rejects only into p."""
     import itertools
 
     k, V = 2, 3
     p, q = simplex(k + 1, V, seed=40), simplex(k, V, seed=41)
+    q = q * (1 + excess)
+    if excess:
+        q[1] = p[1] * (1 + excess)
     mixed: dict[tuple, float] = Counter()
     for drafts in itertools.product(range(V), repeat=k):
-        weight = float(torch.prod(q[torch.arange(k), torch.tensor(drafts)]))
+        weight = float(torch.prod(q[torch.arange(k), torch.tensor(drafts)] / (1 + excess)))
         for seq, prob in exact.standard_given_drafts(p, q, list(drafts)).items():
             mixed[seq] += weight * prob
     direct = exact.standard_sequences(p, q)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from reference import Noise, SpecBatch, tree
 from reference.sample import filtered_target
-from specverify.checks.cases import STAT_CASES
+from specverify.checks.cases import FALLBACK_EXCESS, STAT_CASES
 from specverify.checks.common import call_example, run_property
 from specverify.checks.differential import compare_to_reference
 from specverify.checks.runner import CheckFailure, Context, Needs, not_applicable_because
@@ -40,10 +40,6 @@ SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # -log(u) and far above any -log of a float32 uniform.
 BOUNDARY_UNIFORMS = (2.0 ** -150, 1e-60, 2.0 ** -24, 1.0 - 2.0 ** -53)
 BOUNDARY_EXPONENTIALS = (1e-30, 2.0 ** -40, 1e30)
-# q = p (1 + FALLBACK_EXCESS) everywhere at a request's first draft: p <= q leaves the residual zero everywhere.
-# The excess is far above float32's rounding and the ambiguity margin, and keeps q's row sum within the batch's
-# tolerance (reference.batch.PROB_SUM_TOLERANCE).
-FALLBACK_EXCESS = 5e-4
 
 
 def at_boundaries(example: Example, fallbacks: bool = True) -> Example:

@@ -19,6 +19,10 @@ from reference.sample import synthetic_rates_f32
 from specverify.checks.tree_cases import averaged_sequences, first_child_chain, replicated_tree_batch
 from specverify.generate import replicated_batch
 
+# q = p (1 + FALLBACK_EXCESS) everywhere at a draft: p <= q leaves the residual zero everywhere (SPEC 3's
+# fallback to p). The excess is far above float32's rounding and the ambiguity margin, and keeps q's row sum
+# within the batch's tolerance (reference.batch.PROB_SUM_TOLERANCE).
+FALLBACK_EXCESS = 5e-4
 
 @dataclass(frozen=True)
 class StatCase:
@@ -42,6 +46,7 @@ class StatCase:
     parents: tuple | None = None        # token trees: each node's parent (-1: the root); drafts fixed, or
     without_replacement: bool = False   # drawn per copy from q's base rows, siblings without replacement
     large_vocabs_only: bool = False     # runs only on profiles with large vocabularies (the nightly)
+    q_over_one: bool = False            # q's rows sum to 1 + FALLBACK_EXCESS on purpose (n/a: q read up to scale)
 
     @property
     def k(self) -> int:
@@ -226,6 +231,19 @@ def _bf16_sensitive_case() -> StatCase:
                     "millions of samples (nightly profile)", checks=("acceptance_rate",))
 
 
+def _fallback_case() -> StatCase:
+    """q = p (1 + FALLBACK_EXCESS) at every draft, so every rejection meets a residual that is zero
+    everywhere; p is 0 at ids 0 and V - 1, the ids a fallback that keeps the first or the last index emits."""
+    p = _rows(31, 5, 8, 1.0)
+    p[:, [0, 7]] = 0.0
+    p = p / p.sum(1, keepdim=True)
+    return StatCase("residual_fallback", p, p[:4] * (1 + FALLBACK_EXCESS), 1.0,
+                    "the drafter is the target up to a factor 1 + 5e-4: each draft is rejected with probability "
+                    "5e-4 / (1 + 5e-4), at a residual max(p - q, 0) that is zero everywhere, and SPEC 3 then samples "
+                    "p; the only way a backend that draws its own noise meets the fallback (about 16 of 8,000 "
+                    "copies reject)", q_over_one=True)
+
+
 TILE_WIDTHS = (1024, 2048, 4096, 8192)   # the vocabulary tiles of common kernels (ours, vLLM's 8,192)
 
 
@@ -264,6 +282,7 @@ STAT_CASES: tuple[StatCase, ...] = (
     StatCase("filtered_target", _tied_rows(), _rows(10, 3, 8, 1.0), 0.9,
              "top-k 3 with a tie at the third value, top-p 0.85 and min-p 0.08 on every copy: the law of p' "
              "(SPEC 3.4) at acceptance, recovered and bonus tokens", filters=(3, 0.85, 0.08)),
+    _fallback_case(),
 )
 
 STAT_CASES += (

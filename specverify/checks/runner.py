@@ -69,6 +69,7 @@ class Needs:
     placeholders: bool = False
     max_draft: int = 0          # the longest draft the case's batches hold, when fixed (statistical cases)
     dense_draft_probs: bool = False  # the case's batches carry a dense q (draft_probs)
+    q_as_given: bool = False    # the case's q rows sum to other than 1 on purpose, and the rule reads them as given
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ def not_applicable_because(needs: Needs, caps, profile: Profile) -> str | None:
         return "backend does not declare target_filters (top_k, top_p, min_p)"
     if needs.dense_draft_probs and not getattr(caps, "dense_draft_probs", True):
         return "backend takes one-hot drafters only (dense_draft_probs=False): the case drafts from a dense q"
+    if needs.q_as_given and getattr(caps, "draft_probs_up_to_scale", False):
+        return ("backend reads draft_probs up to scale (draft_probs_up_to_scale=True): the case's q sums to "
+                "1 + 5e-4 on purpose, to reach the residual's fallback to p")
     if needs.placeholders and not getattr(caps, "placeholders", False):
         return "backend does not declare placeholders (-1 drafts)"
     if needs.empty_batch and not getattr(caps, "empty_batches", True):

@@ -157,7 +157,7 @@ def _sampled(ctx: Context, case_name: str, check: str, run_seed, part=None):
 def statistical_needs(case_name: str) -> Needs:
     case = STAT_CASE_BY_NAME[case_name]
     return Needs(method=case.method, noise="any", max_draft=case.k, target_filters=case.filters is not None,
-                 dense_draft_probs=case.q is not None)
+                 dense_draft_probs=case.q is not None, q_as_given=case.q_over_one)
 
 
 def _tally(case: StatCase, data, sequences: bool = False) -> sampling.Tally:

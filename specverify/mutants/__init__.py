@@ -20,6 +20,7 @@ from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.tree import TREE_MUTANTS, TreeEmptyResidualNotKept
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
+                                                 ResidualFallbackToLastIdOwnStream, ResidualWithoutFallbackOwnStream,
                                                  SplitVocabOutOfRangeOwnStream)
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
@@ -117,7 +118,7 @@ _ALL = [
              DIFF + ("token_distribution",)),
     Mutant(samplers.ResidualWithoutFallback.name, samplers.ResidualWithoutFallback,
            "a residual zero everywhere (p == q up to rounding) raced as it is, not p", "classic",
-           ("differential_injected",), cases=("boundary",)),
+           ("differential_injected", "token_distribution"), cases=("boundary", "residual_fallback")),
     _sampler(samplers.AcceptWithZeroUniform, "acceptance uniform can be 0: accepts drafts with p = 0", "classic",
              DIFF + ("token_distribution", "acceptance_rate")),
     _sampler(samplers.BonusAfterRejection, "bonus token emitted after a rejection", "classic",
@@ -167,6 +168,10 @@ _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
                    "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
                    "001", ("token_distribution",), cases=("mixed_greedy",)))
 
+# the residual's fallback with no shared noise: only the statistical case whose every rejection empties it
+_ALL += [Mutant(cls.name, cls, bug, "classic", ("token_distribution",), cases=("residual_fallback",)) for cls, bug in (
+    (ResidualWithoutFallbackOwnStream, "a residual zero everywhere raced as it is (token 0), own noise stream only"),
+    (ResidualFallbackToLastIdOwnStream, "a residual zero everywhere gives the last id, V - 1, own noise stream only"))]
 _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
                    "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
                    ("large_vocab_structure",)))

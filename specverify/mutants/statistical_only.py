@@ -8,7 +8,7 @@ import torch
 from reference import Noise, SpecBatch
 from specverify.backends import Capabilities
 from specverify.kernels.cpu import CpuBackend
-from specverify.mutants.samplers import DraftProbsBf16
+from specverify.mutants.samplers import DraftProbsBf16, ResidualWithoutFallback
 
 
 class OwnStreamCpuBackend(CpuBackend):
@@ -77,3 +77,23 @@ class SplitVocabOutOfRangeOwnStream(OwnStreamCpuBackend):
             rows = torch.arange(out.token_ids.shape[0], device=out.token_ids.device)
             out.token_ids[rows, out.num_accepted] = V
         return out
+
+
+class ResidualFallbackToLastIdOwnStream(OwnStreamCpuBackend):
+    """A residual max(p - q, 0) that is zero everywhere gives the row's last id, V - 1 (a search for the
+    residual's sample that finds no entry and keeps its last index), in a backend with only its own seeded
+    stream: only the statistical case whose drafter is the target up to rounding reaches it."""
+
+    name = "residual_fallback_to_last_id_own_stream"
+
+    def residual(self, w, total, q):
+        r = torch.addcmul(w, q, total[:, None], value=-1)
+        empty = r.amax(dim=1) <= 0
+        r[empty, -1] = 1.0
+        return r
+
+
+class ResidualWithoutFallbackOwnStream(ResidualWithoutFallback, OwnStreamCpuBackend):
+    """ResidualWithoutFallback (token 0 at a residual zero everywhere) with only its own seeded stream."""
+
+    name = "residual_without_fallback_own_stream"
