@@ -11,8 +11,8 @@ import reference
 from reference import Noise, SpecBatch
 from reference.sample import filtered_target, synthetic_rates_f32
 from specverify.adapters import conventions
-from specverify.adapters.flashinfer import FlashInferChain
-from specverify.checks import FAIL, PASS, run_check
+from specverify.adapters.flashinfer import STALE_FALLBACK, FlashInferChain
+from specverify.checks import FAIL, KNOWN, PASS, run_check
 from specverify.generate import random_batch
 from specverify.strategies import get_profile
 
@@ -186,11 +186,14 @@ def test_seeds_per_request_and_per_batch():
 
 
 def fake_chain(draft_probs, draft_token_ids, target_probs, accepted, emitted, deterministic, generator, *, seed,
-               offset, slot_keyed=True, skip_bonus=False):
+               offset, slot_keyed=True, skip_bonus=False, stale_fallback=False):
     """A pure-torch chain_speculative_sampling: FlashInfer's signature and outputs, its own noise keyed by
-    seed and the row's slot in the launch, the standard rule on the probabilities it is given."""
+    seed and the row's slot in the launch, the standard rule on the probabilities it is given. With
+    ``stale_fallback``, a residual zero everywhere gives what FlashInfer 0.7.2.post1 gives there: the last id in
+    the support of the previous row's sample (its uninitialised ``last_valid_id``; 0 before any row)."""
     R, n, V = draft_probs.shape[0], draft_token_ids.shape[1], target_probs.shape[-1]
     out = torch.full((R, n + 1), -1, dtype=torch.int32)
+    left = 0
     for r in range(R):
         g = torch.Generator().manual_seed((int(seed[r]) * 7919 + (r if slot_keyed else 0) + int(offset[r])) % 2 ** 63)
         u, e = torch.rand(n, generator=g, dtype=torch.float64), -torch.log(torch.rand(V, generator=g, dtype=torch.float64))
@@ -202,11 +205,16 @@ def fake_chain(draft_probs, draft_token_ids, target_probs, accepted, emitted, de
                 j += 1
                 continue
             w = (p - q).clamp(min=0)
-            out[r, j] = int(reference.race.winners((w if w.sum() > 0 else p)[None], e[None])[0])
+            if w.sum() > 0 or not stale_fallback:
+                w = w if w.sum() > 0 else p
+                out[r, j], left = int(reference.race.winners(w[None], e[None])[0]), int(w.nonzero().max())
+            else:
+                out[r, j] = left
             break
         else:
             p = target_probs[r, n].double()
             out[r, n] = int(reference.race.winners(p[None], e[None])[0]) if not skip_bonus else 0
+            left = int(p.nonzero().max())
         emitted[r] += j
     return out, accepted, emitted
 
@@ -221,9 +229,11 @@ class CpuChain(FlashInferChain):
 
 
 PROFILE = replace(get_profile("ci"), examples=8, stat_copies=2_000)   # plumbing, not power
+FALLBACK_PROFILE = replace(PROFILE, stat_copies=8_000)   # enough copies that some reject at the empty residual
 
 
 @pytest.mark.parametrize("check,case", [("token_distribution", "dense_q"), ("acceptance_rate", "mixed_greedy"),
+                                        ("token_distribution", "residual_fallback"),
                                         ("token_distribution", "filtered_target"), ("output_structure", "random"),
                                         ("zero_draft_layouts", "layouts")])
 def test_flashinfer_adapter_plumbing_passes_with_a_correct_kernel(check, case):
@@ -237,6 +247,18 @@ def test_flashinfer_adapter_plumbing_cannot_hide_a_wrong_bonus_token():
     """The same checks fail when the kernel's bonus token is wrong: the plumbing passes what it gets."""
     result = run_check(CpuChain(skip_bonus=True), "token_distribution", "dense_q", PROFILE)
     assert result.status == FAIL, result.line()
+
+
+def test_flashinfer_stale_fallback_is_the_declared_deviation_and_fails_undeclared():
+    """FlashInfer emits, at a residual zero everywhere, the id another request's sample left in shared memory: the
+    statistical fallback case (8,000 copies, about 16 rejections) reports it as known, and the same kernel behind
+    an adapter that declares nothing fails it with the stale id, V - 1 of the bonus row, of probability 0 there."""
+    result = run_check(CpuChain(stale_fallback=True), "token_distribution", "residual_fallback", FALLBACK_PROFILE)
+    assert result.status == KNOWN and result.deviation == STALE_FALLBACK, result.line()
+    undeclared = CpuChain(stale_fallback=True)
+    undeclared.capabilities = replace(CpuChain.capabilities, deviations=())
+    result = run_check(undeclared, "token_distribution", "residual_fallback", FALLBACK_PROFILE)
+    assert result.status == FAIL and "of probability 0 emitted (token, count): [(7, " in result.message, result.line()
 
 
 def test_flashinfer_adapter_batch_invariance_is_not_applicable_by_declaration():

@@ -233,9 +233,12 @@ def _bf16_sensitive_case() -> StatCase:
 
 def _fallback_case() -> StatCase:
     """q = p (1 + FALLBACK_EXCESS) at every draft, so every rejection meets a residual that is zero
-    everywhere; p is 0 at ids 0 and V - 1, the ids a fallback that keeps the first or the last index emits."""
+    everywhere. The draft rows are 0 at ids 0 and V - 1, the ids a fallback that keeps the first or the last
+    index emits; the bonus row is 0 at id 0 only, so a fallback that returns what another request's bonus
+    sample left behind (its last id in the support, V - 1) emits a token of probability 0 too."""
     p = _rows(31, 5, 8, 1.0)
-    p[:, [0, 7]] = 0.0
+    p[:, 0] = 0.0
+    p[:4, 7] = 0.0
     p = p / p.sum(1, keepdim=True)
     return StatCase("residual_fallback", p, p[:4] * (1 + FALLBACK_EXCESS), 1.0,
                     "the drafter is the target up to a factor 1 + 5e-4: each draft is rejected with probability "
