@@ -189,8 +189,9 @@ def fake_chain(draft_probs, draft_token_ids, target_probs, accepted, emitted, de
                offset, slot_keyed=True, skip_bonus=False, stale_fallback=False):
     """A pure-torch chain_speculative_sampling: FlashInfer's signature and outputs, its own noise keyed by
     seed and the row's slot in the launch, the standard rule on the probabilities it is given. With
-    ``stale_fallback``, a residual zero everywhere gives what FlashInfer 0.7.2.post1 gives there: the last id in
-    the support of the previous row's sample (its uninitialised ``last_valid_id``; 0 before any row)."""
+    ``stale_fallback``, a residual zero everywhere gives what FlashInfer 0.7.2.post1 gives there, its uninitialised
+    ``last_valid_id``: True, the last id in the support of the previous row's sample (0 before any row); an int,
+    that id every time (what another kernel left in the same shared memory)."""
     R, n, V = draft_probs.shape[0], draft_token_ids.shape[1], target_probs.shape[-1]
     out = torch.full((R, n + 1), -1, dtype=torch.int32)
     left = 0
@@ -209,7 +210,7 @@ def fake_chain(draft_probs, draft_token_ids, target_probs, accepted, emitted, de
                 w = w if w.sum() > 0 else p
                 out[r, j], left = int(reference.race.winners(w[None], e[None])[0]), int(w.nonzero().max())
             else:
-                out[r, j] = left
+                out[r, j] = left if stale_fallback is True else stale_fallback
             break
         else:
             p = target_probs[r, n].double()
@@ -249,16 +250,20 @@ def test_flashinfer_adapter_plumbing_cannot_hide_a_wrong_bonus_token():
     assert result.status == FAIL, result.line()
 
 
-def test_flashinfer_stale_fallback_is_the_declared_deviation_and_fails_undeclared():
-    """FlashInfer emits, at a residual zero everywhere, the id another request's sample left in shared memory: the
-    statistical fallback case (8,000 copies, about 16 rejections) reports it as known, and the same kernel behind
-    an adapter that declares nothing fails it with the stale id, V - 1 of the bonus row, of probability 0 there."""
-    result = run_check(CpuChain(stale_fallback=True), "token_distribution", "residual_fallback", FALLBACK_PROFILE)
+@pytest.mark.parametrize("stale,symptom", [(True, "of probability 0 emitted (token, count): [(7, "),
+                                           (2 ** 31 - 1, "emitted ids [2147483647] outside [0, 8)")],
+                         ids=["another-requests-id", "another-kernels-bits"])
+def test_flashinfer_stale_fallback_is_the_declared_deviation_and_fails_undeclared(stale, symptom):
+    """FlashInfer emits, at a residual zero everywhere, whatever its shared memory holds: the id another request's
+    sample left there (V - 1, the bonus row's last id, of probability 0 at a draft position), or another kernel's
+    bits (INT32_MAX on an H200). The statistical fallback case (8,000 copies, about 16 rejections) reports either
+    as known, and the same kernel behind an adapter that declares nothing fails it with that symptom."""
+    result = run_check(CpuChain(stale_fallback=stale), "token_distribution", "residual_fallback", FALLBACK_PROFILE)
     assert result.status == KNOWN and result.deviation == STALE_FALLBACK, result.line()
-    undeclared = CpuChain(stale_fallback=True)
+    undeclared = CpuChain(stale_fallback=stale)
     undeclared.capabilities = replace(CpuChain.capabilities, deviations=())
     result = run_check(undeclared, "token_distribution", "residual_fallback", FALLBACK_PROFILE)
-    assert result.status == FAIL and "of probability 0 emitted (token, count): [(7, " in result.message, result.line()
+    assert result.status == FAIL and symptom in result.message, result.line()
 
 
 def test_flashinfer_adapter_batch_invariance_is_not_applicable_by_declaration():
