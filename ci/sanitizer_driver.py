@@ -94,20 +94,21 @@ FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0),
             ([1, 2], 20_011, "standard", 0, "take-over")]
 
 
-def filtered_calls(g, device: str, tag: str | None = None) -> int:
-    """Each FILTERED case (those tagged ``tag`` where given) with top-k, top-p and min-p mixed per request, seeded,
-    against the reference."""
+def filtered_calls(g, device: str, tag: str | None = None, numbers: set[int] | None = None) -> int:
+    """Each FILTERED case (those tagged ``tag``, or numbered so from 1, where given) with top-k, top-p and min-p
+    mixed per request, seeded, against the reference. A case left out still draws its batch, so that every case
+    run gets the inputs it gets in the whole run."""
     errors = 0
     default, one_launch_rows, spin = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS, \
         triton_filter.HANDOFF_SPIN
     triton_filter.ONE_LAUNCH_ROWS = 8
-    for counts, V, method, gather_in_pass1, *tags in FILTERED:
-        if tag and tag not in tags:
+    for number, (counts, V, method, gather_in_pass1, *tags) in enumerate(FILTERED, 1):
+        plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
+        if (tag and tag not in tags) or (numbers is not None and number not in numbers):
             continue
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         triton_filter.HANDOFF_SPIN = 0 if "take-over" in tags else spin
         alone = "top-p alone" in tags
-        plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
         B = plain.num_requests
         pick = lambda options: [options[b % len(options)] for b in range(B)]  # noqa: E731
         top_k, min_p = ([0], [0.0]) if alone else ([3, 0, 50, 1], [0.0, 0.05, 0.1, 0.0])
@@ -119,7 +120,7 @@ def filtered_calls(g, device: str, tag: str | None = None) -> int:
         out = TritonBackend()(batch.to(device), method=method, seed=seeds.to(device))
         cmp = compare_to_reference(batch, SpecOutput(out.token_ids.cpu(), out.num_accepted.cpu()),
                                    Noise.from_seeds(seeds, batch.num_draft_tokens, V), method=method)
-        print(f"B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}"
+        print(f"#{number} B={B} V={V} filtered {method} seeded gather_in_pass1={gather_in_pass1}"
               f"{''.join(' ' + tag for tag in tags)}: {cmp.decisions} decisions, "
               f"{len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous divergences, "
               f"{time.perf_counter() - start:.1f}s", flush=True)
@@ -131,11 +132,12 @@ def filtered_calls(g, device: str, tag: str | None = None) -> int:
     return errors
 
 
-def run(device: str, filtered_tag: str | None = None) -> int:
-    """Every case on ``device``, or with ``filtered_tag`` the filtered cases tagged so ('': all) alone."""
+def run(device: str, filtered_tag: str | None = None, numbers: set[int] | None = None) -> int:
+    """Every case on ``device``, or with ``filtered_tag`` (the filtered cases tagged so, '': all) or ``numbers``
+    (the filtered cases numbered so) those filtered cases alone."""
     g = torch.Generator().manual_seed(2026)
-    errors = filtered_calls(g, device, filtered_tag)
-    if filtered_tag is not None:
+    errors = filtered_calls(g, device, filtered_tag, numbers)
+    if filtered_tag is not None or numbers is not None:
         return errors
     for counts, V, dtype, drafter, greedy, method, launch in CASES:
         batch = batch_of(g, counts, V, dtype, drafter, greedy)
@@ -189,11 +191,25 @@ def main() -> int:
     ap.add_argument("--filtered", metavar="TAG", default=None,
                     help="only the filtered cases tagged TAG ('' for every filtered case): a sanitizer's slow tools "
                          "on one path")
+    ap.add_argument("--filtered-cases", metavar="N,N", default=None,
+                    help=f"only the filtered cases numbered so (1 to {len(FILTERED)}, as the lines print them): a "
+                         "sanitizer's slow tools in parts that each fit a call")
     args = ap.parse_args()
+    numbers = None
+    if args.filtered_cases is not None:
+        try:
+            numbers = {int(n) for n in args.filtered_cases.split(",")}
+        except ValueError:
+            ap.error(f"--filtered-cases takes numbers separated by commas, not {args.filtered_cases!r}")
+        if not numbers <= set(range(1, len(FILTERED) + 1)):
+            ap.error(f"--filtered-cases: the filtered cases are numbered 1 to {len(FILTERED)}, "
+                     f"not {sorted(numbers - set(range(1, len(FILTERED) + 1)))}")
     start = time.perf_counter()
-    errors = run(args.device, args.filtered)
+    errors = run(args.device, args.filtered, numbers)
     ran = (f"{len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels"
-           if args.filtered is None else f"the filtered cases tagged {args.filtered!r}")
+           if args.filtered is None and numbers is None else
+           f"the filtered cases tagged {args.filtered!r}" if numbers is None else
+           f"the filtered cases numbered {sorted(numbers)}" + (f" and tagged {args.filtered!r}" if args.filtered else ""))
     print(f"sanitizer driver: {ran}, {errors} error(s), "
           f"{time.perf_counter() - start:.1f}s", flush=True)
     return 1 if errors else 0
