@@ -209,7 +209,8 @@ def main() -> int:
     ran = (f"{len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels"
            if args.filtered is None and numbers is None else
            f"the filtered cases tagged {args.filtered!r}" if numbers is None else
-           f"the filtered cases numbered {sorted(numbers)}" + (f" and tagged {args.filtered!r}" if args.filtered else ""))
+           f"the filtered cases numbered {sorted(numbers)}"
+           + (f" and tagged {args.filtered!r}" if args.filtered else ""))
     print(f"sanitizer driver: {ran}, {errors} error(s), "
           f"{time.perf_counter() - start:.1f}s", flush=True)
     return 1 if errors else 0
