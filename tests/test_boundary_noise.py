@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import torch
 
-from reference import Noise
+import reference
+from reference import Noise, SpecBatch
 from reference.sample import filtered_target
 from specverify.checks import PASS, run_check
-from specverify.checks.agreement import BOUNDARY_EXPONENTIALS, FALLBACK_CASES, at_boundaries
+from specverify.checks.agreement import BOUNDARY_EXPONENTIALS, FALLBACK_CASES, _residual_fallbacks, at_boundaries
 from specverify.generate import random_batch
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants.samplers import ResidualWithoutFallback
@@ -108,3 +109,23 @@ def test_the_statistical_fallback_case_is_not_applicable_where_q_is_read_up_to_s
     undeclared = type("Undeclared", (UpToScale,), {"capabilities": CpuBackend.capabilities})
     assert run_check(undeclared(), "acceptance_rate", "residual_fallback", profile, reproducer=False).status == "fail"
     assert run_check(CpuBackend(), "acceptance_rate", "residual_fallback", profile, reproducer=False).status == PASS
+
+
+def test_fallback_rows_keep_q_at_or_above_p_where_p_is_below_float32():
+    """At temperature 0.001 a row's second token has p near 1e-214: q = p (1 + 5e-4) in float32 rounds that entry
+    to 0, which left the reference a residual max(p - q, 0) positive there (it emitted the second token) where
+    float32 sees none (the backend fell back to p: the argmax). q is rounded up instead, so the example reaches
+    the fallback in float64 too, and the CPU backend agrees with the reference."""
+    logits = torch.full((2, 12), -4.0)
+    logits[:, 9], logits[:, 10] = 6.779, 6.2867      # p(10) / p(9) = exp(-492) at temperature 0.001
+    p = torch.softmax(logits[0].double() / 0.001, dim=-1)
+    assert 0 < p[10] < 1e-200
+    batch = SpecBatch(torch.tensor([1]), torch.tensor([3]), logits, torch.full((1, 12), 1 / 12),
+                      torch.tensor([0.001]))
+    placed, u = _residual_fallbacks(batch, torch.tensor([0.5], dtype=torch.float64), torch.Generator().manual_seed(0))
+    assert bool((placed.draft_probs[0].double() >= p).all())
+    noise = Noise(u, torch.ones(1, 12, dtype=torch.float64))
+    noise.exponential[0, 10] = 1e-30                 # the tiny entry's best chance in a race
+    want = reference.sample(placed, noise=noise, method="standard")
+    got = CpuBackend()(placed, noise=noise, method="standard")
+    assert got.token_ids.tolist() == want.token_ids.tolist() == [[9, -1]]

@@ -122,9 +122,18 @@ def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, g: torch.Generator, t
         for t in range(t0, t0 + (int(batch.num_draft_tokens[b]) if whole else 1)):
             # draft t of request b is decided at target row t + b (each request's rows add its bonus row)
             p = filtered_target(batch, torch.tensor([b]), batch.target_logits[t + b][None], t_b)[0]
-            q[t] = (p * (1 + FALLBACK_EXCESS)).to(q.dtype)
+            q[t] = _at_least(p * (1 + FALLBACK_EXCESS), q.dtype)
             u[t] = 1 - FALLBACK_EXCESS / 4
     return dataclasses.replace(batch, draft_probs=q), u
+
+
+def _at_least(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``w`` [V] float64 in ``dtype``, rounded up where rounding to nearest falls below it: an entry far below
+    dtype's normals (a p(v) of 1e-214 in a row at temperature 0.001) would round to 0 or below p(v), and leave
+    the reference a residual max(p - q, 0) that is positive there, where float32 sees none."""
+    rounded = w.to(dtype)
+    return torch.where(rounded.double() < w, torch.nextafter(rounded, torch.tensor(float("inf"), dtype=dtype)),
+                       rounded)
 
 
 def _tiny_target(row: torch.Tensor, x: int, temperature: float) -> torch.Tensor | None:
