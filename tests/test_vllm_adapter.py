@@ -88,8 +88,9 @@ def test_v1_residual_without_fallback_is_the_declared_deviation_and_nothing_else
 
 
 def test_v1_synthetic_forced_rejection_is_the_declared_deviation(stand_in):
-    """vLLM emits the recovered token at a forced synthetic rejection: reported as known, not passed."""
-    result = run_check(adapter.v1(), "differential_injected", "synthetic", PROFILE)
+    """vLLM emits the recovered token at a forced synthetic rejection: reported as known, not passed. Twelve
+    examples: a forced rejection whose two tokens differ is not in every draw (six met none, eight met one)."""
+    result = run_check(adapter.v1(), "differential_injected", "synthetic", replace(PROFILE, examples=12))
     assert result.status == KNOWN and result.deviation == adapter.SYNTHETIC_RESIDUAL, result.line()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis.internal.conjecture import engine as _hypothesis_engine
+from hypothesis.internal.conjecture import providers as _hypothesis_providers
 from hypothesis.reporting import default as default_reporter
 from hypothesis.reporting import with_reporter
 
@@ -20,6 +21,15 @@ from specverify.strategies import Example, Profile, hypothesis_settings
 SHRINK_SECONDS = 6
 if hasattr(_hypothesis_engine, "MAX_SHRINKING_SECONDS"):
     _hypothesis_engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+
+# Hypothesis mixes into its draws the constants written in every local module the process has imported so far
+# (numbers in specverify's and reference's sources, for one), so a derandomized check would draw other examples
+# after other imports: in a pytest-xdist worker, after whichever tests ran there first. With none, a check's
+# examples depend on its strategy alone, as SPEC 5 asks. A private function of Hypothesis's provider: where it
+# is missing, the draws are Hypothesis's own.
+if hasattr(_hypothesis_providers, "_get_local_constants") and hasattr(_hypothesis_providers, "Constants"):
+    _NO_LOCAL_CONSTANTS = _hypothesis_providers.Constants()
+    _hypothesis_providers._get_local_constants = lambda: _NO_LOCAL_CONSTANTS
 
 
 def _report_without_shrink_warning(message) -> None:
