@@ -120,6 +120,17 @@ def position_token_distribution(sequences: dict[tuple[int, ...], float], j: int,
     return _normalise(w)
 
 
+def stop_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
+    """[V] float64: distribution of the token emitted at position j, given the request stopped there
+    (num_accepted == j: the token after a rejection, or the bonus at the last position); zeros where the law
+    never stops at j."""
+    w = torch.zeros(vocab_size, dtype=torch.float64)
+    for seq, prob in sequences.items():
+        if len(seq) == j + 1:
+            w[seq[j]] += prob
+    return _normalise(w) if float(w.sum()) > 0 else w
+
+
 def acceptance_by_position(sequences: dict[tuple[int, ...], float], k: int) -> torch.Tensor:
     """[k] float64: P(accept at j | reached j)."""
     reach = torch.zeros(k + 1, dtype=torch.float64)

@@ -250,19 +250,21 @@ def test_flashinfer_adapter_plumbing_cannot_hide_a_wrong_bonus_token():
     assert result.status == FAIL, result.line()
 
 
-@pytest.mark.parametrize("stale,symptom", [(True, "of probability 0 emitted (token, count): [(7, "),
-                                           (2 ** 31 - 1, "emitted ids [2147483647] outside [0, 8)")],
-                         ids=["another-requests-id", "another-kernels-bits"])
-def test_flashinfer_stale_fallback_is_the_declared_deviation_and_fails_undeclared(stale, symptom):
+@pytest.mark.parametrize("check,stale,symptom", [
+    ("token_distribution", True, "of probability 0 emitted (token, count): [(7, "),
+    ("token_distribution", 2 ** 31 - 1, "emitted ids [2147483647] outside [0, 8)"),
+    ("recovered_distribution", True, "of probability 0 emitted (token, count): [(7, ")],
+    ids=["another-requests-id", "another-kernels-bits", "another-requests-id-among-rejections"])
+def test_flashinfer_stale_fallback_is_the_declared_deviation_and_fails_undeclared(check, stale, symptom):
     """FlashInfer emits, at a residual zero everywhere, whatever its shared memory holds: the id another request's
     sample left there (V - 1, the bonus row's last id, of probability 0 at a draft position), or another kernel's
     bits (INT32_MAX on an H200). The statistical fallback case (8,000 copies, about 16 rejections) reports either
     as known, and the same kernel behind an adapter that declares nothing fails it with that symptom."""
-    result = run_check(CpuChain(stale_fallback=stale), "token_distribution", "residual_fallback", FALLBACK_PROFILE)
+    result = run_check(CpuChain(stale_fallback=stale), check, "residual_fallback", FALLBACK_PROFILE)
     assert result.status == KNOWN and result.deviation == STALE_FALLBACK, result.line()
     undeclared = CpuChain(stale_fallback=stale)
     undeclared.capabilities = replace(CpuChain.capabilities, deviations=())
-    result = run_check(undeclared, "token_distribution", "residual_fallback", FALLBACK_PROFILE)
+    result = run_check(undeclared, check, "residual_fallback", FALLBACK_PROFILE)
     assert result.status == FAIL and symptom in result.message, result.line()
 
 

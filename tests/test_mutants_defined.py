@@ -388,6 +388,7 @@ WITNESS = {
     "block_residual_without_fallback": "drafter_is_the_target_block",
     "residual_without_fallback_own_stream": "drafter_is_the_target_seeded",
     "residual_fallback_to_last_id_own_stream": "drafter_is_the_target_seeded",
+    "residual_fallback_to_argmax_own_stream": "drafter_is_the_target_seeded",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

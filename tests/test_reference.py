@@ -122,6 +122,21 @@ def test_exact_emitted_token_at_each_position_is_distributed_as_p(seed):
         torch.testing.assert_close(exact.position_token_distribution(seqs, j, V), p[j], rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("excess", [0.0, 5e-4], ids=["q-sums-to-1", "drafter-is-the-target"])
+def test_exact_token_after_a_rejection_follows_the_residual_or_p_where_it_is_empty(excess):
+    """Given a stop at j < k, the token is a sample of max(p_j - q_j, 0) normalised; with q_j = p_j (1 + 5e-4)
+    that residual is zero everywhere, and the token is a sample of p_j (SPEC 3's fallback). Computed here from
+    the rule, independently of the exact module's enumeration."""
+    k, V = 3, 4
+    p = simplex(k + 1, V, seed=50)
+    q = p[:k] * (1 + excess) if excess else simplex(k, V, seed=51, zeros=1)
+    seqs = exact.standard_sequences(p, q)
+    for j in range(k):
+        residual = torch.clamp(p[j] - q[j], min=0)
+        expected = p[j] if float(residual.sum()) == 0 else residual / residual.sum()
+        torch.testing.assert_close(exact.stop_token_distribution(seqs, j, V), expected, rtol=0, atol=1e-12)
+
+
 def test_exact_acceptance_probability_is_sum_of_min_p_q():
     """alpha_j = sum_v min(p_j(v), q_j(v)), computed independently of the exact module."""
     k, V = 3, 5

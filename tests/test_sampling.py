@@ -79,10 +79,21 @@ def test_tally_of_chunks_equals_the_tally_of_their_concatenation(name):
         chunked.add(out)
     whole = sampling.Tally.of(case, SpecOutput(torch.cat([o.token_ids for o in outs]),
                                                torch.cat([o.num_accepted for o in outs])))
-    assert torch.equal(chunked.tokens(), whole.tokens())
+    assert torch.equal(chunked.tokens(), whole.tokens()) and torch.equal(chunked.stops(), whole.stops())
     assert [chunked.reached(j) for j in range(case.depth + 2)] == [whole.reached(j) for j in range(case.depth + 2)]
     assert chunked.accepted_sum() == whole.accepted_sum() and chunked.samples == whole.samples == 1500
     assert chunked.sequences == whole.sequences
+
+
+def test_tally_counts_each_stop_token_at_the_position_its_request_stopped():
+    """The token after a rejection at j (num_accepted == j) counts at j among the stops, the bonus at k; the
+    accepted tokens before it count among the tokens only."""
+    case = STAT_CASE_BY_NAME["dense_q"]          # k = 3
+    out = SpecOutput(torch.tensor([[5, -1, -1, -1], [1, 2, -1, -1], [1, 2, 3, 4], [7, 6, -1, -1]]),
+                     torch.tensor([0, 1, 3, 1]))
+    stops = sampling.Tally.of(case, out).stops()
+    assert stops.sum(1).tolist() == [1, 2, 0, 1]
+    assert stops[0, 5] == 1 and stops[1, 2] == 1 and stops[1, 6] == 1 and stops[3, 4] == 1
 
 
 def test_tally_names_ids_outside_the_vocabulary_by_position():

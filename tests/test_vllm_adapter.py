@@ -63,7 +63,8 @@ def test_v1_metadata_is_the_model_runners_on_its_own_example(stand_in):
 
 
 @pytest.mark.parametrize("check,case", [("differential_injected", "boundary"),
-                                        ("token_distribution", "residual_fallback")])
+                                        ("token_distribution", "residual_fallback"),
+                                        ("recovered_distribution", "residual_fallback")])
 def test_v1_residual_without_fallback_is_the_declared_deviation_and_nothing_else(stand_in, check, case):
     """vLLM races an all-zero residual and emits token 0 where SPEC 3 samples p: the boundary case, whose examples
     reach that fallback, and the statistical fallback case (by vLLM's own seeds; 20,000 copies, about 40

@@ -23,8 +23,9 @@ from specverify.checks.placement import PLACEMENT_CASES, PLACEMENT_NEEDS, check_
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
 from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha,
-                                           check_sequence_distribution, check_synthetic_rate, check_token_distribution,
-                                           statistical_needs, statistical_test_count)
+                                           check_recovered_distribution, check_sequence_distribution,
+                                           check_synthetic_rate, check_token_distribution, statistical_needs,
+                                           statistical_test_count)
 from specverify.checks.structural import (EMPTY_BATCH, SHARED_NOISE, check_batch_invariance, check_determinism,
                                           check_empty_batch,
                                           check_input_integrity, check_output_structure, check_repeated_calls,
@@ -48,6 +49,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
     Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
           "emitted token at each position follows the exact distribution", statistical_needs),
+    Check("recovered_distribution", "statistical", check_recovered_distribution, _stat_cases("recovered_distribution"),
+          "the token emitted at a rejection follows its exact law given the rejection", statistical_needs),
     Check("acceptance_rate", "statistical", check_acceptance_rate, _stat_cases("acceptance_rate"),
           "acceptances per position follow alpha_j (or the synthetic c_j)", statistical_needs),
     Check("accepted_length", "statistical", check_accepted_length, _stat_cases("accepted_length"),

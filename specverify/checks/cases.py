@@ -172,6 +172,12 @@ class StatCase:
         return [exact.position_token_distribution(self.sequences, j, self.vocab_size) for j in range(self.depth + 1)]
 
     @cached_property
+    def stop_distributions(self) -> list[torch.Tensor]:
+        """[depth] x [V] float64: the exact distribution of the token emitted at position j < depth, given the
+        request stopped there (a rejection at j): the residual normalised, or p_j where it is zero everywhere."""
+        return [exact.stop_token_distribution(self.sequences, j, self.vocab_size) for j in range(self.depth)]
+
+    @cached_property
     def acceptance_by_position(self) -> torch.Tensor:
         """[k] float64 P(accept at j | reached j)."""
         return exact.acceptance_by_position(self.sequences, self.depth)
@@ -244,7 +250,8 @@ def _fallback_case() -> StatCase:
                     "the drafter is the target up to a factor 1 + 5e-4: each draft is rejected with probability "
                     "5e-4 / (1 + 5e-4), at a residual max(p - q, 0) that is zero everywhere, and SPEC 3 then samples "
                     "p; the only way a backend that draws its own noise meets the fallback (about 16 of 8,000 "
-                    "copies reject)", q_over_one=True)
+                    "copies reject)", q_over_one=True,
+                    checks=("token_distribution", "acceptance_rate", "recovered_distribution"))
 
 
 TILE_WIDTHS = (1024, 2048, 4096, 8192)   # the vocabulary tiles of common kernels (ours, vLLM's 8,192)

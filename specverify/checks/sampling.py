@@ -126,13 +126,15 @@ def copies_reaching(samples: int, r: float) -> int:
 class Tally:
     """Running counts of a replicated case's outputs, on the device the outputs come from.
 
-    tokens [depth + 1, V]: the token emitted at j among requests with num_accepted >= j; lengths
-    [depth + 3]: histogram of num_accepted clamped to [-1, depth + 1] (the ends hold invalid counts);
-    outside: per position, the first ids outside [0, V) seen; sequences: emitted sequence -> count."""
+    tokens [depth + 1, V]: the token emitted at j among requests with num_accepted >= j; stops [depth + 1,
+    V]: the token emitted at j among requests with num_accepted == j (the token after a rejection, or the
+    bonus); lengths [depth + 3]: histogram of num_accepted clamped to [-1, depth + 1] (the ends hold invalid
+    counts); outside: per position, the first ids outside [0, V) seen; sequences: emitted sequence -> count."""
 
     def __init__(self, depth: int, vocab_size: int, device="cpu", sequences: bool = False) -> None:
         self.width, self.vocab_size = depth + 1, vocab_size
         self._tokens = torch.zeros(self.width * vocab_size, dtype=torch.int64, device=device)
+        self._stops = torch.zeros(self.width * vocab_size, dtype=torch.int64, device=device)
         self._lengths = torch.zeros(self.width + 2, dtype=torch.int64, device=device)
         self._accepted_sum = torch.zeros((), dtype=torch.int64, device=device)
         self.samples = 0
@@ -159,6 +161,8 @@ class Tally:
                 seen += head[bad[:, pos], pos][: 5 - len(seen)].tolist()
         keep = reached & valid
         self._tokens += torch.bincount((j[None, :] * V + head)[keep], minlength=self.width * V)
+        self._stops += torch.bincount((j[None, :] * V + head)[keep & (j[None, :] == n[:, None])],
+                                      minlength=self.width * V)
         self._lengths += torch.bincount(n.clamp(-1, self.width) + 1, minlength=self.width + 2)
         self._accepted_sum += n.sum()
         self.samples += n.numel()
@@ -169,8 +173,8 @@ class Tally:
         """The same counts on the CPU (to cross a process boundary)."""
         copy = object.__new__(Tally)
         copy.__dict__.update(self.__dict__)
-        copy._tokens, copy._lengths, copy._accepted_sum = (t.cpu() for t in (self._tokens, self._lengths,
-                                                                              self._accepted_sum))
+        copy._tokens, copy._stops, copy._lengths, copy._accepted_sum = (
+            t.cpu() for t in (self._tokens, self._stops, self._lengths, self._accepted_sum))
         return copy
 
     @classmethod
@@ -180,6 +184,7 @@ class Tally:
         total = cls(first.width - 1, first.vocab_size, "cpu", first.sequences is not None)
         for t in tallies:
             total._tokens += t._tokens.cpu()
+            total._stops += t._stops.cpu()
             total._lengths += t._lengths.cpu()
             total._accepted_sum += t._accepted_sum.cpu()
             total.samples += t.samples
@@ -193,6 +198,10 @@ class Tally:
     def tokens(self) -> torch.Tensor:
         """[depth + 1, V] int64 on the CPU."""
         return self._tokens.view(self.width, self.vocab_size).cpu()
+
+    def stops(self) -> torch.Tensor:
+        """[depth + 1, V] int64 on the CPU."""
+        return self._stops.view(self.width, self.vocab_size).cpu()
 
     def reached(self, j: int) -> int:
         """Requests with num_accepted >= j."""

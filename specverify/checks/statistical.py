@@ -3,6 +3,8 @@
 token_distribution  token emitted at position j (given the request reached j) against the exact
                     distribution: Pearson chi-square, bins under 5 expected merged, a token of
                     probability 0 fails outright; positions combined by Bonferroni
+recovered_distribution  token emitted at position j by the requests that stopped there (a rejection at
+                    j) against its exact law given the rejection: the same chi-square, positions < depth
 acceptance_rate     acceptances at position j against alpha_j = sum min(p_j, q_j) (or the synthetic
                     c_j): exact binomial tests, Bonferroni over positions
 synthetic_rate      mean joint acceptance (num_accepted / n) against the configured rate r: z-test with
@@ -34,8 +36,8 @@ from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, StatCase, run
 from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Profile
 
-STATISTICAL_CHECKS = ("token_distribution", "acceptance_rate", "synthetic_rate", "accepted_length",
-                      "sequence_distribution")
+STATISTICAL_CHECKS = ("token_distribution", "recovered_distribution", "acceptance_rate", "synthetic_rate",
+                      "accepted_length", "sequence_distribution")
 
 
 def statistical_test_count(profile: Profile) -> int:
@@ -167,17 +169,34 @@ def _tally(case: StatCase, data, sequences: bool = False) -> sampling.Tally:
 
 def _token_distribution(result, case: StatCase, data) -> None:
     tally = _tally(case, data)
-    counts_by_position = tally.tokens()
-    alpha = result.alpha
+    _positions_fit(result, case, tally, tally.tokens(), case.position_distributions, "token distribution")
+
+
+def _recovered_distribution(result, case: StatCase, data) -> None:
+    """The token after a rejection, among the requests that stopped at j, against its law given the stop: a
+    wrong residual (or a wrong fallback where it is zero everywhere) concentrated on the few rejections shows
+    here at full weight, where the token at j over every request that reached j dilutes it."""
+    tally = _tally(case, data)
+    stops = tally.stops()[: case.depth]
+    _positions_fit(result, case, tally, stops, case.stop_distributions, "recovered token distribution")
+    result.samples = int(stops.sum())
+    if result.status != "fail":
+        result.message = f"{result.samples:,} rejections; " + result.message
+
+
+def _positions_fit(result, case: StatCase, tally, counts_by_position, laws, what: str) -> None:
+    """Pearson chi-square of each position's counts [V] against its law [V], Bonferroni over the positions; a
+    token of probability 0, or an id outside [0, V) at a position tested, fails outright."""
+    alpha, tested = result.alpha, len(laws)
     p_values, worst, detectable = [], None, []
-    for j in range(case.depth + 1):
+    for j in range(tested):
         if j in tally.outside:
             result.fail(f"position {j}: emitted ids outside [0, {case.vocab_size}): {tally.outside[j]}")
             return
         counts = counts_by_position[j]
         if int(counts.sum()) == 0:
             continue
-        expected = case.position_distributions[j]
+        expected = laws[j]
         # only the tokens that can or did occur: the same test, without V-sized dicts at large V
         seen = torch.nonzero((expected > 0) | (counts > 0)).flatten().tolist()
         gof = stats.chi_square_gof({v: float(expected[v]) for v in seen}, {v: int(counts[v]) for v in seen})
@@ -185,7 +204,7 @@ def _token_distribution(result, case: StatCase, data) -> None:
             result.fail(f"position {j}: token(s) of probability 0 emitted (token, count): {gof.impossible}")
             return
         p_values.append(gof.p_value)
-        detectable.append(stats.min_tv_detectable_by_chi2_test(gof.samples, gof.dof, alpha / (case.depth + 1)))
+        detectable.append(stats.min_tv_detectable_by_chi2_test(gof.samples, gof.dof, alpha / tested))
         if j == 0:
             result.samples = gof.samples
         if worst is None or gof.p_value < worst[1].p_value:
@@ -196,7 +215,7 @@ def _token_distribution(result, case: StatCase, data) -> None:
     result.message = (f"{len(p_values)} positions; least likely position {worst[0]}: chi2={worst[1].statistic:.2f} "
                       f"on {worst[1].dof} dof" if worst else "no samples")
     if result.p_value < alpha:
-        result.fail("token distribution differs from the exact one: " + result.message)
+        result.fail(f"{what} differs from the exact one: " + result.message)
 
 
 def _acceptance_rate(result, case: StatCase, data) -> None:
@@ -285,7 +304,8 @@ def _state_power(result, detectable: list[float], measure: str) -> None:
 
 # The statistics of each check, given a case and an output of replicated requests: the checks above and
 # ci/null_calibration.py (outputs drawn from the exact joint) share them.
-EVALUATORS = {"token_distribution": _token_distribution, "acceptance_rate": _acceptance_rate,
+EVALUATORS = {"token_distribution": _token_distribution, "recovered_distribution": _recovered_distribution,
+              "acceptance_rate": _acceptance_rate,
               "synthetic_rate": _synthetic_rate, "accepted_length": _accepted_length,
               "sequence_distribution": _sequence_distribution}
 
@@ -295,7 +315,8 @@ def evaluate(result, case: StatCase, check: str, tally: sampling.Tally) -> None:
     budget cut); ``result.sampling`` holds the plan."""
     EVALUATORS[check](result, case, tally)
     targets = (result.sampling or {}).get("target_tv") or []
-    if result.detectable_measure != "tv" or not result.detectable_by_position:
+    # the plan sizes the draw for the tokens at each position reached; the rejections are what they are
+    if check == "recovered_distribution" or result.detectable_measure != "tv" or not result.detectable_by_position:
         return
     short = [f"position {j}: det99 {det:.4f} over the target {tv:g}"
              for j, (det, tv) in enumerate(zip(result.detectable_by_position, targets)) if tv and det > tv]
@@ -317,6 +338,11 @@ def _evaluated(ctx: Context, case_name: str, check: str, run_seed: int, part=Non
 def check_token_distribution(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
     """Emitted token at each position ~ its exact distribution (p_j for the standard rule)."""
     _evaluated(ctx, case_name, "token_distribution", run_seed, part)
+
+
+def check_recovered_distribution(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:
+    """Token emitted at a rejection at position j ~ its exact law given the rejection."""
+    _evaluated(ctx, case_name, "recovered_distribution", run_seed, part)
 
 
 def check_acceptance_rate(ctx: Context, case_name: str, run_seed: int = 0, part=None) -> None:

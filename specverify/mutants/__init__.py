@@ -20,7 +20,8 @@ from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.tree import TREE_MUTANTS, TreeEmptyResidualNotKept
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
-                                                 ResidualFallbackToLastIdOwnStream, ResidualWithoutFallbackOwnStream,
+                                                 ResidualFallbackToArgmaxOwnStream, ResidualFallbackToLastIdOwnStream,
+                                                 ResidualWithoutFallbackOwnStream,
                                                  SplitVocabOutOfRangeOwnStream)
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
@@ -172,6 +173,10 @@ _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
 _ALL += [Mutant(cls.name, cls, bug, "classic", ("token_distribution",), cases=("residual_fallback",)) for cls, bug in (
     (ResidualWithoutFallbackOwnStream, "a residual zero everywhere raced as it is (token 0), own noise stream only"),
     (ResidualFallbackToLastIdOwnStream, "a residual zero everywhere gives the last id, V - 1, own noise stream only"))]
+# a valid token at the fallback: seen among the rejections alone, at nightly sizes (about 100 rejections a position)
+_ALL.append(Mutant(ResidualFallbackToArgmaxOwnStream.name, ResidualFallbackToArgmaxOwnStream,
+                   "a residual zero everywhere gives p's most likely token, own noise stream only", "classic",
+                   ("recovered_distribution",), profile="nightly", cases=("residual_fallback",), stat_copies=200_000))
 _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
                    "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
                    ("large_vocab_structure",)))

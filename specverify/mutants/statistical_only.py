@@ -93,6 +93,22 @@ class ResidualFallbackToLastIdOwnStream(OwnStreamCpuBackend):
         return r
 
 
+class ResidualFallbackToArgmaxOwnStream(OwnStreamCpuBackend):
+    """A residual max(p - q, 0) that is zero everywhere gives p's most likely token, not a sample of p, in a
+    backend with only its own seeded stream: a valid token, so only the token after a rejection, tested among
+    the rejections alone, shows it (the token at each position dilutes it by the acceptances)."""
+
+    name = "residual_fallback_to_argmax_own_stream"
+
+    def residual(self, w, total, q):
+        r = torch.addcmul(w, q, total[:, None], value=-1)
+        empty = r.amax(dim=1) <= 0
+        if bool(empty.any()):
+            top = torch.nn.functional.one_hot(w[empty].argmax(dim=1), w.shape[1]).to(r.dtype)
+            r[empty] = top
+        return r
+
+
 class ResidualWithoutFallbackOwnStream(ResidualWithoutFallback, OwnStreamCpuBackend):
     """ResidualWithoutFallback (token 0 at a residual zero everywhere) with only its own seeded stream."""
 
