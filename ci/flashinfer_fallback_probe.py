@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     found = probe(args.rows, args.launches)
     print(f"FlashInfer chain_speculative_sampling at an empty residual: {args.launches} launches of {args.rows:,} "
           f"requests, one draft each, V = {V}, q = p (1 + {EXCESS:g}); p = 0 at ids 0, 3, 7")
-    print("| layout | probed requests | rejections | " + " | ".join(f"id {v}" for v in range(V)) + " | ids outside [0, V) |")
+    ids = " | ".join(f"id {v}" for v in range(V))
+    print(f"| layout | probed requests | rejections | {ids} | ids outside [0, V) |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in range(V)) + " | --- |")
     for f in found:
         cells = " | ".join(f"{c} ({e:g})" for c, e in zip(f["counts"], f["expected"]))
