@@ -180,7 +180,7 @@ def _recovered_distribution(result, case: StatCase, data) -> None:
     stops = tally.stops()[: case.depth]
     _positions_fit(result, case, tally, stops, case.stop_distributions, "recovered token distribution")
     result.samples = int(stops.sum())
-    if result.status != "fail":
+    if result.passed:
         result.message = f"{result.samples:,} rejections; " + result.message
 
 
