@@ -291,6 +291,14 @@ def scenario_drafter_is_the_target(backend, method="standard"):
                                       torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)), method=method)
 
 
+def scenario_dense_q_seeded(backend):
+    """The dense_q case's request, 2,000 copies under seeds: about 1,800 rejections, so a residual wrong only
+    where some of them land shows in the tokens."""
+    from specverify.checks.cases import STAT_CASE_BY_NAME  # noqa: PLC0415
+    batch = STAT_CASE_BY_NAME["dense_q"].batch(2_000, torch.Generator().manual_seed(151))
+    return backend(batch, seed=torch.arange(2_000, dtype=torch.int64))
+
+
 def scenario_drafter_is_the_target_seeded(backend):
     """q = p (1 + 5e-4) under seeds, 20,000 requests of one draft: about 10 are rejected, each where max(p - q, 0)
     is zero everywhere; ids 0 and V - 1 have probability 0, so a fallback to the first or the last id shows."""
@@ -332,7 +340,7 @@ def scenario_trees(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees, scenario_drafter_is_the_target, scenario_drafter_is_the_target_tree,
-    scenario_drafter_is_the_target_seeded,
+    scenario_drafter_is_the_target_seeded, scenario_dense_q_seeded,
     scenario_drafter_is_the_target_block,
     scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
@@ -389,6 +397,7 @@ WITNESS = {
     "residual_without_fallback_own_stream": "drafter_is_the_target_seeded",
     "residual_fallback_to_last_id_own_stream": "drafter_is_the_target_seeded",
     "residual_fallback_to_argmax_own_stream": "drafter_is_the_target_seeded",
+    "residual_against_scaled_q_own_stream": "dense_q_seeded",
     "uniform_rounded_to_float32": "float32_boundaries",
     "exponential_floor": "float32_boundaries",
     "placeholder_read_as_zero": "placeholders",

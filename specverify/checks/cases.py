@@ -204,6 +204,11 @@ class StatCase:
         return SpecOutput(token_ids.index_select(0, idx), num_accepted.index_select(0, idx))
 
 
+# the chain cases whose rejections carry the residual: their token after a rejection is tested among the rejections
+# alone too (SPEC 5), where a wrong residual shows undiluted by the acceptances
+WITH_RECOVERED = ("token_distribution", "acceptance_rate", "recovered_distribution")
+
+
 def _rows(seed: int, rows: int, V: int, scale: float) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.softmax(torch.randn(rows, V, generator=g, dtype=torch.float64) * scale, dim=-1)
@@ -219,7 +224,7 @@ def _masked_case() -> StatCase:
     q = q / q.sum(1, keepdim=True)
     return StatCase("masked_support", p, q, 0.6,
                     "tokens outside p's support are drafted and must always be rejected, never emitted; "
-                    "temperature 0.6 makes a backend that ignores temperature visible")
+                    "temperature 0.6 makes a backend that ignores temperature visible", checks=WITH_RECOVERED)
 
 
 def _bf16_sensitive_case() -> StatCase:
@@ -250,8 +255,7 @@ def _fallback_case() -> StatCase:
                     "the drafter is the target up to a factor 1 + 5e-4: each draft is rejected with probability "
                     "5e-4 / (1 + 5e-4), at a residual max(p - q, 0) that is zero everywhere, and SPEC 3 then samples "
                     "p; the only way a backend that draws its own noise meets the fallback (about 16 of 8,000 "
-                    "copies reject)", q_over_one=True,
-                    checks=("token_distribution", "acceptance_rate", "recovered_distribution"))
+                    "copies reject)", q_over_one=True, checks=WITH_RECOVERED)
 
 
 TILE_WIDTHS = (1024, 2048, 4096, 8192)   # the vocabulary tiles of common kernels (ours, vLLM's 8,192)
@@ -277,10 +281,11 @@ def _tied_rows() -> torch.Tensor:
 
 STAT_CASES: tuple[StatCase, ...] = (
     StatCase("dense_q", _rows(1, 4, 8, 1.5), _rows(2, 3, 8, 1.5), 1.0,
-             "drafts drawn from a real q: emitted token at each position ~ p_j, acceptance alpha_j"),
+             "drafts drawn from a real q: emitted token at each position ~ p_j, acceptance alpha_j, the token after "
+             "a rejection ~ the residual normalised", checks=WITH_RECOVERED),
     StatCase("onehot_drafter", _rows(3, 3, 6, 1.0), None, 1.0,
              "deterministic drafter (draft_probs None): q is one-hot, the residual is p without the draft",
-             drafts=(1, 4)),
+             drafts=(1, 4), checks=WITH_RECOVERED),
     _masked_case(),
     StatCase("synthetic_rate", _rows(5, 5, 7, 1.0), _rows(6, 4, 7, 1.0), 1.0,
              "forced acceptance with geometric decay: per-position rates a0*g^j and mean joint rate r",
@@ -291,7 +296,7 @@ STAT_CASES: tuple[StatCase, ...] = (
              "random path; a greedy request sampled at some temperature shifts the mixture", greedy_every=2),
     StatCase("filtered_target", _tied_rows(), _rows(10, 3, 8, 1.0), 0.9,
              "top-k 3 with a tie at the third value, top-p 0.85 and min-p 0.08 on every copy: the law of p' "
-             "(SPEC 3.4) at acceptance, recovered and bonus tokens", filters=(3, 0.85, 0.08)),
+             "(SPEC 3.4) at acceptance, recovered and bonus tokens", filters=(3, 0.85, 0.08), checks=WITH_RECOVERED),
     _fallback_case(),
 )
 

@@ -20,8 +20,8 @@ from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.tree import TREE_MUTANTS, TreeEmptyResidualNotKept
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
-                                                 ResidualFallbackToArgmaxOwnStream, ResidualFallbackToLastIdOwnStream,
-                                                 ResidualWithoutFallbackOwnStream,
+                                                 ResidualAgainstScaledQOwnStream, ResidualFallbackToArgmaxOwnStream,
+                                                 ResidualFallbackToLastIdOwnStream, ResidualWithoutFallbackOwnStream,
                                                  SplitVocabOutOfRangeOwnStream)
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
@@ -140,7 +140,7 @@ _ALL = [
 
 _ALL.append(Mutant(DraftProbsBf16OwnStream.name, DraftProbsBf16OwnStream,
                    "draft probabilities stored in bf16, own noise stream: only statistics can see it", "004",
-                   ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",), stat_copies=4_000_000))
+                   ("acceptance_rate",), profile="nightly", cases=("bf16_sensitive",), stat_copies=4_500_000))
 _ALL += [Mutant(cls.name, cls, bug, "classic", DIFF, cases=("filters",)) for cls, bug in (
     (filters.FilterMissingFromRecovered, "target filters missing from the recovered token"),
     (filters.FilterMissingFromBonus, "target filters missing from the bonus token"),
@@ -177,6 +177,10 @@ _ALL += [Mutant(cls.name, cls, bug, "classic", ("token_distribution",), cases=("
 _ALL.append(Mutant(ResidualFallbackToArgmaxOwnStream.name, ResidualFallbackToArgmaxOwnStream,
                    "a residual zero everywhere gives p's most likely token, own noise stream only", "classic",
                    ("recovered_distribution",), profile="nightly", cases=("residual_fallback",), stat_copies=200_000))
+# a residual that is wrong only where the rejections land: the token at each position dilutes it
+_ALL.append(Mutant(ResidualAgainstScaledQOwnStream.name, ResidualAgainstScaledQOwnStream,
+                   "residual taken against q scaled by 0.8, own noise stream only", "classic",
+                   ("recovered_distribution",), cases=("dense_q",)))
 _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
                    "vocabulary padded to whole tiles and the pad read as valid, own noise stream only", "public",
                    ("large_vocab_structure",)))

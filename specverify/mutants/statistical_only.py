@@ -113,3 +113,14 @@ class ResidualWithoutFallbackOwnStream(ResidualWithoutFallback, OwnStreamCpuBack
     """ResidualWithoutFallback (token 0 at a residual zero everywhere) with only its own seeded stream."""
 
     name = "residual_without_fallback_own_stream"
+
+
+class ResidualAgainstScaledQOwnStream(OwnStreamCpuBackend):
+    """The residual taken against 0.8 q (the drafter's probabilities at another scale in that one code path), in
+    a backend with only its own seeded stream: after a rejection, tokens where 0.8 q < p <= q come out, though
+    the residual max(p - q, 0) is 0 there; the token at each position dilutes them by the acceptances."""
+
+    name = "residual_against_scaled_q_own_stream"
+
+    def residual(self, w, total, q):
+        return super().residual(w, total, q * 0.8)
