@@ -160,9 +160,9 @@ class Tally:
                 seen = self.outside.setdefault(pos, [])
                 seen += head[bad[:, pos], pos][: 5 - len(seen)].tolist()
         keep = reached & valid
-        self._tokens += torch.bincount((j[None, :] * V + head)[keep], minlength=self.width * V)
-        self._stops += torch.bincount((j[None, :] * V + head)[keep & (j[None, :] == n[:, None])],
-                                      minlength=self.width * V)
+        cells = j[None, :] * V + head
+        self._tokens += torch.bincount(cells[keep], minlength=self.width * V)
+        self._stops += torch.bincount(cells[keep & (j[None, :] == n[:, None])], minlength=self.width * V)
         self._lengths += torch.bincount(n.clamp(-1, self.width) + 1, minlength=self.width + 2)
         self._accepted_sum += n.sum()
         self.samples += n.numel()

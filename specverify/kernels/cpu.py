@@ -383,10 +383,16 @@ class CpuBackend(TreeSteps, BlockSteps, Backend):
 
         The clamp is left out: the race scores an entry <= 0 at <= 0, below any positive entry, so only the
         positive part is ever sampled. A row with no positive entry (p == q up to rounding, where rejection
-        has probability 0) falls back to p, as the reference does."""
+        has probability 0) is raced with ``empty_residual`` of its weights instead."""
         r = torch.addcmul(w, q, total[:, None], value=-1)
         empty = r.amax(dim=1) <= 0
-        return torch.where(empty[:, None], w, r) if bool(empty.any()) else r
+        if bool(empty.any()):
+            r[empty] = self.empty_residual(w[empty])
+        return r
+
+    def empty_residual(self, w: torch.Tensor) -> torch.Tensor:
+        """[E, V] the weights raced where the residual is zero everywhere: p's own (w), as the reference does."""
+        return w
 
     def race(self, w: torch.Tensor, exponential: torch.Tensor) -> torch.Tensor:
         """[R] exponential race argmax_v w(v) / E(v): a sample of max(w, 0) / sum(max(w, 0)) for a row with a

@@ -86,11 +86,10 @@ class ResidualFallbackToLastIdOwnStream(OwnStreamCpuBackend):
 
     name = "residual_fallback_to_last_id_own_stream"
 
-    def residual(self, w, total, q):
-        r = torch.addcmul(w, q, total[:, None], value=-1)
-        empty = r.amax(dim=1) <= 0
-        r[empty, -1] = 1.0
-        return r
+    def empty_residual(self, w):
+        last = torch.zeros_like(w)
+        last[:, -1] = 1.0
+        return last
 
 
 class ResidualFallbackToArgmaxOwnStream(OwnStreamCpuBackend):
@@ -100,13 +99,8 @@ class ResidualFallbackToArgmaxOwnStream(OwnStreamCpuBackend):
 
     name = "residual_fallback_to_argmax_own_stream"
 
-    def residual(self, w, total, q):
-        r = torch.addcmul(w, q, total[:, None], value=-1)
-        empty = r.amax(dim=1) <= 0
-        if bool(empty.any()):
-            top = torch.nn.functional.one_hot(w[empty].argmax(dim=1), w.shape[1]).to(r.dtype)
-            r[empty] = top
-        return r
+    def empty_residual(self, w):
+        return torch.nn.functional.one_hot(w.argmax(dim=1), w.shape[1]).to(w.dtype)
 
 
 class ResidualWithoutFallbackOwnStream(ResidualWithoutFallback, OwnStreamCpuBackend):
