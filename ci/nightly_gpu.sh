@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, one xdist worker per
+# Nightly GPU run: conformance suite (nightly profile, Triton on CUDA, workers pinned to every
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
 # (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch*.py, test_filter_probe.py,
 # test_triton_slow_path.py, test_triton_copies.py, test_triton_sample_counts.py, test_triton_rank.py),
@@ -13,7 +13,11 @@
 # installed (matplotlib optional: without it the report has no pictures). No network: the project is
 # installed from the checkout with --no-deps --no-build-isolation --no-index, or used through
 # PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
+# GPUs: those of $CUDA_VISIBLE_DEVICES where it is set, else every GPU `nvidia-smi -L` lists
+# (CUDA_VISIBLE_DEVICES=0 runs the nightly on one GPU of a larger host, as its scaling table does).
 # Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
+# SUITE_RUNNER (pool, the default: `specverify check`'s worker pool, which draws each production-vocabulary case in
+# one part per GPU; pytest: the shipped suite under pytest-xdist, one worker per GPU, each case drawn whole),
 # SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has
 # no .git.
 # STEPS="driver suite ...": run only the steps named (the names of steps.tsv, listed in ALL_STEPS below); the
@@ -34,6 +38,11 @@ for s in $SELECTED; do
 done
 case "${DEADLINE:-0}" in ''|*[!0-9]*)
   echo "nightly_gpu.sh: DEADLINE must be a whole number of seconds, not '${DEADLINE}'" >&2; exit 2 ;;
+esac
+
+SUITE_RUNNER="${SUITE_RUNNER:-pool}"
+case "$SUITE_RUNNER" in pool|pytest) ;; *)
+  echo "nightly_gpu.sh: SUITE_RUNNER must be pool or pytest, not '$SUITE_RUNNER'" >&2; exit 2 ;;
 esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,20 +100,32 @@ step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time (unle
   || echo "pip install -e failed (see install.log): using PYTHONPATH" | tee -a "$RESULTS/nightly.log"
 # Empty where the pytest11 entry point is installed, else "-p specverify.plugin".
 read -r -a PLUGIN <<< "$("$PY" -c 'from specverify.plugin import load_args; print(*load_args())')"
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-[ "${NGPU:-0}" -ge 1 ] || NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+  NGPU=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c '[^[:space:]]' || true)
+else
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  [ "${NGPU:-0}" -ge 1 ] || NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+fi
 [ "${NGPU:-0}" -ge 1 ] || { echo "no CUDA GPU found" | tee -a "$RESULTS/nightly.log"; exit 2; }
 WORKERS=$(( NGPU * ${WORKERS_PER_GPU:-1} ))
-echo "GPUs: $NGPU, xdist workers: $WORKERS, plugin args: ${PLUGIN[*]:-(entry point)}" | tee -a "$RESULTS/nightly.log"
+echo "GPUs: $NGPU, suite workers: $WORKERS ($SUITE_RUNNER), plugin args: ${PLUGIN[*]:-(entry point)}" \
+  | tee -a "$RESULTS/nightly.log"
 
 # ---- 1. sanitizer driver without the sanitizer: correctness, and warms Triton's cache ----------
 step driver driver.log "$PY" ci/sanitizer_driver.py
 
-# ---- 2. conformance suite, nightly profile, Triton on CUDA, one worker per GPU -----------------
-# (loadgroup: a statistical case's checks run in one worker, which draws the case once for them all)
-step suite suite.log "$PY" -m pytest "${PLUGIN[@]}" --pyargs specverify.suite -p no:cacheprovider \
-  --specverify-backend=triton --specverify-profile=nightly -n "$WORKERS" --dist loadgroup --specverify-gpus=auto \
-  --specverify-json="$RESULTS/suite.json" --junitxml="$RESULTS/suite.xml" -q -rA --durations=15
+# ---- 2. conformance suite, nightly profile, Triton on CUDA, workers pinned to every GPU -------------
+# pool: a production-vocabulary case is drawn in one part per GPU and its counts summed, so that a second GPU
+# shortens the step's longest checks; pytest (loadgroup: a statistical case's checks run in one worker, which
+# draws the case once for them all) draws each case whole in one worker
+if [ "$SUITE_RUNNER" = pool ]; then
+  step suite suite.log "$PY" -m specverify.cli check triton --profile nightly --device cuda -n "$WORKERS" \
+    --gpus auto --json "$RESULTS/suite.json" --junit "$RESULTS/suite.xml" --failures-dir "$RESULTS/failures"
+else
+  step suite suite.log "$PY" -m pytest "${PLUGIN[@]}" --pyargs specverify.suite -p no:cacheprovider \
+    --specverify-backend=triton --specverify-profile=nightly -n "$WORKERS" --dist loadgroup --specverify-gpus=auto \
+    --specverify-json="$RESULTS/suite.json" --junitxml="$RESULTS/suite.xml" -q -rA --durations=15
+fi
 
 # ---- 3. the GPU-only mutants (the CUDA-graph one) are caught, the Triton control passes ---------
 step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caught.py -p no:cacheprovider \

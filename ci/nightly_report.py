@@ -48,8 +48,7 @@ def suite_section(doc: dict) -> list[str]:
     counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "n/a")}
     lines = [f"Backend `{doc['backend']}`, profile `{doc['profile']}`, device {doc['device']}. "
              f"**{'PASSED' if doc['passed'] else 'FAILED'}**: {counts['pass']} passed, {counts['fail']} failed, "
-             f"{counts['n/a']} not applicable (pytest exit status {doc.get('pytest_exitstatus', '?')}, "
-             f"{doc['seconds']:.0f} s).", "",
+             f"{counts['n/a']} not applicable ({_runner(doc)}, {doc['seconds']:.0f} s).", "",
              f"Error budget: family-wise false-alarm rate {doc['family_alpha']:g} per run, Bonferroni over the "
              f"statistical checks (alpha {doc['check_alpha']:.2g} each); exact and structural checks have no false "
              "alarms. det99 = smallest deviation detected with probability 0.99 at that alpha, at the worst position "
@@ -72,8 +71,39 @@ def suite_section(doc: dict) -> list[str]:
         lines += ["", f"Power of token_distribution at the worst position of each case: det99 between "
                       f"{min(r['detectable'] for r in tvs):.4f} and {worst['detectable']:.4f} (TV distance; "
                       f"{worst['samples']:,} samples at position 0)."]
+    lines += gpu_lines(results)
     if doc.get("verdict"):
         lines += ["", "Verdict reasons: " + ("; ".join(doc["verdict"]["reasons"]) or "none")]
+    return lines
+
+
+def _runner(doc: dict) -> str:
+    """Which face ran the suite: pytest (the plugin's report has its exit status) or the check pool."""
+    if "pytest_exitstatus" in doc:
+        return f"pytest exit status {doc['pytest_exitstatus']}"
+    gpus = doc.get("gpus") or []
+    return (f"check pool, {doc.get('workers', '?')} workers" + (f" pinned to GPU(s) {', '.join(gpus)}" if gpus else ""))
+
+
+def gpu_lines(results: list) -> list[str]:
+    """How the checks used the GPUs: checks per GPU, and each draw split over GPUs with its parts' copies."""
+    per_gpu: dict[str, int] = {}
+    for r in results:
+        for g in (r.get("gpu") or "").split(","):
+            if g:
+                per_gpu[g] = per_gpu.get(g, 0) + 1
+    if not per_gpu:
+        return []
+    lines = ["", "Checks run per GPU: " + ", ".join(f"GPU {g}: {n}" for g, n in sorted(per_gpu.items())) + "."]
+    split = [r for r in results if (r.get("sampling") or {}).get("parts", 1) > 1]
+    for r in split:
+        s = r["sampling"]
+        steady = s.get("steady_samples_per_second")
+        lines.append(f"- `{r['check']}[{r['case']}]`: {s['parts']} parts on GPUs {r.get('gpu')}, copies "
+                     + " + ".join(f"{c:,}" for c in s.get("part_copies", [])) + f" = {s.get('copies', 0):,} in "
+                     f"{r.get('seconds', 0):.1f} s" + ("" if steady is None else f" ({steady:,.0f} samples/s summed)"))
+    if not split:
+        lines.append("No draw was split over GPUs (one GPU, or the pytest runner).")
     return lines
 
 

@@ -54,7 +54,7 @@ def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
     results = tmp_path / "results"
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
                "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
-    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER"):
+    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU"):
         if unset not in env:
             run_env.pop(unset, None)
     done = subprocess.run(["bash", str(SCRIPT), str(results)], env=run_env, capture_output=True, text=True,
@@ -71,7 +71,7 @@ def test_steps_runs_only_the_steps_named_and_calls_the_run_partial(tmp_path):
     assert status == 0, out
     assert steps["suite"] == "pass" and steps["mutants"] == "pass"
     assert {s for s, v in steps.items() if v == "not run (STEPS)"} == set(ALL_STEPS) - {"suite", "mutants"}
-    assert len(calls) == 2 and "specverify.suite" in calls[0] and "test_mutants_caught.py" in calls[1]
+    assert len(calls) == 2 and "specverify.cli check triton" in calls[0] and "test_mutants_caught.py" in calls[1]
     last = [line for line in out.splitlines() if line.startswith("nightly: ")][0]
     assert "PASSED" in last and "partial" in last and "driver" in last and "suite" not in last.split("partial")[1]
 
@@ -94,11 +94,14 @@ def test_a_step_named_in_steps_that_cannot_run_fails_the_run(tmp_path):
     assert status == 0 and steps["flashinfer"] == "not run (not importable)", out
 
 
-@pytest.mark.parametrize("steps, deadline, named", [("suite,nosuch", "", "nosuch"), ("", "ten", "ten")])
-def test_unknown_steps_and_bad_deadlines_are_refused_before_any_step(tmp_path, steps, deadline, named):
+@pytest.mark.parametrize("steps, deadline, runner, named", [("suite,nosuch", "", "", "nosuch"),
+                                                            ("", "ten", "", "ten"), ("", "", "xdist", "xdist")])
+def test_unknown_steps_runners_and_bad_deadlines_are_refused_before_any_step(tmp_path, steps, deadline, runner,
+                                                                             named):
     """A misspelt step would otherwise be silently left out of a run that then passes; a DEADLINE that is not a
-    whole number of seconds would otherwise be ignored. Both stop the script at once, naming the value."""
-    env = {k: v for k, v in (("STEPS", steps), ("DEADLINE", deadline)) if v}
+    whole number of seconds would otherwise be ignored; an unknown SUITE_RUNNER would run some other suite. Each
+    stops the script at once, naming the value."""
+    env = {k: v for k, v in (("STEPS", steps), ("DEADLINE", deadline), ("SUITE_RUNNER", runner)) if v}
     status, out, steps_run, calls = _nightly(tmp_path, **env)
     assert status == 2 and named in out and calls == [] and steps_run == {}, out
 
@@ -107,7 +110,7 @@ def test_deadline_stops_the_running_step_fails_the_rest_and_still_reports(tmp_pa
     """A step still running at DEADLINE is stopped and failed, the steps after it are failed as not run, and the
     report is still written, so that a call cut by the machine's limit keeps what it reached."""
     status, out, steps, calls = _nightly(tmp_path, STEPS="driver suite mutants report", DEADLINE="3",
-                                         SLOW_ARG="specverify.suite", SLOW_S="30")
+                                         SLOW_ARG="specverify.cli check", SLOW_S="30")
     assert status == 1, out
     assert steps["driver"] == "pass"
     assert steps["suite"] == "fail(stopped at DEADLINE=3 s)"
@@ -125,3 +128,25 @@ def test_skip_sanitizer_records_the_sanitizers_as_not_run(tmp_path):
     assert all(steps[f"sanitizer-{t}"] == "not run (SKIP_SANITIZER)" for t in ("memcheck", "initcheck", "racecheck"))
     assert sum("sanitizer_driver.py" in c for c in calls) == 1
     assert "partial" in [line for line in out.splitlines() if line.startswith("nightly: ")][0]
+
+
+@pytest.mark.parametrize("visible, gpus", [(None, 1), ("0", 1), ("0,1", 2), ("2, 3,5", 3)])
+def test_the_suite_pins_its_workers_to_every_gpu_the_run_may_use(tmp_path, visible, gpus):
+    """The suite step runs the check pool over every GPU: CUDA_VISIBLE_DEVICES, where it is set, says which (the
+    scaling table runs the same host on one GPU and on two), else `nvidia-smi -L` (one fake GPU here); each GPU gets
+    WORKERS_PER_GPU workers."""
+    env = {"STEPS": "suite", "WORKERS_PER_GPU": "3"}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    status, out, steps, calls = _nightly(tmp_path, **env)
+    assert status == 0 and steps["suite"] == "pass", out
+    assert f"GPUs: {gpus}, suite workers: {3 * gpus} (pool)" in out
+    assert len(calls) == 1 and f"-n {3 * gpus} --gpus auto" in calls[0] and "--json" in calls[0], calls
+
+
+def test_the_pytest_runner_runs_the_shipped_suite_under_xdist(tmp_path):
+    """SUITE_RUNNER=pytest keeps the shipped suite's face on the GPU: pytest-xdist, one group per case."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="suite", SUITE_RUNNER="pytest")
+    assert status == 0 and steps["suite"] == "pass", out
+    assert "suite workers: 1 (pytest)" in out
+    assert len(calls) == 1 and "--pyargs specverify.suite" in calls[0] and "--dist loadgroup" in calls[0], calls
