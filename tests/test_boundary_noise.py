@@ -2,6 +2,7 @@
 boundary (a residual zero everywhere, SPEC 3): the property each boundary mutant is caught by must really be in
 its examples."""
 
+import math
 from dataclasses import replace
 
 import torch
@@ -10,10 +11,12 @@ import reference
 from reference import Noise, SpecBatch
 from reference.sample import filtered_target
 from specverify.checks import PASS, run_check
-from specverify.checks.agreement import BOUNDARY_EXPONENTIALS, FALLBACK_CASES, _residual_fallbacks, at_boundaries
+from specverify.checks.agreement import (BOUNDARY_EXPONENTIALS, FALLBACK_CASES, LOW_TEMPERATURE, TOP_LOGIT,
+                                        _residual_fallbacks, at_boundaries, with_residual_fallbacks)
+from specverify.checks.cases import FALLBACK_EXCESS
 from specverify.generate import random_batch
 from specverify.kernels.cpu import CpuBackend
-from specverify.mutants.samplers import ResidualWithoutFallback
+from specverify.mutants.samplers import FusedScaledLogit, ResidualWithoutFallback
 from specverify.strategies import Example, get_profile
 
 
@@ -122,10 +125,36 @@ def test_fallback_rows_keep_q_at_or_above_p_where_p_is_below_float32():
     assert 0 < p[10] < 1e-200
     batch = SpecBatch(torch.tensor([1]), torch.tensor([3]), logits, torch.full((1, 12), 1 / 12),
                       torch.tensor([0.001]))
-    placed, u = _residual_fallbacks(batch, torch.tensor([0.5], dtype=torch.float64), torch.Generator().manual_seed(0))
+    placed, u = _residual_fallbacks(batch, torch.tensor([0.5], dtype=torch.float64), torch.Generator().manual_seed(0),
+                                    top_first=False)
     assert bool((placed.draft_probs[0].double() >= p).all())
     noise = Noise(u, torch.ones(1, 12, dtype=torch.float64))
     noise.exponential[0, 10] = 1e-30                 # the tiny entry's best chance in a race
     want = reference.sample(placed, noise=noise, method="standard")
     got = CpuBackend()(placed, noise=noise, method="standard")
     assert got.token_ids.tolist() == want.token_ids.tolist() == [[9, -1]]
+
+
+def test_the_first_fallback_request_meets_the_largest_rounding_of_l_over_t():
+    """A GPU kernel rounds l * (1 / T) for its row's max and sum but fuses exp(l * (1 / T) - max) at the draft (an
+    FMA): at T = 0.001 the top token's p(x) exceeds 1 by up to 5e-4, and a fallback draft (q(x) = p(x) (1 + 5e-4),
+    u = 1 - 1.25e-4) is accepted. Each example's first fallback request is put where that shows: its drafts at their
+    rows' top, logit TOP_LOGIT, at LOW_TEMPERATURE. The fused value there is above u q(x), and the mutant that
+    computes it is caught on every example where the correct CPU backend agrees with the reference."""
+    inv_t = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(LOW_TEMPERATURE, dtype=torch.float32)
+    rounded = torch.tensor(TOP_LOGIT, dtype=torch.float32) * inv_t
+    fused = math.exp(TOP_LOGIT * float(inv_t) - float(rounded))
+    assert fused > (1 - FALLBACK_EXCESS / 4) * (1 + FALLBACK_EXCESS)
+    for s in range(4):
+        for example in (at_boundaries(_example(s)), with_residual_fallbacks(_example(s))):
+            b, u = example.batch, example.noise.uniform
+            lead = int(torch.nonzero(b.temperature == torch.tensor(LOW_TEMPERATURE, dtype=torch.float32))[0])
+            t = int(b.draft_offsets()[lead])
+            x = int(b.draft_token_ids[t])
+            assert float(b.target_logits[t + lead, x]) == TOP_LOGIT
+            assert float(b.target_logits[t + lead].float().topk(2).values[1]) <= TOP_LOGIT - 1
+            assert float(u[t]) * float(b.draft_probs[t, x]) > 1 > float(u[t]) * float(b.draft_probs[t, x]) / fused
+            want = reference.sample(b, noise=example.noise, method="standard")
+            assert CpuBackend()(b, noise=example.noise, method="standard").emitted() == want.emitted()
+            got = FusedScaledLogit()(b, noise=example.noise, method="standard")
+            assert got.emitted()[lead] != want.emitted()[lead] and int(want.num_accepted[lead]) == 0

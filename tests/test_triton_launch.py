@@ -133,3 +133,25 @@ def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match
     monkeypatch.setattr(core.tensor, "__init__", tensor_init)
     if triton_interpreter.share_interpreted_shapes():       # a Triton it matches: the shortcut's tensors are whole
         assert core.tensor(None, core.block_type(core.float32, [4])).numel == 4
+
+
+def test_every_launch_compiles_without_fused_multiply_adds(monkeypatch):
+    """The kernels' numerics are the interpreter's only if no multiply and add are fused into an FMA: a fused
+    exp(l * (1 / T) - max) at a draft differs from pass 1's rounded l / T by up to 5e-4 at T = 0.001 (the boundary
+    case's first fallback request). CI runs the interpreter, which never fuses, so the option itself is what is
+    checked here, on both launch paths: the JIT launch (no key) and the first launch of a cached key."""
+    seen = []
+
+    class Kernel:
+        arg_names = ["a"]
+
+        def __getitem__(self, grid):
+            def run(*args, **options):
+                seen.append(options)
+            return run
+
+    triton_launch.launch(Kernel(), (1, 1, 1), (0,), {}, key=None)
+    monkeypatch.setattr(triton_launch, "_FAST_LAUNCH", True)
+    monkeypatch.setattr(triton_launch, "_compiled", {})
+    triton_launch.launch(Kernel(), (1, 1, 1), (0,), {}, key=("fma-test",))
+    assert seen == [{"enable_fp_fusion": False}] * 2

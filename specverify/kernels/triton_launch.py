@@ -1,6 +1,7 @@
 """Launch cache for the Triton sampler: relaunch of compiled kernels without rebinding, and scratch reuse.
 
-    launch(kernel, grid, args, meta, key, stream)   kernel[grid](*args, **meta), or the cached compiled kernel
+    launch(kernel, grid, args, meta, key, stream)   kernel[grid](*args, **meta, **COMPILE_OPTIONS), or the cached
+                                                    compiled kernel
         kernel  a @triton.jit function; args its runtime parameters in signature order (tensors, ints)
         grid    (int, int, int)
         meta    its constexpr parameters (which follow args in its signature) and options (num_warps)
@@ -27,6 +28,11 @@ import threading
 import torch
 
 _FAST_LAUNCH = os.environ.get("SPECVERIFY_TRITON_FAST_LAUNCH", "1") != "0"
+# Every kernel compiles without fusing a multiply and an add into one FMA. Pass 1 rounds l * (1 / T) before
+# taking the row's max and sum; a fused exp(l * (1 / T) - max) elsewhere skips that rounding, which at T = 0.001
+# is up to half an ulp of l / T (5e-4), so the top token's p(x) exceeds 1 by that much and a draft whose q(x) lies
+# within it above p(x) is accepted (docs/kernels.md). Unfused, the GPU computes what the interpreter computes.
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
 try:  # the runtime pieces CompiledKernel[grid] uses (Triton >= 3.4); without them every launch goes through JIT
     from triton import knobs as _knobs
     from triton.runtime.driver import driver as _driver
@@ -44,11 +50,11 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, key=None, stream=None) 
     launch hooks (profilers), the launcher with every parameter positionally -- without its per-call
     closure and device and stream lookups."""
     if key is None or not _FAST_LAUNCH:
-        kernel[grid](*args, **meta)
+        kernel[grid](*args, **meta, **COMPILE_OPTIONS)
         return
     entry = _compiled.get(key)
     if entry is None:
-        compiled = kernel[grid](*args, **meta)
+        compiled = kernel[grid](*args, **meta, **COMPILE_OPTIONS)
         if _knobs is not None and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata",
                                                                        "launch_metadata")):
             _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
