@@ -291,6 +291,21 @@ def scenario_drafter_is_the_target(backend, method="standard"):
                                       torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)), method=method)
 
 
+def scenario_top_token_at_low_temperature(backend):
+    """Each draft its row's top token (logit 8.25, the rest at most 7.25) at temperature 0.001, q(x) = 1.0005,
+    u = 1 - 1.25e-4: p(x) = 1 and the reference rejects; float32's 8.25 * (1 / 0.001) rounds 4.7e-4 below the
+    exact product, so a p(x) computed from the unrounded product (a fused multiply-add) is above u q(x)."""
+    g = torch.Generator().manual_seed(157)
+    B, V = 8, 12
+    logits = torch.rand(2 * B, V, generator=g) * 6 - 4
+    logits[0::2, 5] = 8.25
+    p = torch.softmax(logits[0::2].double() / 0.001, dim=-1)
+    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.full((B,), 5), logits, (p * (1 + 5e-4)).float(),
+                      torch.full((B,), 0.001))
+    return backend(batch, noise=Noise(torch.full((B,), 1 - 1.25e-4, dtype=torch.float64),
+                                      torch.empty(B, V, dtype=torch.float64).exponential_(generator=g)))
+
+
 def scenario_dense_q_seeded(backend):
     """The dense_q case's request, 2,000 copies under seeds: about 1,800 rejections, so a residual wrong only
     where some of them land shows in the tokens."""
@@ -340,6 +355,7 @@ def scenario_trees(backend):
 
 SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_trees, scenario_drafter_is_the_target, scenario_drafter_is_the_target_tree,
+    scenario_top_token_at_low_temperature,
     scenario_drafter_is_the_target_seeded, scenario_dense_q_seeded,
     scenario_drafter_is_the_target_block,
     scenario_filtered, scenario_filter_cuts, scenario_float32_boundaries, scenario_placeholders,
@@ -392,6 +408,7 @@ WITNESS = {
     "min_p_unscaled_max": "filter_cuts",
     "cut_applied_to_q": "filter_cuts",
     "residual_without_fallback": "drafter_is_the_target",
+    "fused_scaled_logit": "top_token_at_low_temperature",
     "tree_empty_residual_not_kept": "drafter_is_the_target_tree",
     "block_residual_without_fallback": "drafter_is_the_target_block",
     "residual_without_fallback_own_stream": "drafter_is_the_target_seeded",

@@ -121,7 +121,7 @@ _ALL = [
            "a residual zero everywhere (p == q up to rounding) raced as it is, not p", "classic",
            ("differential_injected", "token_distribution"), cases=("boundary", "residual_fallback")),
     Mutant(samplers.FusedScaledLogit.name, samplers.FusedScaledLogit,
-           "p(x) from a fused l * (1 / T) - max against a row normalised over the rounded product", "public",
+           "p(x) from a fused l * (1 / T) - max against a row normalised over the rounded product", "classic",
            ("differential_injected",), cases=("boundary",)),
     _sampler(samplers.AcceptWithZeroUniform, "acceptance uniform can be 0: accepts drafts with p = 0", "classic",
              DIFF + ("token_distribution", "acceptance_rate")),

@@ -221,8 +221,8 @@ class ResidualWithoutFallback(CpuBackend):
 class FusedScaledLogit(CpuBackend):
     """A row's max and sum taken over the rounded float32 l * (1 / T), and each entry's exp(l * (1 / T) - max)
     with the product unrounded, as one fused multiply-add computes it: at temperature 0.001 the top token's p(x)
-    exceeds 1 by up to half an ulp of l / T, about 5e-4 (public: the GPU's default contraction of a multiply and
-    a subtract into an FMA, which the Triton interpreter never does)."""
+    exceeds 1 by up to half an ulp of l / T, about 5e-4 (classic: a GPU compiler contracts a multiply and a
+    subtract into an FMA by default; the Triton interpreter never does)."""
 
     name = "fused_scaled_logit"
 
