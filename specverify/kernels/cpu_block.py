@@ -9,7 +9,7 @@ Shapes (R block requests, K their longest block, V vocabulary):
     x   [R, K], eta [R, K], k [R]   drafts, uniforms and block lengths (a placeholder ends a block)
 
 The steps are methods (``block_weights``, ``block_stop_probabilities``, ``block_stopping_point``,
-``block_extra_weights``) so that a mutant can replace exactly one. Greedy and zero-draft requests take
+``block_extra_weights`` and its ``block_empty_residual``) so that a mutant can replace exactly one. Greedy and zero-draft requests take
 the standard path, as the rule says.
 """
 
@@ -115,5 +115,9 @@ class BlockSteps:
         p_tau = p[r, tau]
         q_tau = q[r, tau.clamp(max=K - 1)]
         res = torch.clamp(w[r, tau][:, None] * p_tau - q_tau, min=0)
-        res = torch.where(res.sum(1, keepdim=True) > 0, res, p_tau)
+        res = torch.where(res.sum(1, keepdim=True) > 0, res, self.block_empty_residual(p_tau))
         return torch.where((tau == k)[:, None], p[r, k], res)
+
+    def block_empty_residual(self, p_tau: torch.Tensor) -> torch.Tensor:
+        """[R, V] the weights raced where the residual at the stop is zero everywhere: p_tau (SPEC 3.7)."""
+        return p_tau

@@ -57,8 +57,5 @@ class BlockResidualWithoutFallback(CpuBackend):
 
     name = "block_residual_without_fallback"
 
-    def block_extra_weights(self, tau, k, w, p, q):
-        R, K = q.shape[0], q.shape[1]
-        r = torch.arange(R, device=tau.device)
-        res = torch.clamp(w[r, tau][:, None] * p[r, tau] - q[r, tau.clamp(max=K - 1)], min=0)
-        return torch.where((tau == k)[:, None], p[r, k], res)
+    def block_empty_residual(self, p_tau):
+        return torch.zeros_like(p_tau)
