@@ -3,9 +3,9 @@
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
 # (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch*.py, test_filter_probe.py,
 # test_triton_slow_path.py, test_triton_copies.py, test_triton_sample_counts.py, test_triton_rank.py),
-# compute-sanitizer (memcheck, initcheck, racecheck), the GPU benchmark (quick mode), each statistical case's
-# sampling rate alone, FlashInfer's chain sampler through its adapter when FlashInfer is importable, and a report
-# with plots.
+# compute-sanitizer (memcheck, initcheck, racecheck; side by side on two or more GPUs), the GPU benchmark (quick
+# mode), each statistical case's sampling rate alone, FlashInfer's chain sampler through its adapter when
+# FlashInfer is importable, and a report with plots.
 #
 #   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
 #
@@ -140,10 +140,26 @@ step filter-kernels filter-kernels.log "$PY" -m pytest tests/test_triton_filters
   -n 4 -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
-if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+# With two or more GPUs the three tools run side by side, each pinned to a GPU in turn, racecheck (the longest)
+# first; each step is recorded as it ends. With one GPU they run one after another.
+sanitize() {  # sanitize TOOL: the driver under compute-sanitizer's TOOL
+  step "sanitizer-$1" "sanitizer-$1.log" compute-sanitizer --tool "$1" --error-exitcode 99 \
+    --print-limit 50 "$PY" ci/sanitizer_driver.py
+}
+if [ "${SKIP_SANITIZER:-0}" != 1 ] && [ "$NGPU" -ge 2 ]; then
+  read -r -a GPU_IDS <<< "$(echo "${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $(( NGPU - 1 )))}" | tr ',' ' ')"
+  PIDS=()
+  for tool in racecheck memcheck initcheck; do
+    if ! selected "sanitizer-$tool"; then sanitize "$tool"; continue; fi   # recorded as not run, here
+    gpu="${GPU_IDS[$(( ${#PIDS[@]} % ${#GPU_IDS[@]} ))]}"
+    echo "=== sanitizer-$tool: on GPU $gpu" | tee -a "$RESULTS/nightly.log"
+    ( export CUDA_VISIBLE_DEVICES="$gpu"; sanitize "$tool" ) &
+    PIDS+=($!)
+  done
+  for pid in "${PIDS[@]}"; do wait "$pid" || FAILED=1; done
+elif [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   for tool in memcheck initcheck racecheck; do
-    step "sanitizer-$tool" "sanitizer-$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      --print-limit 50 "$PY" ci/sanitizer_driver.py
+    sanitize "$tool"
   done
 else
   for tool in memcheck initcheck racecheck; do

@@ -33,7 +33,10 @@ exit 0
 """
 FAKE_SANITIZER = """#!/usr/bin/env bash
 [ "$1" = --version ] && exit 0
-echo "sanitizer $*" >> "$CALLS"
+echo "sanitizer $* on ${CUDA_VISIBLE_DEVICES-all} at $(date +%s.%N)" >> "$CALLS"
+[ -n "${SAN_S:-}" ] && sleep "$SAN_S"
+case "$*" in *"${SAN_FAIL:-no such tool}"*) exit 99 ;; esac
+exit 0
 """
 FAKE_SMI = """#!/usr/bin/env bash
 [ "$1" = -L ] && { echo "GPU 0: Fake GPU (UUID: GPU-0)"; exit 0; }
@@ -54,7 +57,8 @@ def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
     results = tmp_path / "results"
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
                "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
-    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU"):
+    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU",
+                  "SAN_S", "SAN_FAIL"):
         if unset not in env:
             run_env.pop(unset, None)
     done = subprocess.run(["bash", str(SCRIPT), str(results)], env=run_env, capture_output=True, text=True,
@@ -150,3 +154,41 @@ def test_the_pytest_runner_runs_the_shipped_suite_under_xdist(tmp_path):
     assert status == 0 and steps["suite"] == "pass", out
     assert "suite workers: 1 (pytest)" in out
     assert len(calls) == 1 and "--pyargs specverify.suite" in calls[0] and "--dist loadgroup" in calls[0], calls
+
+
+def _sanitizer_calls(calls: list[str]) -> dict:
+    """{tool: (the GPU it was pinned to, when it started)} from the fake compute-sanitizer's lines."""
+    found = {}
+    for line in calls:
+        if line.startswith("sanitizer "):
+            words = line.split()
+            found[words[words.index("--tool") + 1]] = (words[-3], float(words[-1]))
+    return found
+
+
+def test_on_two_gpus_the_sanitizers_run_side_by_side_each_pinned_to_a_gpu(tmp_path):
+    """The three compute-sanitizer runs take most of a nightly and each uses one GPU: with two GPUs they start
+    together, racecheck (the longest) and initcheck on the first GPU, memcheck on the second, and each is recorded.
+    A failing tool fails the run, though it ran in the background."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck",
+                                         CUDA_VISIBLE_DEVICES="3,5", SAN_S="3")
+    assert status == 0, out
+    assert all(steps[f"sanitizer-{t}"] == "pass" for t in ("memcheck", "initcheck", "racecheck"))
+    runs = _sanitizer_calls(calls)
+    assert {t: g for t, (g, _) in runs.items()} == {"racecheck": "3", "memcheck": "5", "initcheck": "3"}
+    starts = [s for _, s in runs.values()]
+    assert max(starts) - min(starts) < 3, out   # side by side: one after another, the last starts 6 s after the first
+    status, out, steps, _ = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-racecheck",
+                                     CUDA_VISIBLE_DEVICES="0,1", SAN_FAIL="racecheck")
+    assert status == 1 and steps["sanitizer-racecheck"] == "fail(rc=99)" and steps["sanitizer-memcheck"] == "pass"
+    assert steps["sanitizer-initcheck"] == "not run (STEPS)", steps
+
+
+def test_on_one_gpu_the_sanitizers_run_one_after_another(tmp_path):
+    """One GPU: the tools run in turn, unpinned, memcheck first."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck",
+                                         SAN_S="0.3")
+    assert status == 0, out
+    runs = _sanitizer_calls(calls)
+    assert [t for t, _ in sorted(runs.items(), key=lambda kv: kv[1][1])] == ["memcheck", "initcheck", "racecheck"]
+    assert {g for g, _ in runs.values()} == {"all"}
