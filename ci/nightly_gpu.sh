@@ -132,12 +132,12 @@ step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caugh
   -k requires -q -rA
 
 # ---- 3a. the filter cut's kernel tests on CUDA: its sample bracket, slow path and record's copies (their test
-# kernels), PRE plan, lazy cut, one launch, and the one launch's phase stamps (four workers share one GPU: the run
-# is bound by compiling the cut's kernels)
-step filter-kernels filter-kernels.log "$PY" -m pytest tests/test_triton_filters.py tests/test_triton_lazy_cut.py \
-  tests/test_triton_one_launch*.py tests/test_filter_probe.py tests/test_triton_slow_path.py \
-  tests/test_triton_copies.py tests/test_triton_sample_counts.py tests/test_triton_rank.py -p no:cacheprovider \
-  -n 4 -q -rA
+# kernels), PRE plan, lazy cut, one launch, and the one launch's phase stamps (four workers share each GPU, pinned by
+# the plugin: the run is bound by compiling the cut's kernels)
+step filter-kernels filter-kernels.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_triton_filters.py \
+  tests/test_triton_lazy_cut.py tests/test_triton_one_launch*.py tests/test_filter_probe.py \
+  tests/test_triton_slow_path.py tests/test_triton_copies.py tests/test_triton_sample_counts.py \
+  tests/test_triton_rank.py -p no:cacheprovider -n $(( 4 * NGPU )) --specverify-gpus=auto -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
 # With two or more GPUs the three tools run side by side, each pinned to a GPU in turn, racecheck (the longest)

@@ -192,3 +192,11 @@ def test_on_one_gpu_the_sanitizers_run_one_after_another(tmp_path):
     runs = _sanitizer_calls(calls)
     assert [t for t, _ in sorted(runs.items(), key=lambda kv: kv[1][1])] == ["memcheck", "initcheck", "racecheck"]
     assert {g for g, _ in runs.values()} == {"all"}
+
+
+def test_the_filter_kernel_tests_take_four_workers_on_each_gpu(tmp_path):
+    """The filter cut's kernel tests are bound by compiling kernels: four xdist workers per GPU, pinned by the
+    plugin, so that a second GPU brings its four."""
+    status, out, steps, calls = _nightly(tmp_path, STEPS="filter-kernels", CUDA_VISIBLE_DEVICES="0,1")
+    assert status == 0 and steps["filter-kernels"] == "pass", out
+    assert len(calls) == 1 and "-n 8 --specverify-gpus=auto" in calls[0], calls
