@@ -82,11 +82,12 @@ def _runner(doc: dict) -> str:
     if "pytest_exitstatus" in doc:
         return f"pytest exit status {doc['pytest_exitstatus']}"
     gpus = doc.get("gpus") or []
-    return (f"check pool, {doc.get('workers', '?')} workers" + (f" pinned to GPU(s) {', '.join(gpus)}" if gpus else ""))
+    return f"check pool, {doc.get('workers', '?')} workers" + (f" pinned to GPU(s) {', '.join(gpus)}" if gpus else "")
 
 
 def gpu_lines(results: list) -> list[str]:
-    """How the checks used the GPUs: checks per GPU, and each draw split over GPUs with its parts' copies."""
+    """How the checks used the GPUs: checks per GPU (a split draw counts on each of its GPUs), and each draw split
+    over GPUs with its parts' copies."""
     per_gpu: dict[str, int] = {}
     for r in results:
         for g in (r.get("gpu") or "").split(","):

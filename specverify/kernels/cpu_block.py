@@ -9,8 +9,8 @@ Shapes (R block requests, K their longest block, V vocabulary):
     x   [R, K], eta [R, K], k [R]   drafts, uniforms and block lengths (a placeholder ends a block)
 
 The steps are methods (``block_weights``, ``block_stop_probabilities``, ``block_stopping_point``,
-``block_extra_weights`` and its ``block_empty_residual``) so that a mutant can replace exactly one. Greedy and zero-draft requests take
-the standard path, as the rule says.
+``block_extra_weights`` and its ``block_empty_residual``) so that a mutant can replace exactly one. Greedy and
+zero-draft requests take the standard path, as the rule says.
 """
 
 from __future__ import annotations

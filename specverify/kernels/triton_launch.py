@@ -31,7 +31,8 @@ _FAST_LAUNCH = os.environ.get("SPECVERIFY_TRITON_FAST_LAUNCH", "1") != "0"
 # Every kernel compiles without fusing a multiply and an add into one FMA. Pass 1 rounds l * (1 / T) before
 # taking the row's max and sum; a fused exp(l * (1 / T) - max) elsewhere skips that rounding, which at T = 0.001
 # is up to half an ulp of l / T (5e-4), so the top token's p(x) exceeds 1 by that much and a draft whose q(x) lies
-# within it above p(x) is accepted (docs/kernels.md). Unfused, the GPU computes what the interpreter computes.
+# within it above p(x) is accepted (SPEC 2, the boundary case). Unfused, the GPU computes what the interpreter
+# computes.
 COMPILE_OPTIONS = {"enable_fp_fusion": False}
 try:  # the runtime pieces CompiledKernel[grid] uses (Triton >= 3.4); without them every launch goes through JIT
     from triton import knobs as _knobs
