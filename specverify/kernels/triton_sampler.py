@@ -102,7 +102,8 @@ class TritonBackend(Backend):
         cuda_graphs=True,
         target_filters=True,
         placeholders=True,
-        notes=("float32 math; exp through ex2.approx, -log(u) of the seeded stream to a few ulps",
+        notes=("float32 math; exp through ex2.approx, -log(u) of the seeded stream to a few ulps; no fused "
+               "multiply-adds (every product rounded, as in the interpreter)",
                "draft_probs read only at the draft token and along the rejected row",
                "tree: one program per request walks the tree; one pass over the row per rejected sibling "
                "that another sibling follows (the residual's mass), then a split race",
