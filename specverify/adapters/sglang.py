@@ -163,10 +163,8 @@ class SGLangTree(Backend):
                 num_speculative_steps) -> SpecOutput:
         module = kernel_module(self._module)
         launch = launch_layout(batch)
-        B, W, S, dev = launch.B, launch.W, launch.S, batch.device
-        predicts = torch.full((B * W,), -1, dtype=torch.int32, device=dev)
-        accept_index = torch.full((B, S), -1, dtype=torch.int32, device=dev)
-        accept_token_num = torch.zeros(B, dtype=torch.int32, device=dev)
+        B, W, dev = launch.B, launch.W, batch.device
+        predicts, accept_index, accept_token_num = _kernel_outputs(launch, dev)
         links = (launch.candidates, launch.retrive_index, launch.retrive_next_token, launch.retrive_next_sibling)
         if B == 0:
             return outputs(batch, launch, predicts, accept_index, accept_token_num)
@@ -181,23 +179,37 @@ class SGLangTree(Backend):
             return outputs(batch, launch, predicts, accept_index, accept_token_num)
         if seed is None:
             seed = int(torch.randint(0, 2 ** 62, (1,)))
-        seeds = conventions.request_seeds(seed, B)
-        coins, final = own_uniforms(seeds, W)
-        V = batch.vocab_size
-        target_probs = torch.zeros(B * W, V, dtype=torch.float32, device=dev)
-        target_probs[launch.slot_rows] = conventions.target_probs(batch)
-        call = dict(predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num,
-                    candidates=links[0], retrive_index=links[1], retrive_next_token=links[2],
-                    retrive_next_sibling=links[3], uniform_samples=coins.to(dev).contiguous(),
-                    uniform_samples_for_final_sampling=final.to(dev).contiguous(),
-                    target_probs=target_probs.view(B, W, V),
-                    draft_probs=torch.zeros(B, W, V, dtype=torch.float32, device=dev),
-                    threshold_single=THRESHOLD, threshold_acc=THRESHOLD, deterministic=True)
-        entry = module.tree_speculative_sampling_target_only
-        if not _takes(entry, "draft_probs"):    # later sgl-kernel releases dropped the scratch argument
-            del call["draft_probs"]
-        entry(**call)
-        return outputs(batch, launch, predicts, accept_index, accept_token_num)
+        coins, final = own_uniforms(conventions.request_seeds(seed, B), W)
+        return target_only(module, batch, launch, coins, final)
+
+
+def _kernel_outputs(launch: Launch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(predicts [B * W], accept_index [B, S], accept_token_num [B]) int32, as SGLang's engine allocates them, with
+    -1 and 0 where the kernel writes nothing."""
+    return (torch.full((launch.B * launch.W,), -1, dtype=torch.int32, device=device),
+            torch.full((launch.B, launch.S), -1, dtype=torch.int32, device=device),
+            torch.zeros(launch.B, dtype=torch.int32, device=device))
+
+
+def target_only(module, batch: SpecBatch, launch: Launch, coins: torch.Tensor, final: torch.Tensor) -> SpecOutput:
+    """``module.tree_speculative_sampling_target_only`` on ``batch`` laid out as ``launch``, with the node coins
+    ``coins`` [B, W] and the final coins ``final`` [B] (float32), its outputs read as the engine reads them."""
+    B, W, V, dev = launch.B, launch.W, batch.vocab_size, batch.device
+    predicts, accept_index, accept_token_num = _kernel_outputs(launch, dev)
+    target_probs = torch.zeros(B * W, V, dtype=torch.float32, device=dev)
+    target_probs[launch.slot_rows] = conventions.target_probs(batch)
+    call = dict(predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num,
+                candidates=launch.candidates, retrive_index=launch.retrive_index,
+                retrive_next_token=launch.retrive_next_token, retrive_next_sibling=launch.retrive_next_sibling,
+                uniform_samples=coins.to(dev).contiguous(),
+                uniform_samples_for_final_sampling=final.to(dev).contiguous(), target_probs=target_probs.view(B, W, V),
+                draft_probs=torch.zeros(B, W, V, dtype=torch.float32, device=dev),
+                threshold_single=THRESHOLD, threshold_acc=THRESHOLD, deterministic=True)
+    entry = module.tree_speculative_sampling_target_only
+    if not _takes(entry, "draft_probs"):    # later sgl-kernel releases dropped the scratch argument
+        del call["draft_probs"]
+    entry(**call)
+    return outputs(batch, launch, predicts, accept_index, accept_token_num)
 
 
 def _takes(fn, name: str) -> bool:
