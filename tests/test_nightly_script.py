@@ -200,3 +200,28 @@ def test_the_filter_kernel_tests_take_four_workers_on_each_gpu(tmp_path):
     status, out, steps, calls = _nightly(tmp_path, STEPS="filter-kernels", CUDA_VISIBLE_DEVICES="0,1")
     assert status == 0 and steps["filter-kernels"] == "pass", out
     assert len(calls) == 1 and "-n 8 --specverify-gpus=auto" in calls[0], calls
+
+
+def test_the_report_names_the_runner_the_checks_per_gpu_and_each_split_draw():
+    """The nightly's report of a pool run says it was the pool, on which GPUs, how many checks each GPU ran (a
+    split draw on each of its GPUs), and each split draw's parts; a pytest run keeps its exit status, and a run on
+    one GPU says that nothing was split."""
+    import sys
+    sys.path.insert(0, str(ROOT / "ci"))
+    import nightly_report  # noqa: PLC0415
+
+    split = {"check": "token_distribution", "case": "large_vocab_262k", "kind": "statistical", "status": "pass",
+             "gpu": "0,1", "seconds": 128.2, "sampling": {"parts": 2, "part_copies": [10_000_000, 10_000_000],
+                                                           "copies": 20_000_000, "steady_samples_per_second": 162_939}}
+    whole = {"check": "output_structure", "case": "random", "kind": "structural", "status": "pass", "gpu": "1",
+             "seconds": 3.0}
+    doc = {"backend": "triton", "profile": "nightly", "device": "cuda", "passed": True, "seconds": 139.0,
+           "family_alpha": 1e-3, "check_alpha": 2.9e-5, "workers": 12, "gpus": ["0", "1"], "results": [split, whole]}
+    text = "\n".join(nightly_report.suite_section(doc))
+    assert "(check pool, 12 workers pinned to GPU(s) 0, 1, 139 s)" in text
+    assert "Checks run per GPU: GPU 0: 1, GPU 1: 2." in text
+    assert ("`token_distribution[large_vocab_262k]`: 2 parts on GPUs 0,1, copies 10,000,000 + 10,000,000 = "
+            "20,000,000 in 128.2 s (162,939 samples/s summed)") in text
+    one = dict(doc, gpus=["0"], results=[dict(whole, gpu="0")], pytest_exitstatus=0)
+    text = "\n".join(nightly_report.suite_section(one))
+    assert "(pytest exit status 0, 139 s)" in text and "No draw was split over GPUs" in text

@@ -155,3 +155,21 @@ def test_every_launch_compiles_without_fused_multiply_adds(monkeypatch):
     monkeypatch.setattr(triton_launch, "_compiled", {})
     triton_launch.launch(Kernel(), (1, 1, 1), (0,), {}, key=("fma-test",))
     assert seen == [{"enable_fp_fusion": False}] * 2
+
+
+def test_no_sampler_kernel_is_launched_around_the_launch_path():
+    """``COMPILE_OPTIONS`` reach a kernel only through ``triton_launch.launch``: a ``kernel[grid](...)`` written
+    anywhere else in the package compiles with Triton's default FMA fusion, which the interpreter cannot show. The
+    fingerprint kernel (integer words only, no multiply-add to fuse) is the one other launch."""
+    import ast
+    from pathlib import Path
+
+    kernels = Path(triton_launch.__file__).parent
+    launches = {}
+    for path in sorted(kernels.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            # kernel[grid](...); an item of a sequence called (ops[0](...)) is no launch
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                    and not isinstance(node.func.slice, ast.Constant):
+                launches.setdefault(path.name, []).append(ast.unparse(node.func.value))
+    assert launches == {"triton_launch.py": ["kernel", "kernel"], "fingerprint.py": ["_fingerprint_kernel"]}, launches
