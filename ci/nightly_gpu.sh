@@ -3,9 +3,9 @@
 # GPU), the CUDA-graph property and its mutant, the filter cut's kernel tests on CUDA
 # (tests/test_triton_filters.py, test_triton_lazy_cut.py, test_triton_one_launch*.py, test_filter_probe.py,
 # test_triton_slow_path.py, test_triton_copies.py, test_triton_sample_counts.py, test_triton_rank.py),
-# compute-sanitizer (memcheck, initcheck, racecheck; side by side on two or more GPUs), the GPU benchmark (quick
-# mode), each statistical case's sampling rate alone, FlashInfer's chain sampler through its adapter when
-# FlashInfer is importable, and a report with plots.
+# compute-sanitizer (memcheck, initcheck, racecheck; on two or more GPUs side by side, each tool and the driver
+# in one part per GPU), the GPU benchmark (quick mode), each statistical case's sampling rate alone, FlashInfer's
+# chain sampler through its adapter when FlashInfer is importable, and a report with plots.
 #
 #   ci/nightly_gpu.sh [RESULTS_DIR]          # default: $RESULTS, else results/nightly-YYYYMMDD
 #
@@ -112,7 +112,9 @@ echo "GPUs: $NGPU, suite workers: $WORKERS ($SUITE_RUNNER), plugin args: ${PLUGI
   | tee -a "$RESULTS/nightly.log"
 
 # ---- 1. sanitizer driver without the sanitizer: correctness, and warms Triton's cache ----------
-step driver driver.log "$PY" ci/sanitizer_driver.py
+# (on two or more GPUs in one part per GPU, side by side: every N-th work item each)
+PARTS=(); [ "$NGPU" -ge 2 ] && PARTS=(--parts "$NGPU")
+step driver driver.log "$PY" ci/sanitizer_driver.py "${PARTS[@]}"
 
 # ---- 2. conformance suite, nightly profile, Triton on CUDA, workers pinned to every GPU -------------
 # pool: a production-vocabulary case is drawn in one part per GPU and its counts summed, so that a second GPU
@@ -140,20 +142,21 @@ step filter-kernels filter-kernels.log "$PY" -m pytest "${PLUGIN[@]}" tests/test
   tests/test_triton_rank.py -p no:cacheprovider -n $(( 4 * NGPU )) --specverify-gpus=auto -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
-# With two or more GPUs the three tools run side by side, each pinned to a GPU in turn, racecheck (the longest)
-# first; each step is recorded as it ends. With one GPU they run one after another.
+# With two or more GPUs the three tools run side by side, each over the driver's parts (one per GPU, each part
+# under its own sanitizer process); each step is recorded as it ends. With one GPU they run one after another.
 sanitize() {  # sanitize TOOL: the driver under compute-sanitizer's TOOL
-  step "sanitizer-$1" "sanitizer-$1.log" compute-sanitizer --tool "$1" --error-exitcode 99 \
-    --print-limit 50 "$PY" ci/sanitizer_driver.py
+  local wrap=(compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 50)
+  if [ "$NGPU" -ge 2 ]; then
+    step "sanitizer-$1" "sanitizer-$1.log" "$PY" ci/sanitizer_driver.py --parts "$NGPU" --wrap "${wrap[*]}"
+  else
+    step "sanitizer-$1" "sanitizer-$1.log" "${wrap[@]}" "$PY" ci/sanitizer_driver.py
+  fi
 }
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && [ "$NGPU" -ge 2 ]; then
-  read -r -a GPU_IDS <<< "$(echo "${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $(( NGPU - 1 )))}" | tr ',' ' ')"
   PIDS=()
   for tool in racecheck memcheck initcheck; do
     if ! selected "sanitizer-$tool"; then sanitize "$tool"; continue; fi   # recorded as not run, here
-    gpu="${GPU_IDS[$(( ${#PIDS[@]} % ${#GPU_IDS[@]} ))]}"
-    echo "=== sanitizer-$tool: on GPU $gpu" | tee -a "$RESULTS/nightly.log"
-    ( export CUDA_VISIBLE_DEVICES="$gpu"; sanitize "$tool" ) &
+    sanitize "$tool" &
     PIDS+=($!)
   done
   for pid in "${PIDS[@]}"; do wait "$pid" || FAILED=1; done

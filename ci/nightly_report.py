@@ -305,8 +305,9 @@ def main() -> int:
         if log is None:
             lines.append(f"| {tool} | not run |")
             continue
+        # a run in parts (sanitizer_driver.py --parts) has a summary per part: each is shown
         summ = [line.replace("=========", "").strip() for line in log.splitlines() if "SUMMARY" in line]
-        lines.append(f"| {tool} | {summ[-1] if summ else 'no summary line (see log)'} |")
+        lines.append(f"| {tool} | {'; '.join(summ) if summ else 'no summary line (see log)'} |")
     lines.append("")
 
     pngs = []

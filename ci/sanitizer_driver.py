@@ -2,6 +2,13 @@
 
     python ci/sanitizer_driver.py                      # once without the sanitizer: warms Triton's cache
     compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitizer_driver.py
+    python ci/sanitizer_driver.py --parts 2 [--wrap "compute-sanitizer --tool racecheck ..."]
+                                                       # two parts side by side, one per visible GPU
+
+A part (``--part K/N``) runs every N-th work item from the K-th (the filtered cases numbered 1 to 9, then CASES,
+then the helper kernels), on the inputs the whole run gives them. ``--parts N`` starts the N parts as processes of
+their own, each pinned to a visible GPU in turn and run under ``--wrap`` where given, and prints their lines as
+they come, each with its part.
 
 Paths: standard / greedy / mixed / synthetic / block rules (the block rule's residual-mass launch), target
 filters (the cut's launches: ranked, searched and bracketed rows; the one launch that is pass 1 too, waiting and
@@ -19,7 +26,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -31,6 +41,7 @@ from reference import Noise, SpecBatch, SpecOutput  # noqa: E402
 from reference.philox import request_seeds  # noqa: E402
 from reference.sample import synthetic_rates_f32  # noqa: E402
 from specverify.checks.differential import compare_to_reference  # noqa: E402
+from specverify.gpus import visible_gpus  # noqa: E402
 from specverify.kernels import triton_filter  # noqa: E402
 from specverify.kernels.triton_kernels import triton_sample_into  # noqa: E402
 from specverify.kernels.triton_sampler import TritonBackend  # noqa: E402
@@ -94,17 +105,23 @@ FILTERED = [([2, 0, 3, 1], 8, "standard", 0), ([1, 2, 0], 1_003, "standard", 0),
             ([1, 2], 20_011, "standard", 0, "take-over")]
 
 
-def filtered_calls(g, device: str, tag: str | None = None, numbers: set[int] | None = None) -> int:
-    """Each FILTERED case (those tagged ``tag``, or numbered so from 1, where given) with top-k, top-p and min-p
-    mixed per request, seeded, against the reference. A case left out still draws its batch, so that every case
-    run gets the inputs it gets in the whole run."""
+def in_part(index: int, part: tuple[int, int] | None) -> bool:
+    """Whether work item ``index`` (from 1: the filtered cases, CASES, the helper kernels) is in ``part`` (k, n)."""
+    return part is None or (index - 1) % part[1] == part[0] - 1
+
+
+def filtered_calls(g, device: str, tag: str | None = None, numbers: set[int] | None = None,
+                   part: tuple[int, int] | None = None) -> int:
+    """Each FILTERED case (those tagged ``tag``, or numbered so from 1, or in ``part``, where given) with top-k,
+    top-p and min-p mixed per request, seeded, against the reference. A case left out still draws its batch, so
+    that every case run gets the inputs it gets in the whole run."""
     errors = 0
     default, one_launch_rows, spin = triton_filter.GATHER_IN_PASS1, triton_filter.ONE_LAUNCH_ROWS, \
         triton_filter.HANDOFF_SPIN
     triton_filter.ONE_LAUNCH_ROWS = 8
     for number, (counts, V, method, gather_in_pass1, *tags) in enumerate(FILTERED, 1):
         plain = batch_of(g, counts, V, torch.float32, "dense", "mixed")
-        if (tag and tag not in tags) or (numbers is not None and number not in numbers):
+        if (tag and tag not in tags) or (numbers is not None and number not in numbers) or not in_part(number, part):
             continue
         triton_filter.GATHER_IN_PASS1 = gather_in_pass1
         triton_filter.HANDOFF_SPIN = 0 if "take-over" in tags else spin
@@ -132,15 +149,29 @@ def filtered_calls(g, device: str, tag: str | None = None, numbers: set[int] | N
     return errors
 
 
-def run(device: str, filtered_tag: str | None = None, numbers: set[int] | None = None) -> int:
+def plain_inputs(g):
+    """(item index, CASES entry, batch, path, seeds, noise) of each case and noise path, in the order the whole run
+    draws them from ``g``; a part that leaves an item out still draws it."""
+    for index, case in enumerate(CASES, len(FILTERED) + 1):
+        counts, V, dtype, drafter, greedy, _, _ = case
+        batch = batch_of(g, counts, V, dtype, drafter, greedy)
+        for path in ("injected", "seeded"):
+            seeds = request_seeds(1234 + len(counts), batch.num_requests)
+            noise = Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
+            yield index, case, batch, path, seeds, noise
+
+
+def run(device: str, filtered_tag: str | None = None, numbers: set[int] | None = None,
+        part: tuple[int, int] | None = None) -> int:
     """Every case on ``device``, or with ``filtered_tag`` (the filtered cases tagged so, '': all) or ``numbers``
-    (the filtered cases numbered so) those filtered cases alone."""
+    (the filtered cases numbered so) those filtered cases alone, or the work items of ``part`` (k, n)."""
     g = torch.Generator().manual_seed(2026)
-    errors = filtered_calls(g, device, filtered_tag, numbers)
+    errors = filtered_calls(g, device, filtered_tag, numbers, part)
     if filtered_tag is not None or numbers is not None:
         return errors
-    for counts, V, dtype, drafter, greedy, method, launch in CASES:
-        batch = batch_of(g, counts, V, dtype, drafter, greedy)
+    for index, (counts, V, dtype, drafter, greedy, method, launch), batch, path, seeds, noise in plain_inputs(g):
+        if not in_part(index, part):
+            continue
         B, K = batch.num_requests, batch.max_draft
         dev = batch.to(device)
         steps = max(K, 1)
@@ -148,26 +179,34 @@ def run(device: str, filtered_tag: str | None = None, numbers: set[int] | None =
         kwargs = dict(method="synthetic", synthetic_acceptance_rate=0.6, num_speculative_steps=steps) \
             if method == "synthetic" else dict(method=method)
         block_v, splits = launch if launch else (None, None)
-        for path in ("injected", "seeded"):
-            start = time.perf_counter()
-            seeds = request_seeds(1234 + len(counts), B)
-            noise = Noise.from_seeds(seeds, batch.num_draft_tokens, V) if path == "seeded" else Noise.draw(batch, g)
-            noise_kw = dict(seeds=seeds.to(device)) if path == "seeded" else \
-                dict(uniform=noise.uniform.to(device), exponential=noise.exponential.to(device))
-            token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=device)
-            num_accepted = torch.empty(B, dtype=torch.int64, device=device)
-            triton_sample_into(token_ids, num_accepted, dev.num_draft_tokens, dev.draft_token_ids, dev.target_logits,
-                               dev.draft_probs, dev.temperature, rates=None if rates is None else rates.to(device),
-                               block=method == "block", block_v=block_v, splits=splits, **noise_kw)
-            out = SpecOutput(token_ids.cpu(), num_accepted.cpu())
-            cmp = compare_to_reference(batch, out, noise, **kwargs)
-            what = f"B={B} V={V} {str(dtype)[6:]} {drafter} greedy={greedy} {method} {path} launch={launch}"
-            print(f"{what}: {cmp.decisions} decisions, {len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous "
-                  f"divergences, {time.perf_counter() - start:.1f}s", flush=True)
-            if cmp.real:
-                print(f"  ERROR: {cmp.real[0]}", flush=True)
-                errors += 1
-    # probe kernels (tests/triton_probes.py)
+        start = time.perf_counter()
+        noise_kw = dict(seeds=seeds.to(device)) if path == "seeded" else \
+            dict(uniform=noise.uniform.to(device), exponential=noise.exponential.to(device))
+        token_ids = torch.empty((B, K + 1), dtype=torch.int64, device=device)
+        num_accepted = torch.empty(B, dtype=torch.int64, device=device)
+        triton_sample_into(token_ids, num_accepted, dev.num_draft_tokens, dev.draft_token_ids, dev.target_logits,
+                           dev.draft_probs, dev.temperature, rates=None if rates is None else rates.to(device),
+                           block=method == "block", block_v=block_v, splits=splits, **noise_kw)
+        out = SpecOutput(token_ids.cpu(), num_accepted.cpu())
+        cmp = compare_to_reference(batch, out, noise, **kwargs)
+        what = f"B={B} V={V} {str(dtype)[6:]} {drafter} greedy={greedy} {method} {path} launch={launch}"
+        print(f"#{index} {what}: {cmp.decisions} decisions, {len(cmp.real)} real / {len(cmp.ambiguous)} ambiguous "
+              f"divergences, {time.perf_counter() - start:.1f}s", flush=True)
+        if cmp.real:
+            print(f"  ERROR: {cmp.real[0]}", flush=True)
+            errors += 1
+    # probe kernels (tests/triton_probes.py), the last item
+    u = torch.rand(3_000, generator=g).clamp(1e-7, 1 - 1e-7)
+    if in_part(len(FILTERED) + len(CASES) + 1, part):
+        errors += helper_kernels(device, u)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return errors
+
+
+def helper_kernels(device: str, u: torch.Tensor) -> int:
+    """The two probe kernels against the reference: Philox uniforms, and -log u of ``u`` [3000]."""
+    errors = 0
     k = torch.tensor([2, 0, 3], dtype=torch.int64)
     seeds = request_seeds(99, 3)
     got = seeded_noise(seeds.to(device), k.to(device), 1_001)
@@ -175,14 +214,38 @@ def run(device: str, filtered_tag: str | None = None, numbers: set[int] | None =
     if not torch.equal(got.uniform.cpu(), want.uniform):
         print("ERROR: seeded_noise uniforms differ from reference.philox", flush=True)
         errors += 1
-    u = torch.rand(3_000, generator=g).clamp(1e-7, 1 - 1e-7)
     e = negative_log(u.to(device)).cpu()
     if not torch.allclose(e.double(), -torch.log(u.double()), rtol=1e-5, atol=1e-7):
         print("ERROR: negative_log is off", flush=True)
         errors += 1
-    if device == "cuda":
-        torch.cuda.synchronize()
     return errors
+
+
+def run_parts(n: int, command, gpus: list[str]) -> int:
+    """Parts 1 to ``n`` side by side: ``command(k)`` is part k's argv, run with CUDA_VISIBLE_DEVICES set to
+    ``gpus[(k - 1) % len(gpus)]`` (unset without gpus). Each line of a part is printed as it comes, after
+    "[part k/n] ". Returns the first non-zero exit status in part order, else 0."""
+    lock = threading.Lock()
+    procs, readers = [], []
+    for k in range(1, n + 1):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[(k - 1) % len(gpus)]
+        proc = subprocess.Popen(command(k), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def relay(proc=proc, k=k):
+            for line in proc.stdout:
+                with lock:
+                    print(f"[part {k}/{n}] {line}", end="", flush=True)
+        readers.append(threading.Thread(target=relay, daemon=True))
+        readers[-1].start()
+        procs.append(proc)
+    codes = [proc.wait() for proc in procs]
+    for reader in readers:
+        reader.join()
+    print(f"sanitizer driver: {n} parts" + (f" on GPUs {', '.join(gpus)}" if gpus else "")
+          + f", exit statuses {codes}", flush=True)
+    return next((c for c in codes if c != 0), 0)
 
 
 def main() -> int:
@@ -194,7 +257,34 @@ def main() -> int:
     ap.add_argument("--filtered-cases", metavar="N,N", default=None,
                     help=f"only the filtered cases numbered so (1 to {len(FILTERED)}, as the lines print them): a "
                          "sanitizer's slow tools in parts that each fit a call")
+    ap.add_argument("--part", metavar="K/N", default=None,
+                    help="only part K of N: every N-th work item from the K-th, on the inputs of the whole run")
+    ap.add_argument("--parts", type=int, metavar="N", default=None,
+                    help="run the N parts side by side, each its own process pinned to a visible GPU in turn")
+    ap.add_argument("--wrap", metavar="COMMAND", default="",
+                    help="with --parts: the command each part runs under (a compute-sanitizer tool and its options)")
     args = ap.parse_args()
+    chosen = [name for name, value in (("--filtered", args.filtered), ("--filtered-cases", args.filtered_cases),
+                                       ("--part", args.part), ("--parts", args.parts)) if value is not None]
+    if len(chosen) > 1:
+        ap.error(f"{' and '.join(chosen)} choose the work two ways: give one")
+    if args.wrap and args.parts is None:
+        ap.error("--wrap is for --parts: run a single driver under the wrapping command itself")
+    if args.parts is not None:
+        if args.parts < 1:
+            ap.error(f"--parts must be at least 1, got {args.parts}")
+        me = [sys.executable, os.path.abspath(__file__), "--device", args.device]
+        gpus = visible_gpus() if args.device == "cuda" else []
+        return run_parts(args.parts, lambda k: shlex.split(args.wrap) + me + ["--part", f"{k}/{args.parts}"], gpus)
+    part = None
+    if args.part is not None:
+        try:
+            k, n = (int(x) for x in args.part.split("/"))
+        except ValueError:
+            ap.error(f"--part takes K/N, two whole numbers, not {args.part!r}")
+        if not 1 <= k <= n:
+            ap.error(f"--part {args.part}: K must lie between 1 and N")
+        part = (k, n)
     numbers = None
     if args.filtered_cases is not None:
         try:
@@ -205,8 +295,9 @@ def main() -> int:
             ap.error(f"--filtered-cases: the filtered cases are numbered 1 to {len(FILTERED)}, "
                      f"not {sorted(numbers - set(range(1, len(FILTERED) + 1)))}")
     start = time.perf_counter()
-    errors = run(args.device, args.filtered, numbers)
-    ran = (f"{len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels"
+    errors = run(args.device, args.filtered, numbers, part)
+    ran = (f"part {part[0]} of {part[1]} of the work items" if part else
+           f"{len(CASES)} cases x 2 noise paths + {len(FILTERED)} filtered + 2 helper kernels"
            if args.filtered is None and numbers is None else
            f"the filtered cases tagged {args.filtered!r}" if numbers is None else
            f"the filtered cases numbered {sorted(numbers)}"

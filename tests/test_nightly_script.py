@@ -27,7 +27,8 @@ if [ "$1" = -c ]; then
   esac
 fi
 [ "$1 $2" = "-m pip" ] && exit 0
-echo "$*" >> "$CALLS"
+echo "$* at $(date +%s.%N)" >> "$CALLS"
+if [ -n "${FAIL_ARG:-}" ]; then case "$*" in *"$FAIL_ARG"*) exit 99 ;; esac; fi
 if [ -n "${SLOW_ARG:-}" ]; then case "$*" in *"$SLOW_ARG"*) exec sleep "$SLOW_S" ;; esac; fi
 exit 0
 """
@@ -35,7 +36,6 @@ FAKE_SANITIZER = """#!/usr/bin/env bash
 [ "$1" = --version ] && exit 0
 echo "sanitizer $* on ${CUDA_VISIBLE_DEVICES-all} at $(date +%s.%N)" >> "$CALLS"
 [ -n "${SAN_S:-}" ] && sleep "$SAN_S"
-case "$*" in *"${SAN_FAIL:-no such tool}"*) exit 99 ;; esac
 exit 0
 """
 FAKE_SMI = """#!/usr/bin/env bash
@@ -58,7 +58,7 @@ def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
                "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
     for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU",
-                  "SAN_S", "SAN_FAIL"):
+                  "SAN_S", "FAIL_ARG", "SLOW_ARG"):
         if unset not in env:
             run_env.pop(unset, None)
     done = subprocess.run(["bash", str(SCRIPT), str(results)], env=run_env, capture_output=True, text=True,
@@ -166,20 +166,27 @@ def _sanitizer_calls(calls: list[str]) -> dict:
     return found
 
 
-def test_on_two_gpus_the_sanitizers_run_side_by_side_each_pinned_to_a_gpu(tmp_path):
-    """The three compute-sanitizer runs take most of a nightly and each uses one GPU: with two GPUs they start
-    together, racecheck (the longest) and initcheck on the first GPU, memcheck on the second, and each is recorded.
-    A failing tool fails the run, though it ran in the background."""
-    status, out, steps, calls = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck",
-                                         CUDA_VISIBLE_DEVICES="3,5", SAN_S="3")
+def test_on_two_gpus_the_driver_and_each_sanitizer_run_in_parts_and_the_tools_side_by_side(tmp_path):
+    """The driver and the three compute-sanitizer runs take most of a nightly and each keeps one GPU busy: with two
+    GPUs the driver runs in two parts (one per GPU, ``sanitizer_driver.py --parts``), each tool over two parts under
+    its own sanitizer processes, and the three tools start together; each is recorded, and a failing one fails the
+    run though it ran in the background."""
+    steps_named = "driver sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck"
+    status, out, steps, calls = _nightly(tmp_path, STEPS=steps_named, CUDA_VISIBLE_DEVICES="3,5", SLOW_ARG="--wrap",
+                                         SLOW_S="3")
     assert status == 0, out
-    assert all(steps[f"sanitizer-{t}"] == "pass" for t in ("memcheck", "initcheck", "racecheck"))
-    runs = _sanitizer_calls(calls)
-    assert {t: g for t, (g, _) in runs.items()} == {"racecheck": "3", "memcheck": "5", "initcheck": "3"}
-    starts = [s for _, s in runs.values()]
-    assert max(starts) - min(starts) < 3, out   # side by side: one after another, the last starts 6 s after the first
+    assert all(steps[s] == "pass" for s in steps_named.split())
+    assert calls[0].startswith("ci/sanitizer_driver.py --parts 2 at "), calls
+    tools = {}
+    for call in calls[1:]:
+        assert call.startswith("ci/sanitizer_driver.py --parts 2 --wrap compute-sanitizer --tool "), call
+        words = call.split()
+        tools[words[words.index("--tool") + 1]] = float(words[-1])
+        assert "--error-exitcode 99 --print-limit 50" in call
+    assert set(tools) == {"memcheck", "initcheck", "racecheck"}
+    assert max(tools.values()) - min(tools.values()) < 3, calls   # side by side: in turn, 6 s from first to last
     status, out, steps, _ = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-racecheck",
-                                     CUDA_VISIBLE_DEVICES="0,1", SAN_FAIL="racecheck")
+                                     CUDA_VISIBLE_DEVICES="0,1", FAIL_ARG="--tool racecheck")
     assert status == 1 and steps["sanitizer-racecheck"] == "fail(rc=99)" and steps["sanitizer-memcheck"] == "pass"
     assert steps["sanitizer-initcheck"] == "not run (STEPS)", steps
 
