@@ -126,7 +126,7 @@ def test_fallback_rows_keep_q_at_or_above_p_where_p_is_below_float32():
     batch = SpecBatch(torch.tensor([1]), torch.tensor([3]), logits, torch.full((1, 12), 1 / 12),
                       torch.tensor([0.001]))
     placed, u = _residual_fallbacks(batch, torch.tensor([0.5], dtype=torch.float64), torch.Generator().manual_seed(0),
-                                    top_first=False)
+                                    top_request=False)
     assert bool((placed.draft_probs[0].double() >= p).all())
     noise = Noise(u, torch.ones(1, 12, dtype=torch.float64))
     noise.exponential[0, 10] = 1e-30                 # the tiny entry's best chance in a race
@@ -135,12 +135,13 @@ def test_fallback_rows_keep_q_at_or_above_p_where_p_is_below_float32():
     assert got.token_ids.tolist() == want.token_ids.tolist() == [[9, -1]]
 
 
-def test_the_first_fallback_request_meets_the_largest_rounding_of_l_over_t():
+def test_a_fallback_request_meets_the_largest_rounding_of_l_over_t():
     """A GPU kernel rounds l * (1 / T) for its row's max and sum but fuses exp(l * (1 / T) - max) at the draft (an
     FMA): at T = 0.001 the top token's p(x) exceeds 1 by up to 5e-4, and a fallback draft (q(x) = p(x) (1 + 5e-4),
-    u = 1 - 1.25e-4) is accepted. Each example's first fallback request is put where that shows: its drafts at their
-    rows' top, logit TOP_LOGIT, at LOW_TEMPERATURE. The fused value there is above u q(x), and the mutant that
-    computes it is caught on every example where the correct CPU backend agrees with the reference."""
+    u = 1 - 1.25e-4) is accepted. One fallback request of a batch is put where that shows (the last eligible one, or
+    the only one in half the batches): its drafts at their rows' top, logit TOP_LOGIT, at LOW_TEMPERATURE. The
+    fused value there is above u q(x), and the mutant that computes it is caught on every such batch, where the
+    correct CPU backend agrees with the reference. The first eligible request keeps its own rows."""
     inv_t = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(LOW_TEMPERATURE, dtype=torch.float32)
     rounded = torch.tensor(TOP_LOGIT, dtype=torch.float32) * inv_t
     fused = math.exp(TOP_LOGIT * float(inv_t) - float(rounded))
@@ -148,7 +149,12 @@ def test_the_first_fallback_request_meets_the_largest_rounding_of_l_over_t():
     for s in range(4):
         for example in (at_boundaries(_example(s)), with_residual_fallbacks(_example(s))):
             b, u = example.batch, example.noise.uniform
-            lead = int(torch.nonzero(b.temperature == torch.tensor(LOW_TEMPERATURE, dtype=torch.float32))[0])
+            at_top = torch.nonzero(b.target_logits.float().amax(1) == TOP_LOGIT).flatten()
+            assert at_top.numel(), example.description      # 16 requests: two or more are eligible
+            lead = int(torch.repeat_interleave(torch.arange(b.num_requests), b.num_draft_tokens + 1)[at_top[0]])
+            assert float(b.temperature[lead]) == torch.tensor(LOW_TEMPERATURE, dtype=torch.float32).item()
+            first = int(torch.nonzero((b.num_draft_tokens > 0) & (b.temperature > 0)).flatten()[0])
+            assert lead != first and float(b.target_logits[int(b.draft_offsets()[first]) + first].amax()) != TOP_LOGIT
             t = int(b.draft_offsets()[lead])
             x = int(b.draft_token_ids[t])
             assert float(b.target_logits[t + lead, x]) == TOP_LOGIT

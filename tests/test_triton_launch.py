@@ -138,7 +138,7 @@ def test_shape_shortcut_stands_down_for_a_triton_whose_tensors_it_does_not_match
 def test_every_launch_compiles_without_fused_multiply_adds(monkeypatch):
     """The kernels' numerics are the interpreter's only if no multiply and add are fused into an FMA: a fused
     exp(l * (1 / T) - max) at a draft differs from pass 1's rounded l / T by up to 5e-4 at T = 0.001 (the boundary
-    case's first fallback request). CI runs the interpreter, which never fuses, so the option itself is what is
+    case's top-token fallback request). CI runs the interpreter, which never fuses, so the option itself is what is
     checked here, on both launch paths: the JIT launch (no key) and the first launch of a cached key."""
     seen = []
 

@@ -40,7 +40,7 @@ SEEDED_CASES = tuple(c for c in DIFFERENTIAL_CASES if c != "boundary")
 # -log(u) and far above any -log of a float32 uniform.
 BOUNDARY_UNIFORMS = (2.0 ** -150, 1e-60, 2.0 ** -24, 1.0 - 2.0 ** -53)
 BOUNDARY_EXPONENTIALS = (1e-30, 2.0 ** -40, 1e30)
-# The first fallback request of an example runs at LOW_TEMPERATURE with each fallback draft its row's top token at
+# One fallback request of an example runs at LOW_TEMPERATURE with each fallback draft its row's top token at
 # TOP_LOGIT. float32's 1 / 0.001 is 999.99994, and TOP_LOGIT times it rounds 4.7e-4 below the exact product: a
 # kernel that rounds l / T in its row's max but fuses exp(l * (1 / T) - max) at the draft sees p(x) = e^4.7e-4, above
 # u q(x) = 1 + 3.75e-4, and accepts the draft the reference rejects.
@@ -98,14 +98,15 @@ def with_residual_fallbacks(example: Example) -> Example:
 
 
 def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, g: torch.Generator, taken: torch.Tensor | None = None,
-                        whole: bool = False, top_first: bool = True) -> tuple[SpecBatch, torch.Tensor]:
+                        whole: bool = False, top_request: bool = True) -> tuple[SpecBatch, torch.Tensor]:
     """(batch, u [T]) with the standard rule's fallback reached at the first draft of the first random request
     and of about a quarter of the others: q = p (1 + FALLBACK_EXCESS) at that draft's row (p the float64 filtered
     target, as the reference's) and u above p(x) / q(x), so the draft is rejected and max(p - q, 0) is zero
     everywhere, where the rule samples p itself (SPEC 3: p == q, reached only through rounding, as when a drafter
-    is the target model). A kernel that races the empty residual emits a token of probability 0, or none. The first
-    chosen request runs at LOW_TEMPERATURE with its drafts at their rows' top (``_top_at``), where p(x) = 1 and
-    float32's l / T carries its largest rounding, unless ``top_first`` is False. Slots
+    is the target model). A kernel that races the empty residual emits a token of probability 0, or none. With
+    ``top_request``, the last eligible request (where there are two or more; else the first, in half the batches)
+    runs at LOW_TEMPERATURE with its drafts at their rows' top (``_top_at``), where p(x) = 1 and float32's l / T
+    carries its largest rounding. Slots
     already given a boundary uniform (``taken``, [T] bool, none when None) and placeholders are left as they are.
     With ``whole``, every draft of the chosen requests gets the same, so that block
     verification (SPEC 3.7) stops at tau = 0 there too: each running ratio w_i falls below 1, each S_i is 0 (so
@@ -120,21 +121,24 @@ def _residual_fallbacks(batch: SpecBatch, u: torch.Tensor, g: torch.Generator, t
     eligible = has_draft & (batch.temperature > 0) & (batch.draft_token_ids[at] >= 0)
     if taken is not None:
         eligible &= ~taken[at]
-    # the first eligible request always, so that a small profile's few examples reach the fallback too
-    lead = eligible & (torch.cumsum(eligible, 0) == 1)
-    chosen = eligible & ((torch.rand(B, generator=g) < 0.25) | lead)
-    lead &= top_first
+    # the first eligible request always, so that a small profile's few examples reach the fallback too, and one
+    # other at the top of its rows (the first itself in half the batches that have no other)
+    count = torch.cumsum(eligible, 0)
+    lead = eligible & (count == 1)
+    n = int(count[-1]) if B else 0
+    top = eligible & (count == n) & top_request & (n >= 2 or bool(torch.rand(1, generator=g) < 0.5))
+    chosen = eligible & ((torch.rand(B, generator=g) < 0.25) | lead | top)
     q, u = batch.draft_probs.clone(), u.clone()
     logits, temperature = batch.target_logits.clone(), batch.temperature.clone()
     for b in torch.nonzero(chosen).flatten().tolist():
         t0 = int(first[b])
-        if lead[b]:
+        if top[b]:
             temperature[b] = LOW_TEMPERATURE
         t_b = temperature[b].double().reshape(1, 1)
         for t in range(t0, t0 + (int(batch.num_draft_tokens[b]) if whole else 1)):
             # draft t of request b is decided at target row t + b (each request's rows add its bonus row)
             x = int(batch.draft_token_ids[t])
-            if lead[b] and x >= 0:
+            if top[b] and x >= 0:
                 logits[t + b] = _top_at(logits[t + b], x)
             p = filtered_target(batch, torch.tensor([b]), logits[t + b][None], t_b)[0]
             q[t] = _at_least(p * (1 + FALLBACK_EXCESS), q.dtype)
