@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -224,9 +225,33 @@ def helper_kernels(device: str, u: torch.Tensor) -> int:
 def run_parts(n: int, command, gpus: list[str]) -> int:
     """Parts 1 to ``n`` side by side: ``command(k)`` is part k's argv, run with CUDA_VISIBLE_DEVICES set to
     ``gpus[(k - 1) % len(gpus)]`` (unset without gpus). Each line of a part is printed as it comes, after
-    "[part k/n] ". Returns the first non-zero exit status in part order, else 0."""
-    lock = threading.Lock()
-    procs, readers = [], []
+    "[part k/n] ". Returns the first non-zero exit status in part order, else 0. A SIGTERM (the nightly's DEADLINE)
+    ends the parts too, so that none keeps a GPU busy after the step."""
+    procs = []
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return _relay_parts(n, command, gpus, procs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        # the parts still running (a SIGTERM, an error here) end with the run, reaped here
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _relay_parts(n: int, command, gpus: list[str], procs: list) -> int:
+    """run_parts' work: start the parts into ``procs``, relay their lines, wait for them all."""
+    lock, readers = threading.Lock(), []
     for k in range(1, n + 1):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if gpus:

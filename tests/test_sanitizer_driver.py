@@ -121,3 +121,32 @@ def test_parts_run_the_driver_itself_under_the_wrapping_command(monkeypatch):
     me = [sys.executable, sanitizer_driver.__file__, "--device", "cpu"]
     wrap = ["compute-sanitizer", "--tool", "racecheck", "--print-limit", "50"]
     assert seen == {"n": 2, "gpus": [], "argv": [wrap + me + ["--part", "1/2"], wrap + me + ["--part", "2/2"]]}
+
+
+def test_a_terminated_run_of_parts_terminates_its_parts(tmp_path):
+    """The nightly's DEADLINE stops a step with SIGTERM to the driver; its parts must end with it, or they would keep
+    a GPU busy under the steps after it."""
+    import os
+    import signal
+    import subprocess
+    import time
+    pids = tmp_path / "pids"
+    child = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"
+    runner = (f"import sys; sys.path.insert(0, {str(Path(sanitizer_driver.__file__).parent)!r}); "
+              "import sanitizer_driver as d; "
+              f"sys.exit(d.run_parts(2, lambda k: [sys.executable, '-c', {child!r}], []))")
+    proc = subprocess.Popen([sys.executable, "-c", runner])
+    deadline = time.monotonic() + 30
+    while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in map(int, pids.read_text().split()):
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"part {pid} outlived its terminated run")
