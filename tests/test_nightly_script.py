@@ -173,7 +173,7 @@ def test_on_two_gpus_the_driver_and_each_sanitizer_run_in_parts_and_the_tools_si
     run though it ran in the background."""
     steps_named = "driver sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck"
     status, out, steps, calls = _nightly(tmp_path, STEPS=steps_named, CUDA_VISIBLE_DEVICES="3,5", SLOW_ARG="--wrap",
-                                         SLOW_S="3")
+                                         SLOW_S="1.5")
     assert status == 0, out
     assert all(steps[s] == "pass" for s in steps_named.split())
     assert calls[0].startswith("ci/sanitizer_driver.py --parts 2 at "), calls
@@ -184,7 +184,7 @@ def test_on_two_gpus_the_driver_and_each_sanitizer_run_in_parts_and_the_tools_si
         tools[words[words.index("--tool") + 1]] = float(words[-1])
         assert "--error-exitcode 99 --print-limit 50" in call
     assert set(tools) == {"memcheck", "initcheck", "racecheck"}
-    assert max(tools.values()) - min(tools.values()) < 3, calls   # side by side: in turn, 6 s from first to last
+    assert max(tools.values()) - min(tools.values()) < 1.5, calls   # side by side: in turn, 3 s from first to last
     status, out, steps, _ = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-racecheck",
                                      CUDA_VISIBLE_DEVICES="0,1", FAIL_ARG="--tool racecheck")
     assert status == 1 and steps["sanitizer-racecheck"] == "fail(rc=99)" and steps["sanitizer-memcheck"] == "pass"
@@ -194,7 +194,7 @@ def test_on_two_gpus_the_driver_and_each_sanitizer_run_in_parts_and_the_tools_si
 def test_on_one_gpu_the_sanitizers_run_one_after_another(tmp_path):
     """One GPU: the tools run in turn, unpinned, memcheck first."""
     status, out, steps, calls = _nightly(tmp_path, STEPS="sanitizer-memcheck sanitizer-initcheck sanitizer-racecheck",
-                                         SAN_S="0.3")
+                                         SAN_S="0.1")
     assert status == 0, out
     runs = _sanitizer_calls(calls)
     assert [t for t, _ in sorted(runs.items(), key=lambda kv: kv[1][1])] == ["memcheck", "initcheck", "racecheck"]

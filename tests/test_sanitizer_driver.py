@@ -76,7 +76,7 @@ def test_parts_run_side_by_side_each_pinned_to_a_gpu_and_the_first_failure_is_th
     """``--parts N`` starts N processes at once, part k on the k-th GPU (in turn), relays each line with its part,
     and exits with the first non-zero status in part order (a sanitizer's 99 stays 99)."""
     script = ("import os, sys, time; print('start', time.time(), os.environ.get('CUDA_VISIBLE_DEVICES')); "
-              "time.sleep(1.5); sys.exit({code})")
+              "time.sleep(1.0); sys.exit({code})")
     codes = {1: 0, 2: 99, 3: 7}
     status = sanitizer_driver.run_parts(3, lambda k: [sys.executable, "-c", script.format(code=codes[k])],
                                         ["4", "6"])
@@ -88,7 +88,7 @@ def test_parts_run_side_by_side_each_pinned_to_a_gpu_and_the_first_failure_is_th
             words = line.split()
             starts[words[1]] = (float(words[3]), words[4])
     assert {part: gpu for part, (_, gpu) in starts.items()} == {"1/3]": "4", "2/3]": "6", "3/3]": "4"}
-    assert max(t for t, _ in starts.values()) - min(t for t, _ in starts.values()) < 1.5   # one after another: 3 s
+    assert max(t for t, _ in starts.values()) - min(t for t, _ in starts.values()) < 1.0   # one after another: 2 s
     assert lines[-1] == "sanitizer driver: 3 parts on GPUs 4, 6, exit statuses [0, 99, 7]"
 
 
@@ -133,7 +133,7 @@ def test_a_terminated_run_of_parts_terminates_its_parts(tmp_path):
     pids = tmp_path / "pids"
     child = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"
     runner = (f"import sys; sys.path.insert(0, {str(Path(sanitizer_driver.__file__).parent)!r}); "
-              "import sanitizer_driver as d; "
+              "import side_by_side as d; "
               f"sys.exit(d.run_parts(2, lambda k: [sys.executable, '-c', {child!r}], []))")
     proc = subprocess.Popen([sys.executable, "-c", runner])
     deadline = time.monotonic() + 30
