@@ -236,9 +236,10 @@ def main() -> int:
     ap.add_argument("--wrap", metavar="COMMAND", default="",
                     help="with --parts: the command each part runs under (a compute-sanitizer tool and its options)")
     args = ap.parse_args()
+    # --filtered and --filtered-cases narrow each other; a part is a share of the whole run
     chosen = [name for name, value in (("--filtered", args.filtered), ("--filtered-cases", args.filtered_cases),
                                        ("--part", args.part), ("--parts", args.parts)) if value is not None]
-    if len(chosen) > 1:
+    if len(chosen) > 1 and set(chosen) & {"--part", "--parts"}:
         ap.error(f"{' and '.join(chosen)} choose the work two ways: give one")
     if args.wrap and args.parts is None:
         ap.error("--wrap is for --parts: run a single driver under the wrapping command itself")

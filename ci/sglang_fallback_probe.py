@@ -71,7 +71,7 @@ def probe(requests: int, device: str, module=None) -> list[dict]:
     module = sglang.kernel_module(module)
     batch = star_batch(requests, device)
     launch = sglang.launch_layout(batch)
-    p = torch.softmax(root_logits(), 0)
+    p = torch.softmax(batch.target_logits[0].double().cpu(), 0)     # the root's p, as the kernel is given it
     g = torch.Generator().manual_seed(2026)
     found = []
     for layout, coin in (("top coin", TOP_COIN), ("half coin", 0.5)):

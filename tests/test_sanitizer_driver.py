@@ -93,10 +93,12 @@ def test_parts_run_side_by_side_each_pinned_to_a_gpu_and_the_first_failure_is_th
 
 
 def test_conflicting_ways_of_choosing_the_work_are_refused(monkeypatch, capsys):
-    """--part, --parts, --filtered and --filtered-cases each choose the work; two together would run something
-    neither names, so the driver stops, naming both. --wrap without --parts would wrap nothing."""
+    """A part (--part, --parts) is a share of the whole run; with --filtered or --filtered-cases, which narrow each
+    other, it would run something neither names, so the driver stops, naming both. --wrap without --parts would wrap
+    nothing."""
     import pytest
     for argv, named in ((["--part", "1/2", "--filtered-cases", "3"], "--filtered-cases and --part"),
+                        (["--parts", "2", "--filtered", ""], "--filtered and --parts"),
                         (["--wrap", "compute-sanitizer"], "--wrap is for --parts"),
                         (["--part", "3/2"], "K must lie between 1 and N"), (["--part", "x"], "two whole numbers")):
         monkeypatch.setattr(sys, "argv", ["sanitizer_driver.py", "--device", "cpu", *argv])
@@ -150,3 +152,14 @@ def test_a_terminated_run_of_parts_terminates_its_parts(tmp_path):
             time.sleep(0.1)
         else:
             raise AssertionError(f"part {pid} outlived its terminated run")
+
+
+def test_filtered_and_filtered_cases_narrow_each_other(monkeypatch):
+    """--filtered TAG with --filtered-cases N,N runs the numbered cases that carry the tag: the two are one way of
+    choosing the work, not two."""
+    seen = []
+    monkeypatch.setattr(sanitizer_driver, "run", lambda *args: seen.append(args) or 0)
+    monkeypatch.setattr(sys, "argv", ["sanitizer_driver.py", "--device", "cpu", "--filtered", "take-over",
+                                      "--filtered-cases", "8,9"])
+    assert sanitizer_driver.main() == 0
+    assert seen == [("cpu", "take-over", {8, 9}, None)]
