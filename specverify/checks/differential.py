@@ -14,8 +14,9 @@ measures that decision's relative margin in the reference's own numbers:
     filter cut             a divergence the reference gives too once one row's kept set moves across tokens
                            near a top-k, top-p or min-p cut (``filter_cuts``): the largest relative distance
 
-A divergence whose margin is below the backend's tolerance is "ambiguous" (counted and bounded);
-anything else is "real" and fails. The tolerance grows as sqrt(V / 4096) above 4096 columns, since
+A divergence whose margin is below the backend's tolerance, plus what float32's rounding of the scaled logits
+l / T moves that decision by (``rounding``), is "ambiguous" (counted and bounded); anything else is "real" and
+fails. The tolerance grows as sqrt(V / 4096) above 4096 columns, since
 float32 sums over V terms carry a relative error of about sqrt(V) ulps.
 """
 
@@ -31,6 +32,7 @@ from reference import Noise, SpecBatch, SpecOutput, block, leviathan, tree
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 from specverify.checks.filter_cuts import explained_by_cut
+from specverify.checks.rounding import Residual, race_error, scaled_logit_error
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
 
@@ -44,11 +46,13 @@ class Divergence:
     decision: str
     margin: float
     ambiguous: bool
+    rounding: float = 0.0     # what l / T's float32 rounding adds to the tolerance for this decision (rounding.py)
 
     def __str__(self) -> str:
         kind = "ambiguous" if self.ambiguous else "REAL"
+        extra = f", l / T's rounding allows {self.rounding:.3g} more" if self.rounding > 0 else ""
         return (f"request {self.request}, position {self.position}: expected {self.expected}, got {self.got} "
-                f"({kind}: {self.decision} margin {self.margin:.3g})")
+                f"({kind}: {self.decision} margin {self.margin:.3g}{extra})")
 
 
 FALLBACK_RACE = "residual fallback to p (max(p - q, 0) is zero everywhere)"
@@ -105,24 +109,29 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
             margin = _relative_gap(logits)
             return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
         p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
+        rounding = float(scaled_logit_error(logits, temperature, p)[x])
         q = draft_row(cpu, d0 + j, x)
         u = float(noise.uniform.cpu()[d0 + j])
         margin = math.inf if q[x] == 0 or p[x] == 0 else float(abs(u * q[x] - p[x]) / p[x])
-        return Divergence(b, j, expected, got, "acceptance u*q(x) <= p(x)", margin, margin < tol)
+        return Divergence(b, j, expected, got, "acceptance u*q(x) <= p(x)", margin, margin < tol + rounding,
+                          rounding)
     if temperature == 0:
         margin = _relative_gap(logits)
         return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
     p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
+    e = scaled_logit_error(logits, temperature, p)
+    sides = {int(expected[j]), int(got[j])}
     if method == "standard" and j < k:
         x = int(cpu.draft_token_ids[d0 + j])
         q = draft_row(cpu, d0 + j, x)
         w = leviathan.residual(p, q)
         # A residual entry p(v) - q(v) within float32 rounding of p(v) is a cancellation: float32 may
         # see it as 0 or as positive, and a tiny exponential lets it win the race (SPEC 4.1).
-        for v in {int(expected[j]), int(got[j])}:
-            if 0 <= v < cpu.vocab_size and p[v] > 0 and abs(float(p[v] - q[v])) <= tol * float(p[v]):
+        for v in sides:
+            if 0 <= v < cpu.vocab_size and p[v] > 0 and abs(float(p[v] - q[v])) <= (tol + e[v]) * float(p[v]):
                 margin = abs(float(p[v] - q[v])) / float(p[v])
-                return Divergence(b, j, expected, got, "residual cancellation p(v) - q(v)", margin, True)
+                return Divergence(b, j, expected, got, "residual cancellation p(v) - q(v)", margin, True,
+                                  float(e[v]))
         # the residual zero everywhere, where the rule races p itself (SPEC 3), is named apart: a kernel without
         # that fallback is told so (and an adapter can declare it)
         race = "exponential race" if bool((p > q).any()) else FALLBACK_RACE
@@ -130,7 +139,8 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         w, race = p, "exponential race"
     score = torch.where(w > 0, w / noise.exponential.cpu()[b].double(), torch.zeros_like(w))
     margin = _relative_gap(score)
-    return Divergence(b, j, expected, got, race, margin, margin < tol)
+    rounding = sum(race_error(e, p, w, v) for v in sides)
+    return Divergence(b, j, expected, got, race, margin, margin < tol + rounding, rounding)
 
 
 def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -151,39 +161,52 @@ def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, 
 def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float) -> Divergence:
     """A block request's divergence against SPEC 3.7's ambiguity rule: the flipped stop test
     eta_i <= h_i within tol * e_i (h_i's first-order float32 error), or an ambiguous residual race."""
-    d0 = int(cpu.draft_offsets()[b])
+    d0, l0 = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b])
     k, x, p, q, w = block_law(cpu, b)
     tau_ref, tau_got = len(expected) - 1, len(got) - 1
     if tau_got > k or got[:tau_got] != x[:tau_got].tolist():
         return Divergence(b, tau_got, expected, got, "block structure", math.inf, False)
+    # l / T's rounding: e [k + 1, V] on p's entries, and the relative error of each running ratio w_i
+    e = scaled_logit_error(cpu.target_logits[l0: l0 + k + 1], float(cpu.temperature[b]), p)
+    w_error = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(e[torch.arange(k), x], 0)])
     if tau_ref != tau_got:
         i = max(tau_ref, tau_got)
         eta, h = float(noise.uniform.cpu()[d0 + i - 1]), float(block.stop_probabilities(w, p, q)[i - 1])
         if i == k:
-            error = float(w[k])
+            error, moved = float(w[k]), float(w[k] * w_error[k])
         else:
             s, m = block.residual_mass(w[i], p[i], q[i]), torch.maximum(w[i] * p[i], q[i]).sum()
             error = float(((1 - w[i]) * m + s) / (s + 1 - w[i]) ** 2)
+            # S_i moves by at most w_i (w's error + sum_v p_i(v) e_i(v)), w_i by w_i times its error
+            d_s, d_w = w[i] * (w_error[i] + (p[i] * e[i]).sum()), w[i] * w_error[i]
+            moved = float(((1 - w[i]) * d_s + s * d_w) / (s + 1 - w[i]) ** 2)
         margin = abs(eta - h) / error if error > 0 else math.inf
-        return Divergence(b, i, expected, got, "block stop eta_i <= h_i", margin, margin < tol)
+        rounding = moved / error if error > 0 else 0.0
+        return Divergence(b, i, expected, got, "block stop eta_i <= h_i", margin, margin < tol + rounding, rounding)
     tau = tau_ref
     weights = block.extra_weights(tau, w, p, q)
+    sides = {int(expected[tau]), int(got[tau])}
     if tau < k:
-        wp = w[tau] * p[tau]
-        for v in {int(expected[tau]), int(got[tau])}:
-            if 0 <= v < cpu.vocab_size and wp[v] > 0 and abs(float(wp[v] - q[tau, v])) <= tol * float(wp[v]):
+        wp, e_wp = w[tau] * p[tau], w_error[tau] + e[tau]
+        for v in sides:
+            if 0 <= v < cpu.vocab_size and wp[v] > 0 and \
+                    abs(float(wp[v] - q[tau, v])) <= (tol + e_wp[v]) * float(wp[v]):
                 margin = abs(float(wp[v] - q[tau, v])) / float(wp[v])
-                return Divergence(b, tau, expected, got, "residual cancellation w p(v) - q(v)", margin, True)
+                return Divergence(b, tau, expected, got, "residual cancellation w p(v) - q(v)", margin, True,
+                                  float(e_wp[v]))
+        rounding = sum(race_error(e_wp, wp, weights, v) for v in sides)
+    else:
+        rounding = sum(race_error(e[k], p[k], weights, v) for v in sides)
     score = torch.where(weights > 0, weights / noise.exponential.cpu()[b].double(), torch.zeros_like(weights))
     margin = _relative_gap(score)
-    return Divergence(b, tau, expected, got, "exponential race (block)", margin, margin < tol)
+    return Divergence(b, tau, expected, got, "exponential race (block)", margin, margin < tol + rounding, rounding)
 
 
 def residual_cancellation(updates: list, v: int, tol: float) -> float:
     """The smallest relative size |r(v) - m q(v)| / r(v) of v's entry in a node's residual updates
-    [(r, m, q)], below ``tol`` only: a cancellation float32 may see as zero or as positive (SPEC 3.8)."""
-    sizes = [abs(float(r[v] - m * q[v])) / float(r[v]) for r, m, q in updates if 0 <= v < r.shape[0] and r[v] > 0]
-    return min((s for s in sizes if s <= tol), default=math.inf)
+    [(Residual, q)] that lies within tol plus l / T's rounding, inf where none does: a cancellation float32 may see
+    as zero or as positive (SPEC 3.8)."""
+    return min((res.cancellation(q, v, tol) for res, q in updates), default=math.inf)
 
 
 def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, got_path: list,
@@ -198,8 +221,9 @@ def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: li
     logits = cpu.target_logits[l0: l0 + n + 1].double()
     temperature = float(cpu.temperature[b])
     p = None if temperature == 0 else filtered_target(cpu, torch.tensor([b]).repeat(n + 1), logits, temperature)
+    e = None if p is None else scaled_logit_error(logits, temperature, p)
     u = noise.uniform.cpu()[d0: d0 + n].double()
-    node, r, m, depth, updates = tree.ROOT, None if p is None else p[0], 1.0, 0, []
+    node, res, depth, updates = tree.ROOT, None if p is None else Residual.of(p[0], e[0]), 0, []
     while True:
         step = got_path[depth] if depth < len(got_path) else None
         for c in kids[node + 1]:
@@ -211,22 +235,25 @@ def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: li
                 ours = x[c] == reference.greedy.argmax(logits[node + 1])
             else:
                 q = draft_row(cpu, d0 + c, x[c])
-                ours = tree.accepts(u[c], r[x[c]], m, q[x[c]])
+                ours = tree.accepts(u[c], res.r[x[c]], res.m, q[x[c]])
             if ours != (step == c):
                 if p is None:
                     margin = _relative_gap(logits[node + 1])
                     return Divergence(b, depth, expected, got, "greedy argmax (tree)", margin, margin < tol)
-                r_x = float(r[x[c]] / m)
+                r_x = float(res.r[x[c]] / res.m)
                 margin = math.inf if q[x[c]] == 0 or r_x == 0 else abs(float(u[c] * q[x[c]]) - r_x) / r_x
-                margin = min(margin, residual_cancellation(updates, x[c], tol))
-                return Divergence(b, depth, expected, got, f"tree test u*q(x) <= r(x) at node {c}", margin, margin < tol)
+                rounding = res.ratio_error(x[c])
+                cancellation = residual_cancellation(updates, x[c], tol)
+                ambiguous = margin < tol + rounding or math.isfinite(cancellation)
+                return Divergence(b, depth, expected, got, f"tree test u*q(x) <= r(x) at node {c}",
+                                  min(margin, cancellation), ambiguous, rounding)
             if ours:
                 node, depth, updates = c, depth + 1, []
-                r, m = (None, 1.0) if p is None else (p[c + 1], 1.0)
+                res = None if p is None else Residual.of(p[c + 1], e[c + 1])
                 break
             if p is not None:
-                updates.append((r, m, q))
-                r, m = tree.after_rejection(r, m, q)
+                updates.append((res, q))
+                res = res.after_rejection(q)
         else:
             break
     if step is not None:      # the backend went on to a node that is not a child of where the rule stopped
@@ -236,11 +263,14 @@ def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: li
         return Divergence(b, depth, expected, got, "greedy argmax (tree)", margin, margin < tol)
     for v in {int(expected[-1]), int(got[-1])}:
         margin = residual_cancellation(updates, v, tol)
-        if margin <= tol:
+        if math.isfinite(margin):
             return Divergence(b, depth, expected, got, "residual cancellation r(v) - m q(v) (tree)", margin, True)
+    r = res.r
     score = torch.where(r > 0, r / noise.exponential.cpu()[b].double(), torch.zeros_like(r))
     margin = _relative_gap(score)
-    return Divergence(b, depth, expected, got, "exponential race (tree)", margin, margin < tol)
+    rounding = sum(float(res.dr[v] / r[v]) for v in {int(expected[-1]), int(got[-1])}
+                   if 0 <= v < r.shape[0] and r[v] > 0)
+    return Divergence(b, depth, expected, got, "exponential race (tree)", margin, margin < tol + rounding, rounding)
 
 
 @dataclass

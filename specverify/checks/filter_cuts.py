@@ -22,32 +22,41 @@ import torch
 import reference
 from reference import Noise, SpecBatch, filters, select_requests
 from reference.sample import target_probs
+from specverify.checks.rounding import scaled_logit_error
 
 # admissible kept sets tried per row, nearest to the reference's first (a row whose float32 masses are all
 # within rounding of top_p could offer hundreds)
 MAX_TRIES = 32
 
 
-def near_cut(p: torch.Tensor, k, mass, ratio, tol: float) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """The sorted order, the reference's kept count and each token's relative distance to a cut (see module)."""
+def near_cut(p: torch.Tensor, k, mass, ratio, tol: float,
+             e: torch.Tensor | None = None) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """The sorted order, the reference's kept count and each token's relative distance to a cut (see module).
+    e [V]: each p(v)'s relative error from l / T's rounding (rounding.py), which widens each test by what it
+    moves the test's two sides by; none where None."""
     V = p.shape[0]
+    e = torch.zeros(V, dtype=torch.float64) if e is None else e
     order = torch.sort(-p, stable=True).indices
     distance = torch.full((V,), math.inf, dtype=torch.float64)
     kept = p
     if k is not None and 0 < k < V:
-        p_k = torch.topk(p, k).values[-1]
-        gap = (p - p_k).abs() / p_k
-        distance = torch.where((p != p_k) & (gap <= tol), torch.minimum(distance, gap), distance)
+        k_th = order[k - 1]
+        gap = (p - p[k_th]).abs() / p[k_th]
+        near = (p != p[k_th]) & (gap <= tol + e + e[k_th])
+        distance = torch.where(near, torch.minimum(distance, gap), distance)
         kept = filters.top_k(p[None], torch.tensor([k]))[0]
     if mass is not None and mass < 1:
-        sorted_p = kept[order]
+        sorted_p, sorted_pe = kept[order], (kept * e)[order]
         before = torch.zeros(V, dtype=torch.float64).scatter(0, order, torch.cumsum(sorted_p, 0) - sorted_p)
+        moved = torch.zeros(V, dtype=torch.float64).scatter(0, order, torch.cumsum(sorted_pe, 0) - sorted_pe)
         gap = (before - mass).abs() / mass
-        distance = torch.where((kept > 0) & (gap <= tol), torch.minimum(distance, gap), distance)
+        near = (kept > 0) & (gap <= tol + moved / mass)
+        distance = torch.where(near, torch.minimum(distance, gap), distance)
         kept = filters.top_p(kept[None], torch.tensor([mass], dtype=torch.float64))[0]
     if ratio is not None and ratio > 0:
         gap = (kept - ratio * kept.max()).abs() / kept.clamp(min=1e-300)
-        distance = torch.where((kept > 0) & (gap <= tol), torch.minimum(distance, gap), distance)
+        near = (kept > 0) & (gap <= tol + e + e[torch.argmax(kept)])
+        distance = torch.where(near, torch.minimum(distance, gap), distance)
         kept = filters.min_p(kept[None], torch.tensor([ratio], dtype=torch.float64))[0]
     return order, int((kept > 0).sum()), distance
 
@@ -107,7 +116,8 @@ def _row_cut(logits: torch.Tensor, temperature: float, settings: list, tol: floa
     """(order, kept n, admissible options) of one float64 row of logits, from ``cuts_seen`` when seen."""
     key = (logits.numpy().tobytes(), temperature, tuple(settings), tol)
     if key not in cuts_seen:
-        order, n, distance = near_cut(target_probs(logits, temperature), *settings, tol)
+        p = target_probs(logits, temperature)
+        order, n, distance = near_cut(p, *settings, tol, scaled_logit_error(logits, temperature, p))
         cuts_seen[key] = (order, n, _admissible(order, n, distance))
     return cuts_seen[key]
 

@@ -17,6 +17,7 @@ Every call goes through the runner's guard, which also validates each output's s
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -27,6 +28,7 @@ from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.differential import residual_cancellation, block_law, draft_row, tolerance
+from specverify.checks.rounding import Residual, scaled_logit_error
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
@@ -128,19 +130,20 @@ def _tree_support(cpu: SpecBatch, b: int, path: list[int], y: int) -> list[str]:
             ([f"greedy final token {y} is not argmax {top}"] if y != top else [])
     p = filtered_target(cpu, torch.tensor([b]).repeat(k + 1), logits, t)
     tol = tolerance(HARNESS_AMBIGUITY_MARGIN, cpu.vocab_size)
+    e = scaled_logit_error(logits, t, p)
     node, problems = tree.ROOT, []
     for depth in range(len(path) + 1):
-        r, m, updates = p[node + 1], 1.0, []
+        res, updates = Residual.of(p[node + 1], e[node + 1]), []
         stop = path[depth] if depth < len(path) else None
         for c in kids[node + 1]:
             if c == stop:
                 break
             if x[c] != PLACEHOLDER:
                 q = draft_row(cpu, d0 + c, x[c])
-                updates.append((r, m, q))
-                r, m = tree.after_rejection(r, m, q)
+                updates.append((res, q))
+                res = res.after_rejection(q)
         v = y if stop is None else x[stop]
-        if not 0 <= v < cpu.vocab_size or (r[v] <= 0 and residual_cancellation(updates, v, tol) > tol):
+        if not 0 <= v < cpu.vocab_size or (res.r[v] <= 0 and math.isinf(residual_cancellation(updates, v, tol))):
             what = f"final token {y}" if stop is None else f"accepted node {stop}'s token {v}"
             problems.append(f"{what} at depth {depth} has probability 0 under the residual it came from")
         node = stop

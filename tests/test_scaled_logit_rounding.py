@@ -1,0 +1,154 @@
+"""SPEC 4.1's allowance for float32's rounding of the scaled logits l / T: a bound that holds for the kernels' own
+formulation, decisions it flips excused under every rule, and the same flips where l / T is small still real."""
+
+import math
+
+import pytest
+import torch
+
+import reference
+from reference import Noise, SpecBatch
+from reference.sample import filtered_target
+from specverify.checks.differential import compare_to_reference, tolerance
+from specverify.checks.filter_cuts import near_cut
+from specverify.checks.rounding import scaled_logit_error
+from specverify.kernels.cpu import CpuBackend
+from specverify.strategies import LOGIT_STYLES, _logits
+
+TOL = tolerance(1e-5, 16)
+
+
+class ScaledThenShifted(CpuBackend):
+    """p as the Triton kernels compute it: each l * (1 / T) rounded to float32, then its row max taken off (the CPU
+    backend takes the max off first, which keeps l / T's rounding out)."""
+
+    def target_weights(self, logits, temperature):
+        s = logits.to(torch.float32) * (1.0 / temperature.to(torch.float32))[:, None]
+        w = torch.exp(s - s.amax(dim=1, keepdim=True))
+        return w, w.sum(dim=1)
+
+
+def _float32_p(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[R, V] float64 of ScaledThenShifted's p for float32 logit rows [R, V]."""
+    w, total = ScaledThenShifted().target_weights(logits, torch.full((logits.shape[0],), temperature))
+    return (w / total[:, None]).double()
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 0.1, 0.7, 2.5])
+def test_float32_scaled_logits_move_p_by_no_more_than_the_bound(temperature):
+    """Every logit style of the strategies, 40 rows of V = 1000 each: float32's p (rounded l * (1 / T), max taken
+    off) is within e(v) + 1e-5 of the float64 p relative, 1e-5 for float32's exp and sum. At T = 0.001 some
+    tokens' p move by more than 1e-4, ten times the base tolerance: the allowance is needed there."""
+    g = torch.Generator().manual_seed(7)
+    worst = 0.0
+    for style in LOGIT_STYLES:
+        logits = _logits(g, 40, 1000, style).float()
+        t32 = float(torch.tensor(temperature, dtype=torch.float32))
+        p = torch.softmax(logits.double() / t32, dim=-1)
+        e = scaled_logit_error(logits, t32, p)
+        seen = p > 1e-30
+        moved = ((_float32_p(logits, temperature) - p).abs() / p.clamp(min=1e-300))[seen]
+        assert bool((moved <= e[seen] + 1e-5).all()), (style, float((moved - e[seen]).max()))
+        worst = max(worst, float(moved.max()))
+    assert (worst > 1e-4) == (temperature == 1e-3), worst
+
+
+def _flip(method: str, scale: float, temperature: float) -> tuple[SpecBatch, Noise, Noise]:
+    """One request, one draft x = 5 (one-hot drafter) at p(x) ~ 0.38 behind the top token 3: logits `scale` and
+    `scale - 0.5 T`, so that l / T is scale / T and 0.5 below it. Returns the batch, a uniform 2e-4 of p(x) above
+    p(x) that rejects x, and one as far below that accepts it."""
+    V = 16
+    logits = torch.full((2, V), -2.0, dtype=torch.float32)
+    logits[:, 3] = scale
+    logits[:, 5] = scale - 0.5 * temperature
+    parents = torch.tensor([-1]) if method == "tree" else None
+    batch = SpecBatch(torch.tensor([1]), torch.tensor([5]), logits, None,
+                      torch.tensor([temperature], dtype=torch.float32), tree_parents=parents)
+    p_x = float(filtered_target(batch, torch.tensor([0]), logits[:1].double(), float(batch.temperature[0]))[0, 5])
+    exponential = torch.ones(1, V, dtype=torch.float64)
+    rejects = Noise(torch.tensor([p_x * (1 + 2e-4)], dtype=torch.float64), exponential)
+    accepts = Noise(torch.tensor([p_x * (1 - 2e-4)], dtype=torch.float64), exponential)
+    return batch, rejects, accepts
+
+
+@pytest.mark.parametrize("method", ["standard", "block", "tree"])
+def test_a_decision_flipped_within_the_rounding_of_large_scaled_logits_is_ambiguous(method):
+    """At T = 0.001 with logits near 8.25 (l / T ~ 8250, whose float32 ulp is 1e-3), p(x) moves by about 2.7e-4 in
+    float32: a backend that accepts x where the reference rejects it by 2e-4 relative, twenty times the base
+    tolerance, has decided within that rounding. Each rule's classification (acceptance, block stop test, tree
+    sibling test) excuses it and names the allowance; the float32 kernel formulation itself flips it."""
+    batch, rejects, accepts = _flip(method, 8.25, 1e-3)
+    p32 = _float32_p(batch.target_logits[:1], 1e-3)[0, 5]
+    p64 = float(filtered_target(batch, torch.tensor([0]), batch.target_logits[:1].double(), 1e-3)[0, 5])
+    assert abs(p32 / p64 - 1) > 2e-4 * 1.2
+    got = reference.sample(batch, noise=accepts, method=method)
+    if method == "standard" and p32 > p64:
+        assert ScaledThenShifted()(batch, noise=rejects).emitted() == got.emitted()
+    cmp = compare_to_reference(batch, got, rejects, method=method)
+    assert len(cmp.divergences) == 1, cmp.divergences
+    d = cmp.divergences[0]
+    assert d.ambiguous and TOL < d.margin < TOL + d.rounding, d
+    assert "l / T's rounding allows" in str(d)
+
+
+@pytest.mark.parametrize("method", ["standard", "block", "tree"])
+def test_the_same_flip_where_scaled_logits_are_small_stays_real(method):
+    """The same p(x), the same 2e-4 margin, at T = 1 with logits (0, -0.5): l / T's rounding is about 1e-7 there,
+    so the flip is a real divergence. The allowance follows |l / T|, not p."""
+    batch, rejects, accepts = _flip(method, 0.0, 1.0)
+    got = reference.sample(batch, noise=accepts, method=method)
+    d, = compare_to_reference(batch, got, rejects, method=method).divergences
+    assert not d.ambiguous and d.rounding < 1e-6 and math.isclose(d.margin, 2e-4, rel_tol=1e-3), d
+
+
+def test_the_top_token_at_p_one_gets_no_allowance():
+    """A row whose top token has p = 1 in float64 (the others 1000 below it in l / T) keeps e = 0 there: a
+    backend that rounds l / T for the max but not for p(x) (a fused multiply-add, SPEC 6) is not excused, however
+    large l / T is. Its runners-up get allowances as large as l / T's rounding."""
+    logits = torch.full((1, 16), 7.25, dtype=torch.float32)
+    logits[0, 3] = 8.25
+    p = torch.softmax(logits.double() / 1e-3, dim=-1)
+    e = scaled_logit_error(logits, 1e-3, p)
+    assert float(p[0, 3]) == 1.0 and float(e[0, 3]) == 0.0 and bool((e[0, torch.arange(16) != 3] == 0).all())
+    logits[0, 5] = 8.2495
+    p = torch.softmax(logits.double() / 1e-3, dim=-1)
+    e = scaled_logit_error(logits, 1e-3, p)
+    assert float(e[0, 5]) > 1e-3 and 0 < float(e[0, 3]) < float(e[0, 5])
+
+
+@pytest.mark.parametrize("scale, temperature, near", [(8.25, 1e-3, True), (0.0, 1.0, False)])
+def test_a_min_p_cut_within_the_rounding_of_large_scaled_logits_is_near(scale, temperature, near):
+    """A token 2e-4 (relative) above its row's min-p threshold: within l / T's rounding at T = 0.001 and logits
+    near 8.25, so a kept set that cuts it is admissible (SPEC 4.1, filter cuts); at T = 1 with logits near 0 it is
+    twenty tolerances from the cut, as without the allowance."""
+    batch, _, _ = _flip("standard", scale, temperature)
+    row, t = batch.target_logits[0], float(batch.temperature[0])
+    p = torch.softmax(row.double() / t, dim=-1)
+    ratio = float(p[5] / p[3]) * (1 - 2e-4)
+    _, kept, distance = near_cut(p, None, None, ratio, TOL, scaled_logit_error(row, t, p))
+    assert kept == 2 and math.isfinite(float(distance[5])) == near
+    assert math.isinf(float(near_cut(p, None, None, ratio, TOL)[2][5]))
+
+
+@pytest.mark.parametrize("scale, temperature, ambiguous", [(8.25, 1e-3, True), (0.0, 1.0, False)])
+def test_a_race_decided_within_the_rounding_of_large_scaled_logits_is_ambiguous(scale, temperature, ambiguous):
+    """A zero-draft request's token is the race over p: tokens 3 and 5 with scores p / E 2e-4 apart. At T = 0.001
+    and logits near 8.25 each p moves by about 2e-3 in float32, so a backend that emits 5 where the reference
+    emits 3 has decided within that rounding; at T = 1 and logits near 0 the same gap is real."""
+    V = 16
+    logits = torch.full((1, V), -2.0, dtype=torch.float32)
+    logits[0, 3], logits[0, 5] = scale, scale - 0.5 * temperature
+    batch = SpecBatch(torch.tensor([0]), torch.zeros(0, dtype=torch.int64), logits, None,
+                      torch.tensor([temperature], dtype=torch.float32))
+    p = torch.softmax(logits.double() / float(batch.temperature[0]), dim=-1)[0]
+
+    def race(gap):
+        exponential = torch.full((1, V), 1e9, dtype=torch.float64)
+        exponential[0, 3], exponential[0, 5] = 1.0, float(p[5] / p[3]) * (1 + gap)
+        return Noise(torch.zeros(0, dtype=torch.float64), exponential)
+
+    assert reference.sample(batch, noise=race(2e-4)).emitted() == [[3]]
+    got = reference.sample(batch, noise=race(-2e-4))
+    assert got.emitted() == [[5]]
+    d, = compare_to_reference(batch, got, race(2e-4)).divergences
+    assert d.ambiguous == ambiguous and d.margin > TOL and (d.rounding > 1e-3) == ambiguous, d
