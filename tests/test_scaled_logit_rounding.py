@@ -117,17 +117,23 @@ def test_the_top_token_at_p_one_gets_no_allowance():
 
 
 @pytest.mark.parametrize("scale, temperature, near", [(8.25, 1e-3, True), (0.0, 1.0, False)])
-def test_a_min_p_cut_within_the_rounding_of_large_scaled_logits_is_near(scale, temperature, near):
-    """A token 2e-4 (relative) above its row's min-p threshold: within l / T's rounding at T = 0.001 and logits
-    near 8.25, so a kept set that cuts it is admissible (SPEC 4.1, filter cuts); at T = 1 with logits near 0 it is
-    twenty tolerances from the cut, as without the allowance."""
+@pytest.mark.parametrize("cut", ["top_k", "top_p", "min_p"])
+def test_a_cut_within_the_rounding_of_large_scaled_logits_is_near(cut, scale, temperature, near):
+    """Token 5 near its row's cut by relative 1e-3 (top-k 1: its p below the top's, one float32 ulp of logit
+    apart at T = 0.001), 2e-4 (top-p: the mass before it above top_p) or 2e-4 (min-p: its p above the threshold).
+    Within l / T's rounding at T = 0.001 and logits near 8.25, so a kept set that moves across it is admissible
+    (SPEC 4.1, filter cuts); at T = 1 with logits near 0, many tolerances from the cut, as without the allowance."""
     batch, _, _ = _flip("standard", scale, temperature)
-    row, t = batch.target_logits[0], float(batch.temperature[0])
+    row, t = batch.target_logits[0].clone(), float(batch.temperature[0])
+    if cut == "top_k":
+        row[5] = torch.nextafter(row[3], torch.tensor(-math.inf)) if near else row[3] - 1e-3
     p = torch.softmax(row.double() / t, dim=-1)
-    ratio = float(p[5] / p[3]) * (1 - 2e-4)
-    _, kept, distance = near_cut(p, None, None, ratio, TOL, scaled_logit_error(row, t, p))
-    assert kept == 2 and math.isfinite(float(distance[5])) == near
-    assert math.isinf(float(near_cut(p, None, None, ratio, TOL)[2][5]))
+    setting = {"top_k": (1, None, None), "top_p": (None, float(p[3]) * (1 + 2e-4), None),
+               "min_p": (None, None, float(p[5] / p[3]) * (1 - 2e-4))}[cut]
+    _, kept, distance = near_cut(p, *setting, TOL, scaled_logit_error(row, t, p))
+    assert kept == (1 if cut == "top_k" else 2) and math.isfinite(float(distance[5])) == near, distance[5]
+    assert 2e-4 / 1.01 < float(near_cut(p, *setting, 1.0)[2][5]) < 2e-3
+    assert math.isinf(float(near_cut(p, *setting, TOL)[2][5]))
 
 
 @pytest.mark.parametrize("scale, temperature, ambiguous", [(8.25, 1e-3, True), (0.0, 1.0, False)])
