@@ -41,17 +41,23 @@ class Deviation:
     """A known, accepted failure: the check and case (``"*"``: every case) where it shows, why it is
     accepted, and ``match``, a regular expression its failure text matches (a divergence such as
     "request 0, position 0: expected [1], got [0] (REAL: acceptance ...)", or the check's message).
-    Only failures that match are excused; any other failure of the same check still fails the run."""
+    Only failures that match are excused; any other failure of the same check still fails the run.
+    ``intermittent``: the defect shows in some runs only (it reads memory the kernel never writes, or
+    races), so a run that does not meet it passes the check, says so, and does not ask for its removal."""
 
     check: str
     case: str
     reason: str
     match: str
+    intermittent: bool = False
 
     def __post_init__(self) -> None:
         for name in ("check", "case", "reason", "match"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise ValueError(f"deviation {self.check!r}: {name} must be a non-empty string")
+        if not isinstance(self.intermittent, bool):
+            raise ValueError(f"deviation {self.check!r}: intermittent must be true or false, "
+                             f"got {self.intermittent!r}")
 
     def covers(self, check: str, case: str) -> bool:
         return self.check == check and self.case in ("*", case)

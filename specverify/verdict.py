@@ -70,12 +70,14 @@ class Verdict:
     not_applicable: dict = field(default_factory=dict)  # check id -> reason
     known: dict = field(default_factory=dict)           # check id -> reason of the declared deviation it showed
     stale: dict = field(default_factory=dict)           # check id -> declared deviation that did not occur
+    unseen: dict = field(default_factory=dict)          # check id -> declared intermittent deviation not met
     dtypes: dict = field(default_factory=dict)          # logit dtype -> checks whose calls sent it
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "reasons": self.reasons, "coverage": self.coverage,
                 "not_applicable": self.not_applicable, "known_deviations": self.known,
-                "deviations_not_seen": self.stale, "logit_dtypes": self.dtypes}
+                "deviations_not_seen": self.stale, "intermittent_not_seen": self.unseen,
+                "logit_dtypes": self.dtypes}
 
     def lines(self) -> list[str]:
         out = ["coverage (core checks that ran, by what their calls exercised):"]
@@ -92,6 +94,10 @@ class Verdict:
         if self.stale:
             out.append(f"declared deviations that did not occur ({len(self.stale)}; remove them):")
             out += [f"  {cid}: {why}" for cid, why in self.stale.items()]
+        if self.unseen:
+            out.append(f"intermittent deviations this run did not meet ({len(self.unseen)}; kept: a run may not show "
+                       "them; the checks passed):")
+            out += [f"  {cid}: {why}" for cid, why in self.unseen.items()]
         out += [f"VERDICT: {reason}" for reason in self.reasons]
         return out
 
@@ -123,6 +129,7 @@ def verdict(results: list[CheckResult], caps, require: tuple = (), hang: str | N
                    not_applicable={r.id: r.message for r in results if r.status == NOT_APPLICABLE},
                    known={r.id: r.deviation for r in results if r.status == KNOWN},
                    stale={r.id: r.deviation for r in results if r.status == PASS and r.deviation},
+                   unseen={r.id: r.intermittent for r in results if r.status == PASS and r.intermittent},
                    dtypes={d: n for d in LOGIT_DTYPES if (n := sum(d in r.covered for r in ran))})
 
 

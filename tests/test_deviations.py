@@ -127,3 +127,36 @@ def test_a_synthetic_deviation_excuses_the_synthetic_calls_of_replicated():
     scoped = MethodDeviation("differential_injected", "replicated", "synthetic only", r"REAL", method="synthetic")
     known = run_check(SyntheticDecayIgnored(), "differential_injected", "replicated", profile, (scoped,))
     assert known.status == KNOWN and "(method synthetic)" in known.message, known.line()
+
+
+FLAKY_TIES = replace(TIES, intermittent=True)
+
+
+def test_an_intermittent_deviation_not_met_passes_and_is_kept_not_listed_for_removal():
+    """A deviation marked intermittent (a defect that reads memory the kernel never writes shows in some runs
+    only): where a run meets it the check is a known deviation as before; where it does not, the check passes
+    and the verdict lists it as not met this run, not as stale. A lasting deviation beside it is still stale."""
+    met = run_check(GreedyHighestIndexTie(), "differential_injected", "standard", get_profile("ci"), (FLAKY_TIES,))
+    assert met.status == KNOWN and met.deviation == TIES.reason and met.intermittent is None, met.line()
+    unmet = run_check(CpuBackend(), "differential_injected", "standard", get_profile("ci"), (FLAKY_TIES,))
+    assert unmet.status == PASS and unmet.deviation is None and unmet.intermittent == TIES.reason, unmet.line()
+    assert "did not show in this run" in unmet.message and "remove it" not in unmet.message
+    lasting = Deviation("differential_injected", "standard", "another behaviour", "never matched")
+    both = run_check(CpuBackend(), "differential_injected", "standard", get_profile("ci"), (FLAKY_TIES, lasting))
+    assert both.deviation == lasting.reason and both.intermittent == TIES.reason, both.line()
+    outcome = verdict([met, unmet], DeclaresItsTies.capabilities)
+    assert outcome.passed and outcome.stale == {} and outcome.unseen == {unmet.id: TIES.reason}
+    lines = "\n".join(outcome.lines())
+    assert "intermittent deviations this run did not meet (1" in lines and "remove them" not in lines
+    assert outcome.to_json()["intermittent_not_seen"] == {unmet.id: TIES.reason}
+
+
+def test_intermittent_loads_from_toml_as_a_boolean_only(tmp_path):
+    """`intermittent = true` in a deviations file marks the entry; any other value is refused by name."""
+    path = tmp_path / "deviations.toml"
+    path.write_text(TOML + "intermittent = true\n")
+    (loaded,) = load_deviations(str(path))
+    assert loaded.intermittent is True and loaded.reason == TIES.reason
+    path.write_text(TOML + 'intermittent = "sometimes"\n')
+    with pytest.raises(ValueError, match="deviation 1: .*intermittent must be true or false"):
+        load_deviations(str(path))

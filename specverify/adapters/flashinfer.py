@@ -51,9 +51,10 @@ class FlashInferChain(Backend):
     capabilities = Capabilities(
         methods=frozenset({"standard"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=False, target_filters=True,
+        # the ids of a NaN row come from memory the kernel never writes: some runs meet only ids in range
         deviations=(Deviation("nonfinite_rows", "rows", "flashinfer-python 0.7.2.post1 emits ids outside [0, V) "
                               "(1074285135 at V = 64) for a request whose target_probs row is NaN: docs/kernels.md",
-                              r"emitted ids \[\d+\] outside \[0, \d+\)"),
+                              r"emitted ids \[\d+\] outside \[0, \d+\)", intermittent=True),
                     # every rejection of this case meets an empty residual: a token of probability 0 there, an id
                     # outside [0, V) (what another kernel left in that shared memory), or, among the rejections
                     # alone, a law that is not p's, is a stale id

@@ -11,6 +11,7 @@ The file is TOML, one table per deviation:
     reason = "forced rejection emits the recovered token (vLLM); SPEC 3 samples p"
     match = "expected \\[1\\], got \\[0\\]"    # regular expression the failure text matches
     method = "synthetic"                     # optional: only divergences of calls under this method
+    intermittent = true                      # optional: shows in some runs only (uninitialised memory, a race)
 
 A deviation scoped to a method (``MethodDeviation``) excuses only divergences that the check reports
 with that method: in a case that runs several rules (``replicated``), a declared synthetic-rule
@@ -28,7 +29,7 @@ import reference
 from specverify.backends import Deviation
 
 FIELDS = ("check", "case", "reason", "match")
-OPTIONAL = ("method",)
+OPTIONAL = ("method", "intermittent")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ class CheckResult:
 
     status: "pass", "fail", "not run" (a stopped run), "n/a" (the backend does not declare what the
     check needs; the reason is in ``message``; n/a is never a pass) or "known deviation" (a failure a
-    declared deviation matches: neither a pass nor a new failure; ``deviation`` holds its reason). Statistical checks fill statistic, p_value, alpha,
+    declared deviation matches: neither a pass nor a new failure; ``deviation`` holds its reason; a passed check
+    holds in ``intermittent`` the reasons of declared intermittent deviations this run did not meet). Statistical checks fill statistic, p_value, alpha,
     samples and the power they have: ``detectable_by_position`` [j] is the smallest deviation at
     position j detected with probability 0.99 at alpha, ``detectable`` the worst (largest) of them,
     ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
@@ -43,6 +44,7 @@ class CheckResult:
     reproducer: str | None = None
     replay: str | None = None
     deviation: str | None = None       # the reason of a declared deviation of this check and case
+    intermittent: str | None = None    # a passed check's declared intermittent deviations, not met in this run
     seconds: float = 0.0
     covered: list = field(default_factory=list)
     sampling: dict | None = None       # statistical: the copies' plan per position and the sampling speed

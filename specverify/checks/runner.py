@@ -350,7 +350,7 @@ def _bound_ambiguous(ctx: Context) -> None:
 
 def _apply_deviations(ctx: Context) -> None:
     """A failure (or excused divergences) matching a declared deviation becomes a known deviation; a
-    declared deviation that did not occur is said, so that it gets removed."""
+    declared deviation that did not occur is said, so that it gets removed (an intermittent one only noted)."""
     result = ctx.result
     known = matching(result.message, ctx.deviations) if result.status == FAIL else None
     if known is None and result.status != FAIL and ctx.known:
@@ -361,9 +361,16 @@ def _apply_deviations(ctx: Context) -> None:
         result.status, result.deviation = KNOWN, known.reason
         result.message = f"known deviation ({known.reason}): {result.message}"
     elif result.status == PASS:
-        result.deviation = "; ".join(d.reason for d in ctx.deviations)
-        note = "declared deviation did not occur: remove it"
-        result.message = f"{result.message}; {note}" if result.message else note
+        lasting = [d.reason for d in ctx.deviations if not d.intermittent]
+        unseen = [d.reason for d in ctx.deviations if d.intermittent]
+        notes = []
+        if lasting:
+            result.deviation = "; ".join(lasting)
+            notes.append("declared deviation did not occur: remove it")
+        if unseen:
+            result.intermittent = "; ".join(unseen)
+            notes.append("declared intermittent deviation did not show in this run (kept)")
+        result.message = "; ".join(([result.message] if result.message else []) + notes)
 
 
 def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = (), *, reproducer: bool = True,
