@@ -20,7 +20,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from specverify.checks.deviations import matching
+from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 from specverify.checks.stats import (MIN_EXPECTED, binomial_test, chi_square_gof, min_num_samples_for_chi2_tv_test,
                                      min_shift_detectable_by_binomial_test, min_tv_detectable_by_chi2_test)
@@ -423,8 +423,8 @@ def run_engine_check(engine, check: str, case: EngineCase, profile: Profile, **k
     if known is not None:     # a declared deviation (SPEC 7): reported as known, never as a pass
         result.status, result.deviation = KNOWN, known.reason
         result.message = f"known deviation ({known.reason}): {result.message}"
-    elif declared and result.status == PASS:
-        result.message = f"{result.message}; declared deviation did not occur: remove it"
+    elif result.status == PASS:
+        note_unmet(result, declared)
     return result
 
 

@@ -88,3 +88,18 @@ def matching(text: str, deviations, method: str | None = None) -> Deviation | No
 
 
 __all__ = ["MethodDeviation", "applies_to", "load_deviations", "matching"]
+
+
+def note_unmet(result, deviations) -> None:
+    """A passed check's declared ``deviations``, none of which it met: a lasting one is named in ``deviation``
+    for removal, an intermittent one in ``intermittent`` and kept; the message says which."""
+    lasting = [d.reason for d in deviations if not d.intermittent]
+    unseen = [d.reason for d in deviations if d.intermittent]
+    notes = []
+    if lasting:
+        result.deviation = "; ".join(lasting)
+        notes.append("declared deviation did not occur: remove it")
+    if unseen:
+        result.intermittent = "; ".join(unseen)
+        notes.append("declared intermittent deviation did not show in this run (kept)")
+    result.message = "; ".join(([result.message] if result.message else []) + notes)

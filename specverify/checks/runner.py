@@ -28,7 +28,7 @@ import torch
 from reference import Noise, SpecBatch, SpecOutput
 from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
-from specverify.checks.deviations import matching
+from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
 from specverify.checks.integrity import Copies, private_batch, written_inputs
 from specverify.checks.repro import Call, Reproducer, python_source
@@ -361,16 +361,7 @@ def _apply_deviations(ctx: Context) -> None:
         result.status, result.deviation = KNOWN, known.reason
         result.message = f"known deviation ({known.reason}): {result.message}"
     elif result.status == PASS:
-        lasting = [d.reason for d in ctx.deviations if not d.intermittent]
-        unseen = [d.reason for d in ctx.deviations if d.intermittent]
-        notes = []
-        if lasting:
-            result.deviation = "; ".join(lasting)
-            notes.append("declared deviation did not occur: remove it")
-        if unseen:
-            result.intermittent = "; ".join(unseen)
-            notes.append("declared intermittent deviation did not show in this run (kept)")
-        result.message = "; ".join(([result.message] if result.message else []) + notes)
+        note_unmet(result, ctx.deviations)
 
 
 def execute(check: Check, backend, case: str, profile: Profile, deviations: tuple = (), *, reproducer: bool = True,
