@@ -158,3 +158,16 @@ def test_a_race_decided_within_the_rounding_of_large_scaled_logits_is_ambiguous(
     assert got.emitted() == [[5]]
     d, = compare_to_reference(batch, got, race(2e-4)).divergences
     assert d.ambiguous == ambiguous and d.margin > TOL and (d.rounding > 1e-3) == ambiguous, d
+
+
+def test_a_tighter_declared_margin_scales_the_rounding_allowance_with_it():
+    """A backend may only ask for a stricter tolerance: its margin scales l / T's allowance too, to none at 0 (a
+    float64 backend, as the reference declares). The flip that 1e-5 excuses is real at 0, with half the
+    allowance at 5e-6."""
+    batch, rejects, accepts = _flip("standard", 8.25, 1e-3)
+    got = reference.sample(batch, noise=accepts)
+    (full,) = compare_to_reference(batch, got, rejects, tol=1e-5).divergences
+    (half,) = compare_to_reference(batch, got, rejects, tol=5e-6).divergences
+    (none,) = compare_to_reference(batch, got, rejects, tol=0.0).divergences
+    assert full.ambiguous and half.rounding == pytest.approx(full.rounding / 2, rel=1e-12)
+    assert not none.ambiguous and none.rounding == 0.0, none

@@ -31,6 +31,7 @@ import reference
 from reference import Noise, SpecBatch, SpecOutput, block, leviathan, tree
 from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
+from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.filter_cuts import explained_by_cut
 from specverify.checks.rounding import Residual, race_error, scaled_logit_error
 
@@ -81,8 +82,9 @@ def draft_row(cpu: SpecBatch, t: int, x: int) -> torch.Tensor:
 
 
 def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, method: str,
-             rates: torch.Tensor | None, tol: float) -> Divergence:
-    """Why request b's outputs diverge, and whether that is within the backend's ambiguity tolerance."""
+             rates: torch.Tensor | None, tol: float, scale: float = 1.0) -> Divergence:
+    """Why request b's outputs diverge, and whether that is within the backend's ambiguity tolerance; ``scale``
+    multiplies l / T's rounding allowance (a backend's tighter margin over the harness's)."""
     cpu = batch.to("cpu")
     d0 = int(cpu.draft_offsets()[b])
     l0 = int(cpu.logit_offsets()[b])
@@ -96,7 +98,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         return Divergence(b, len(got), expected, got, "structure", 0.0, False)
     j = min(len(expected), len(got)) - 1
     if method == "block" and temperature > 0 and block.block_length(cpu.draft_token_ids[d0: d0 + k]) > 0:
-        return _classify_block(cpu, noise, b, expected, got, tol)
+        return _classify_block(cpu, noise, b, expected, got, tol, scale)
     logits = cpu.target_logits[l0 + j].to(torch.float64)
     both_stopped = len(expected) == len(got)
     if not both_stopped:
@@ -109,7 +111,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
             margin = _relative_gap(logits)
             return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
         p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
-        rounding = float(scaled_logit_error(logits, temperature, p)[x])
+        rounding = scale * float(scaled_logit_error(logits, temperature, p)[x])
         q = draft_row(cpu, d0 + j, x)
         u = float(noise.uniform.cpu()[d0 + j])
         margin = math.inf if q[x] == 0 or p[x] == 0 else float(abs(u * q[x] - p[x]) / p[x])
@@ -119,7 +121,7 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         margin = _relative_gap(logits)
         return Divergence(b, j, expected, got, "greedy argmax", margin, margin < tol)
     p = filtered_target(cpu, torch.tensor([b]), logits[None], temperature)[0]
-    e = scaled_logit_error(logits, temperature, p)
+    e = scale * scaled_logit_error(logits, temperature, p)
     sides = {int(expected[j]), int(got[j])}
     if method == "standard" and j < k:
         x = int(cpu.draft_token_ids[d0 + j])
@@ -158,7 +160,8 @@ def block_law(cpu: SpecBatch, b: int) -> tuple[int, torch.Tensor, torch.Tensor, 
     return k, x, p, q, block.weights(p[steps, x], q[steps, x])
 
 
-def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float) -> Divergence:
+def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, tol: float,
+                    scale: float = 1.0) -> Divergence:
     """A block request's divergence against SPEC 3.7's ambiguity rule: the flipped stop test
     eta_i <= h_i within tol * e_i (h_i's first-order float32 error), or an ambiguous residual race."""
     d0, l0 = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b])
@@ -167,7 +170,7 @@ def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: l
     if tau_got > k or got[:tau_got] != x[:tau_got].tolist():
         return Divergence(b, tau_got, expected, got, "block structure", math.inf, False)
     # l / T's rounding: e [k + 1, V] on p's entries, and the relative error of each running ratio w_i
-    e = scaled_logit_error(cpu.target_logits[l0: l0 + k + 1], float(cpu.temperature[b]), p)
+    e = scale * scaled_logit_error(cpu.target_logits[l0: l0 + k + 1], float(cpu.temperature[b]), p)
     w_error = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(e[torch.arange(k), x], 0)])
     if tau_ref != tau_got:
         i = max(tau_ref, tau_got)
@@ -210,7 +213,7 @@ def residual_cancellation(updates: list, v: int, tol: float) -> float:
 
 
 def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: list, got_path: list,
-                   tol: float) -> Divergence:
+                   tol: float, scale: float = 1.0) -> Divergence:
     """A tree request's divergence against SPEC 3.8's ambiguity rule: the rule replayed in the reference's
     float64 numbers along the path both sides share, up to the first decision they took differently."""
     d0, l0, n = int(cpu.draft_offsets()[b]), int(cpu.logit_offsets()[b]), int(cpu.num_draft_tokens[b])
@@ -221,7 +224,7 @@ def _classify_tree(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: li
     logits = cpu.target_logits[l0: l0 + n + 1].double()
     temperature = float(cpu.temperature[b])
     p = None if temperature == 0 else filtered_target(cpu, torch.tensor([b]).repeat(n + 1), logits, temperature)
-    e = None if p is None else scaled_logit_error(logits, temperature, p)
+    e = None if p is None else scale * scaled_logit_error(logits, temperature, p)
     u = noise.uniform.cpu()[d0: d0 + n].double()
     node, res, depth, updates = tree.ROOT, None if p is None else Residual.of(p[0], e[0]), 0, []
     while True:
@@ -296,32 +299,35 @@ def compare_to_reference(batch: SpecBatch, got: SpecOutput, noise: Noise, *, met
     if expected is None:
         expected = reference.sample(batch, noise=noise, **kwargs)
     rates = synthetic_rates_f32(synthetic_acceptance_rate, num_speculative_steps) if method == "synthetic" else None
+    # a backend's tighter margin scales l / T's rounding allowance with it (none for a float64 backend's 0)
+    scale = min(1.0, tol / HARNESS_AMBIGUITY_MARGIN)
     tol = tolerance(tol, batch.vocab_size)
     exp_rows, got_rows = expected.emitted(), got.emitted()
     if method == "tree":
         cpu, exp_paths, got_paths = batch.to("cpu"), _paths(expected), _paths(got)
-        divergences = [_classify_tree(cpu, noise, b, e, g, gp, tol) if gp is not None else
+        divergences = [_classify_tree(cpu, noise, b, e, g, gp, tol, scale) if gp is not None else
                        Divergence(b, 0, e, g, "tree structure (no accepted_nodes)", math.inf, False)
                        for b, (e, g, ep, gp) in enumerate(zip(exp_rows, got_rows, exp_paths, got_paths))
                        if e != g or ep != gp]
     else:
-        divergences = [classify(batch, noise, b, e, g, method, rates, tol)
+        divergences = [classify(batch, noise, b, e, g, method, rates, tol, scale)
                        for b, (e, g) in enumerate(zip(exp_rows, got_rows)) if e != g]
     if divergences and batch.has_filters:
         paths = _paths(got) if method == "tree" else [None] * batch.num_requests
         cuts_seen: dict = {}
-        divergences = [d if d.ambiguous else _cut_excuse(batch, noise, d, paths[d.request], kwargs, tol, cuts_seen)
+        divergences = [d if d.ambiguous else _cut_excuse(batch, noise, d, paths[d.request], kwargs, tol, cuts_seen,
+                                                          scale)
                        for d in divergences]
     decisions = int(batch.num_draft_tokens.sum()) + batch.num_requests
     return Comparison(decisions, divergences)
 
 
 def _cut_excuse(batch: SpecBatch, noise: Noise, d: Divergence, path, call: dict, tol: float,
-                cuts_seen: dict) -> Divergence:
+                cuts_seen: dict, scale: float = 1.0) -> Divergence:
     """``d`` excused as a filter-cut ambiguity (SPEC 4.1) when the reference, given an admissible kept set at
     one row of the request, emits the backend's tokens; ``d`` itself otherwise (``cuts_seen`` as
     ``explained_by_cut`` takes it)."""
-    found = explained_by_cut(batch, noise, d.request, d.got, path, call, tol, cuts_seen)
+    found = explained_by_cut(batch, noise, d.request, d.got, path, call, tol, cuts_seen, scale)
     if found is None:
         return d
     margin, row = found

@@ -79,10 +79,10 @@ def _admissible(order: torch.Tensor, n: int, distance: torch.Tensor) -> list[tup
 
 
 def explained_by_cut(batch: SpecBatch, noise: Noise, b: int, got: list, got_path: list | None, call: dict,
-                     tol: float, cuts_seen: dict | None = None):
+                     tol: float, cuts_seen: dict | None = None, scale: float = 1.0):
     """(margin, row) when an admissible kept set at one row of request b gives the backend's output, else None.
     ``cuts_seen``: a dict shared by the calls on one batch, so that rows repeated across its requests (a
-    replicated batch's copies) have their cuts found once."""
+    replicated batch's copies) have their cuts found once; ``scale`` multiplies l / T's rounding allowance."""
     cpu = batch.to("cpu")
     temperature = float(cpu.temperature[b])
     settings = [None if f is None else f[b].item() for f in (cpu.top_k, cpu.top_p, cpu.min_p)]
@@ -91,7 +91,7 @@ def explained_by_cut(batch: SpecBatch, noise: Noise, b: int, got: list, got_path
     start, end = cpu.logit_offsets()[b:b + 2].tolist()
     logits = cpu.target_logits[start:end].double()
     cuts_seen = {} if cuts_seen is None else cuts_seen
-    cuts = [_row_cut(logits[row], temperature, settings, tol, cuts_seen) for row in range(logits.shape[0])]
+    cuts = [_row_cut(logits[row], temperature, settings, tol, cuts_seen, scale) for row in range(logits.shape[0])]
     # no row has another admissible kept set: nothing to re-run (the common case of a real divergence)
     if not any(options for _, _, options in cuts):
         return None
@@ -112,12 +112,13 @@ def explained_by_cut(batch: SpecBatch, noise: Noise, b: int, got: list, got_path
     return None
 
 
-def _row_cut(logits: torch.Tensor, temperature: float, settings: list, tol: float, cuts_seen: dict) -> tuple:
+def _row_cut(logits: torch.Tensor, temperature: float, settings: list, tol: float, cuts_seen: dict,
+             scale: float = 1.0) -> tuple:
     """(order, kept n, admissible options) of one float64 row of logits, from ``cuts_seen`` when seen."""
-    key = (logits.numpy().tobytes(), temperature, tuple(settings), tol)
+    key = (logits.numpy().tobytes(), temperature, tuple(settings), tol, scale)
     if key not in cuts_seen:
         p = target_probs(logits, temperature)
-        order, n, distance = near_cut(p, *settings, tol, scaled_logit_error(logits, temperature, p))
+        order, n, distance = near_cut(p, *settings, tol, scale * scaled_logit_error(logits, temperature, p))
         cuts_seen[key] = (order, n, _admissible(order, n, distance))
     return cuts_seen[key]
 
