@@ -6,9 +6,10 @@ cancels from the softmax (a backend rounds it as it rounds the entry), so to fir
 
     log p^(v) - log p(v) = a_v - sum_w p(w) a_w,   |.| <= e(v) = ROUNDING ((1 - p(v)) |s_v| + sum_{w != v} p(w) |s_w|)
 
-with p the target after its filters (SPEC 3.4). At temperature 1 e(v) is about 1e-7 |l|, inside the harness's
-tolerance; at temperature 0.001 it reaches 1e-3 for a token close to the top. A row whose top token has p = 1 keeps
-e = 0 there, so a backend whose p(x) skips the rounding its max took (a fused multiply-add, SPEC 6) stays caught.
+with p the target after its filters (SPEC 3.4). At temperature 1 e(v) is at most 2^-21 max |l| (5e-7 max |l|), inside
+the harness's tolerance for logits up to 20; at temperature 0.001 it reaches 1e-3 for a token close to the top. A row
+whose top token has p = 1 keeps e = 0 there, so a backend whose p(x) skips the rounding its max took (a fused
+multiply-add, SPEC 2) stays caught.
 """
 
 from __future__ import annotations
