@@ -87,9 +87,6 @@ def matching(text: str, deviations, method: str | None = None) -> Deviation | No
     return next((d for d in deviations if applies_to(d, method) and re.search(d.match, text)), None)
 
 
-__all__ = ["MethodDeviation", "applies_to", "load_deviations", "matching"]
-
-
 def note_unmet(result, deviations) -> None:
     """A passed check's declared ``deviations``, none of which it met: a lasting one is named in ``deviation``
     for removal, an intermittent one in ``intermittent`` and kept; the message says which."""
@@ -103,3 +100,6 @@ def note_unmet(result, deviations) -> None:
         result.intermittent = "; ".join(unseen)
         notes.append("declared intermittent deviation did not show in this run (kept)")
     result.message = "; ".join(([result.message] if result.message else []) + notes)
+
+
+__all__ = ["MethodDeviation", "applies_to", "load_deviations", "matching", "note_unmet"]

@@ -14,14 +14,16 @@ class CheckResult:
 
     status: "pass", "fail", "not run" (a stopped run), "n/a" (the backend does not declare what the
     check needs; the reason is in ``message``; n/a is never a pass) or "known deviation" (a failure a
-    declared deviation matches: neither a pass nor a new failure; ``deviation`` holds its reason; a passed check
-    holds in ``intermittent`` the reasons of declared intermittent deviations this run did not meet). Statistical checks fill statistic, p_value, alpha,
-    samples and the power they have: ``detectable_by_position`` [j] is the smallest deviation at
-    position j detected with probability 0.99 at alpha, ``detectable`` the worst (largest) of them,
-    ``detectable_measure`` what that deviation is ("tv": total-variation distance of the token
-    distribution; "acceptance": shift of the acceptance probability; "rate": shift of the mean joint
-    acceptance rate). ``sampling`` holds a statistical check's plan (copies; per position its reach,
-    det99 target and expected samples) and speed (samples/s, the backend's share of the time). ``covered`` lists what the check's calls exercised (method, noise path, greedy).
+    declared deviation matches: neither a pass nor a new failure; ``deviation`` holds its reason; a passed
+    check holds in ``intermittent`` the reasons of declared intermittent deviations this run did not meet).
+    Statistical checks fill statistic, p_value, alpha, samples and the power they have:
+    ``detectable_by_position`` [j] is the smallest deviation at position j detected with probability 0.99
+    at alpha, ``detectable`` the worst (largest) of them, ``detectable_measure`` what that deviation is
+    ("tv": total-variation distance of the token distribution; "acceptance": shift of the acceptance
+    probability; "rate": shift of the mean joint acceptance rate). ``sampling`` holds a statistical check's
+    plan (copies; per position its reach, det99 target and expected samples) and speed (samples/s, the
+    backend's share of the time). ``covered`` lists what the check's calls exercised (method, noise path,
+    greedy).
     A failure carries ``counterexample`` (Python that rebuilds the failing call, when one call shows
     it) and, once a face has written it, ``reproducer``: the path of its reproducer file, and
     ``replay``: the command that replays it.
