@@ -7,6 +7,7 @@ the bracket and record tests cut, and the CUDA-only case whose splits take every
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 
 import pytest
@@ -140,6 +141,19 @@ def top_p_rows(device: str, monkeypatch) -> SpecBatch:
                                top_p=torch.tensor([0.9, 0.9, 0.5, 0.99, 0.5, 0.4, 0.3, 0.9], device=device),
                                min_p=torch.tensor([0.0] * 6 + [0.01, 0.0], device=device),
                                temperature=torch.tensor([1.0, 0.5, 2.0, 1.0, 2.5, 2.5, 0.5, 1.0], device=device))
+
+
+# The interpreter runs each program in Python, 2-5 s a cut of these tests: where a test compares several non-default
+# plans, it runs one of them there and the rest on CUDA (the nightly's filter-kernels step), or everywhere with
+# SPECVERIFY_ALL_VARIANTS=1.
+ALL_VARIANTS = os.environ.get("SPECVERIFY_ALL_VARIANTS") == "1"
+
+
+def variant(*values, id: str):
+    """A case parameter of another non-default plan of the one launch: CUDA only unless SPECVERIFY_ALL_VARIANTS=1."""
+    return pytest.param(*values, id=id, marks=pytest.mark.skipif(
+        DEVICE == "cpu" and not ALL_VARIANTS,
+        reason="another non-default plan: CUDA runs it (the nightly), the interpreter with SPECVERIFY_ALL_VARIANTS=1"))
 
 
 def take_over(*values):

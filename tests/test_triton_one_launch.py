@@ -16,7 +16,7 @@ import torch
 
 from filter_settings import (DEVICES, _records, _rows, order_keys, small_gather,  # noqa: F401
                              three_launches_from_nine_rows)
-from one_launch_cuts import bracketed_rows, cut_and_partials, last_brackets, take_over, work_space
+from one_launch_cuts import bracketed_rows, cut_and_partials, last_brackets, take_over, variant, work_space
 from reference import SpecBatch
 from specverify.kernels import triton_filter
 from specverify.kernels.triton_filter_plan import one_launch_splits
@@ -25,9 +25,9 @@ from specverify.kernels.triton_gather import LANES, NPART
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("scan, row_tally", [pytest.param(0, 0, id="atomic-gather"),
-                                             pytest.param(2, 0, id="lane-gather"),
+                                             variant(2, 0, id="lane-gather"),
                                              pytest.param(2, 1, id="lane-gather-row-tally"),
-                                             pytest.param(0, 1, id="row-tally")])
+                                             variant(0, 1, id="row-tally")])
 def test_one_launch_cut_writes_the_records_of_three_launches(device, scan, row_tally, small_gather, monkeypatch):
     """A batch of few rows is cut in one launch, where each split finds the row's bracket itself, packs its
     tokens into the row's list, and the last split to finish writes the record: the records (cut value and
@@ -96,11 +96,11 @@ def test_min_p_alone_is_cut_by_the_every_filter_plan_with_its_own_plans_records(
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("finish_n, scan, row_tally", [(16, 0, 0), (0, 0, 0),
+@pytest.mark.parametrize("finish_n, scan, row_tally", [(16, 0, 0), variant(0, 0, 0, id="0-0-0"),
                                                         pytest.param(16, 2, 0, id="16-lane-gather"),
                                                         pytest.param(16, 0, 64, id="16-row-tally"),
                                                         pytest.param(0, 0, 64, id="0-row-tally"),
-                                                        pytest.param(16, 0, 512, id="16-row-tally-512")])
+                                                        variant(16, 0, 512, id="16-row-tally-512")])
 def test_search_from_the_splits_tallies_finds_the_cut_of_the_whole_bracket(device, finish_n, scan, row_tally,
                                                                            monkeypatch):
     """Each split tallies its gathered tokens at TALLY_N keys spread over the bracket, and the record's key

@@ -15,7 +15,7 @@ import torch
 
 from filter_settings import DEVICES, three_launches_from_nine_rows  # noqa: F401
 from one_launch_cuts import bracketed_rows, cut_and_partials, cut_before_and_after, last_brackets, sample_of, \
-    take_over, top_p_rows
+    take_over, top_p_rows, variant
 from reference import SpecBatch
 from specverify.kernels import triton_filter
 from specverify.kernels.triton_cut import DROP, KMAX, KMIN
@@ -24,7 +24,7 @@ from specverify.kernels.triton_sample import MASS_SPAN
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, share_tile", [
-    pytest.param(None, None, id="spin"), pytest.param(None, 8, id="spin-narrow-tiles"),
+    pytest.param(None, None, id="spin"), variant(None, 8, id="spin-narrow-tiles"),
     take_over(None)])
 def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device, spin, share_tile, monkeypatch):
     """With ONE_LAUNCH_SHARED the one launch's splits tally the sample bracket's two rounds between them, each the
@@ -56,7 +56,7 @@ def test_splits_sharing_the_sample_tally_find_the_brackets_of_one_program(device
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, round_ng", [
-    pytest.param(None, 128, id="spin-128"), pytest.param(None, 16, id="spin-16"),
+    pytest.param(None, 128, id="spin-128"), variant(None, 16, id="spin-16"),
     take_over(128)])
 def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_ng, monkeypatch):
     """With ONE_LAUNCH_ROUND_NG the one launch's splits tally a bracket by count (top-k's) in one round of that many
@@ -84,7 +84,7 @@ def test_one_round_bracket_leaves_the_records_of_two_rounds(device, spin, round_
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spin, form", [
-    pytest.param(None, 1, id="counts"), pytest.param(None, 2, id="ends"),
+    variant(None, 1, id="counts"), pytest.param(None, 2, id="ends"),
     take_over(1)])
 def test_count_bracket_from_the_whole_sample_leaves_the_records_of_the_shared_round(device, spin, form, monkeypatch):
     """With ONE_LAUNCH_WHOLE_SAMPLE each split loads the row's whole sample after its pass 1 and, once it has
