@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import reference
-from reference import Noise, SpecBatch
+from reference import Noise, SpecBatch, SpecOutput
 from reference.sample import filtered_target
 from specverify.checks.differential import compare_to_reference, tolerance
 from specverify.checks.filter_cuts import near_cut
 from specverify.checks.rounding import scaled_logit_error
+from specverify.checks.structural import support_problems
 from specverify.kernels.cpu import CpuBackend
 from specverify.strategies import LOGIT_STYLES, _logits
 
@@ -171,3 +172,25 @@ def test_a_tighter_declared_margin_scales_the_rounding_allowance_with_it():
     (none,) = compare_to_reference(batch, got, rejects, tol=0.0).divergences
     assert full.ambiguous and half.rounding == pytest.approx(full.rounding / 2, rel=1e-12)
     assert not none.ambiguous and none.rounding == 0.0, none
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+@pytest.mark.parametrize("scale, temperature, delta, excused", [(8.25, 1e-3, 2e-4, True), (0.0, 1.0, 2e-4, False),
+                                                                (8.25, 1e-3, 0.1, False)])
+def test_an_extra_token_whose_residual_is_zero_within_the_rounding_is_in_its_support(method, scale, temperature,
+                                                                                      delta, excused):
+    """The drafter's q is p with token 5's share raised by ``delta`` (relative) and token 3's lowered to match, and
+    draft 3 is rejected: in float64 the residual max(p - q, 0) is zero at 5, but at T = 0.001 with logits near 8.25
+    float32 moves p(5) by more than 2e-4, so a kernel may race 5 in. The support check (output_structure, under
+    the standard and the block rule) excuses it there, as the differential checks excuse the cancellation; at T = 1
+    with logits near 0, or with q 10% above p, emitting 5 stays a token of probability 0."""
+    batch, _, _ = _flip(method, scale, temperature)
+    p = torch.softmax(batch.target_logits[0].double() / float(batch.temperature[0]), dim=-1)
+    q = p.clone()
+    q[5], q[3] = p[5] * (1 + delta), p[3] - p[5] * delta
+    rows = torch.stack([q, torch.zeros_like(q)])[:1].float()
+    batch = SpecBatch(batch.num_draft_tokens, torch.tensor([3]), batch.target_logits, rows, batch.temperature)
+    out = SpecOutput(torch.tensor([[5, -1]]), torch.tensor([0]))
+    problems = support_problems(batch, out, method)
+    assert (problems == []) == excused, problems
+    assert support_problems(batch, SpecOutput(torch.tensor([[3, -1]]), torch.tensor([0])), method) == []

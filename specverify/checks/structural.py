@@ -66,11 +66,13 @@ def _shaped(example: Example, kwargs: dict, ctx: Context) -> Example:
 
 def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[str]:
     """Every emitted token lies in the support it came from: the extra token has positive probability
-    under the distribution it was drawn from (the filtered target p', or its residual), and under the
-    standard rule an accepted draft has p'(x) > 0 (u > 0, so u * q(x) <= p'(x) needs p'(x) > 0)."""
+    under the distribution it was drawn from (the filtered target p', or its residual, where an entry zero
+    only within float32 rounding counts as positive, SPEC 4.1), and under the standard rule an accepted draft
+    has p'(x) > 0 (u > 0, so u * q(x) <= p'(x) needs p'(x) > 0)."""
     cpu = batch.to("cpu")
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
     d_off, l_off = cpu.draft_offsets().tolist(), cpu.logit_offsets().tolist()
+    tol = tolerance(HARNESS_AMBIGUITY_MARGIN, cpu.vocab_size)
     problems = []
     if method == "tree":
         return [f"request {b}: {why}" for b in range(cpu.num_requests)
@@ -92,6 +94,7 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
                 if x == PLACEHOLDER or filtered_target(cpu, request, row[None], t)[0, x] <= 0:
                     problems.append(f"request {b}: accepted draft {x} at position {j} is outside the target's support")
         w = filtered_target(cpu, request, logits[None], t)[0]
+        cancels = None      # (r, q, allowed): where r - q is zero within its rounding, float32 may see it positive
         if method == "block":
             k_block, x, p, q, weights = block_law(cpu, b)
             if m > k_block or ids[b, :m].tolist() != x[:m].tolist():
@@ -99,14 +102,27 @@ def support_problems(batch: SpecBatch, out, method: str = "standard") -> list[st
                                 f"not a prefix of its block {x.tolist()}")
                 continue
             if m < k_block:
+                e = scaled_logit_error(cpu.target_logits[l_off[b]: l_off[b] + k_block + 1], t, p)
+                w_error = e[torch.arange(m), x[:m]].sum()
+                cancels = (weights[m] * p[m], q[m], tol + w_error + e[m])
                 w = leviathan.residual(weights[m] * p[m], q[m])
         if method == "standard" and m < k:
             x = int(cpu.draft_token_ids[d_off[b] + m])
             q = draft_row(cpu, d_off[b] + m, x)
+            cancels = (w, q, tol + scaled_logit_error(logits, t, w))
             w = leviathan.residual(w, q)
-        if not 0 <= y < cpu.vocab_size or w[y] <= 0:
+        if not 0 <= y < cpu.vocab_size or (w[y] <= 0 and not _cancellation(cancels, y)):
             problems.append(f"request {b}: extra token {y} at position {m} has probability 0")
     return problems
+
+
+def _cancellation(cancels, v: int) -> bool:
+    """Whether v's residual entry r(v) - q(v) of ``cancels`` (r, q, allowed [V]) is zero only within rounding:
+    |r(v) - q(v)| <= allowed(v) r(v) (SPEC 4.1), which float32 may see as positive."""
+    if cancels is None:
+        return False
+    r, q, allowed = cancels
+    return bool(r[v] > 0 and (r[v] - q[v]).abs() <= allowed[v] * r[v])
 
 
 
