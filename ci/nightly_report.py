@@ -4,7 +4,7 @@ benchmark results, and PNG plots (matplotlib optional: without it the report say
     python ci/nightly_report.py RESULTS_DIR [--elapsed SECONDS] [--copies N]
 
 Reads RESULTS_DIR/{suite.json, steps.tsv, env.txt, mutants.log, sanitizer-*.log, bench.json, bench.md,
-rates.md} (whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The distribution plots come
+rates.md, flashinfer.json} (whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The distribution plots come
 from a fresh launch of the Triton backend on the statistical cases (--copies replicated requests).
 """
 
@@ -43,6 +43,9 @@ def _fmt(x, spec: str) -> str:
     return format(x, spec)
 
 
+VERDICTS = {"pass": "PASS", "fail": "**FAIL**", "n/a": "n/a", "not run": "not run", "known deviation": "KNOWN"}
+
+
 def suite_section(doc: dict) -> list[str]:
     results = doc["results"]
     counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "n/a")}
@@ -60,7 +63,7 @@ def suite_section(doc: dict) -> list[str]:
         note = (r.get("message") or "").replace("|", "/").replace("\n", " ")
         if len(note) > 160:
             note = note[:157] + "..."
-        verdict = {"pass": "PASS", "fail": "**FAIL**", "n/a": "n/a", "not run": "not run"}[r["status"]]
+        verdict = VERDICTS.get(r["status"], r["status"])
         power = _fmt(r.get("detectable"), ".4f") + (f" {r['detectable_measure']}" if r.get("detectable_measure") else "")
         lines.append(f"| {r['check']} | {r['case']} | {r['kind']} | {verdict} | {_fmt(r.get('statistic'), '.4g')} | "
                      f"{_fmt(r.get('p_value'), '.3g')} | {_fmt(r.get('alpha'), '.2g')} | {r.get('samples', 0)} | "
@@ -74,6 +77,30 @@ def suite_section(doc: dict) -> list[str]:
     lines += gpu_lines(results)
     if doc.get("verdict"):
         lines += ["", "Verdict reasons: " + ("; ".join(doc["verdict"]["reasons"]) or "none")]
+    return lines
+
+
+THIRD_PARTY = ("flashinfer",)     # the nightly's adapter steps, each writing NAME.json
+
+
+def third_party_section(name: str, doc: dict) -> list[str]:
+    """A third-party kernel's check through its adapter (``specverify check ADAPTER --json``): its verdict, its
+    declared deviations as met or not met in this run, and its failures."""
+    results, verdict = doc["results"], doc.get("verdict") or {}
+    counts = {s: sum(r["status"] == s for r in results) for s in VERDICTS}
+    lines = [f"`{name}`: backend `{doc['backend']}`, profile `{doc['profile']}`, device {doc['device']}. "
+             f"**{'PASSED' if doc['passed'] else 'FAILED'}**: {counts['pass']} passed, {counts['fail']} failed, "
+             f"{counts['n/a']} not applicable, {counts['known deviation']} known deviation(s) "
+             f"({doc.get('seconds', 0):.0f} s)."]
+    for title, key in (("Known deviations (declared; never counted as passed)", "known_deviations"),
+                       ("Intermittent deviations this run did not meet (kept)", "intermittent_not_seen"),
+                       ("Declared deviations that did not occur (remove them)", "deviations_not_seen")):
+        if verdict.get(key):
+            lines += ["", f"{title}:"] + [f"- `{cid}`: {why}" for cid, why in verdict[key].items()]
+    failed = [r for r in results if r["status"] == "fail"]
+    if failed:
+        lines += ["", "Failures:"] + [f"- `{r['check']}[{r['case']}]`: {(r.get('message') or '')[:300]}"
+                                      for r in failed]
     return lines
 
 
@@ -295,6 +322,14 @@ def main() -> int:
                  + ("; ".join(caught) if caught else "no catch line recorded")
                  + (f" (pytest: {summary[-1]})" if summary else ""))
     lines.append("")
+
+    lines += ["## Third-party kernels", ""]
+    adapters = [(name, _read(os.path.join(d, f"{name}.json"))) for name in THIRD_PARTY]
+    for name, text in adapters:
+        if text:
+            lines += third_party_section(name, json.loads(text)) + [""]
+    if not any(text for _, text in adapters):
+        lines += ["None checked in this run (FlashInfer not importable, or its step not run).", ""]
 
     lines += ["## compute-sanitizer", "", "`ci/sanitizer_driver.py`: every kernel path (standard, greedy, mixed, "
               "synthetic; injected and seeded; fp32, bf16, fp16; V not a multiple of the block; zero-draft requests; "

@@ -232,3 +232,33 @@ def test_the_report_names_the_runner_the_checks_per_gpu_and_each_split_draw():
     one = dict(doc, gpus=["0"], results=[dict(whole, gpu="0")], pytest_exitstatus=0)
     text = "\n".join(nightly_report.suite_section(one))
     assert "(pytest exit status 0, 139 s)" in text and "No draw was split over GPUs" in text
+
+
+def test_the_report_states_a_third_party_kernels_verdict_and_its_deviations():
+    """The nightly's FlashInfer step writes flashinfer.json: the report gives its counts, each declared deviation
+    as met, not met but intermittent (kept), or not met (to remove), and each failure; a known deviation in the
+    suite's table reads KNOWN. The first document is the 2026-11-30 nightly's own, whose NaN-row deviation did not
+    occur (declared intermittent since)."""
+    import json
+    import sys
+    sys.path.insert(0, str(ROOT / "ci"))
+    import nightly_report  # noqa: PLC0415
+
+    path = ROOT / "docs" / "nightly" / "2026-11-30-h200-nightly11" / "3-flashinfer" / "flashinfer.json"
+    doc = json.loads(path.read_text())
+    text = "\n".join(nightly_report.third_party_section("flashinfer", doc))
+    assert "**PASSED**: 31 passed, 0 failed, 38 not applicable, 2 known deviation(s) (285 s)" in text, text
+    assert "Declared deviations that did not occur (remove them):\n- `nonfinite_rows[rows]`: " in text
+    assert "Known deviations" in text and "- `token_distribution[residual_fallback]`: " in text
+    failing = dict(doc, passed=False, verdict=dict(doc["verdict"], deviations_not_seen={},
+                                                    intermittent_not_seen={"nonfinite_rows[rows]": "reads memory"}),
+                   results=doc["results"] + [{"check": "determinism", "case": "random", "status": "fail",
+                                              "message": "outputs differ between two calls"}])
+    text = "\n".join(nightly_report.third_party_section("flashinfer", failing))
+    assert "**FAILED**: 31 passed, 1 failed" in text and "remove them" not in text
+    assert "this run did not meet (kept):\n- `nonfinite_rows[rows]`: reads memory" in text
+    assert "Failures:\n- `determinism[random]`: outputs differ between two calls" in text
+    known = {"check": "nonfinite_rows", "case": "rows", "kind": "structural", "status": "known deviation"}
+    suite = {"backend": "x", "profile": "nightly", "device": "cuda", "passed": True, "seconds": 1.0,
+             "family_alpha": 1e-3, "check_alpha": 1e-4, "results": [known]}
+    assert "| nonfinite_rows | rows | structural | KNOWN |" in "\n".join(nightly_report.suite_section(suite))
