@@ -4,8 +4,8 @@ benchmark results, and PNG plots (matplotlib optional: without it the report say
     python ci/nightly_report.py RESULTS_DIR [--elapsed SECONDS] [--copies N]
 
 Reads RESULTS_DIR/{suite.json, steps.tsv, env.txt, mutants.log, sanitizer-*.log, bench.json, bench.md,
-rates.md, flashinfer.json} (whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The distribution plots come
-from a fresh launch of the Triton backend on the statistical cases (--copies replicated requests).
+rates.md, flashinfer.json} (whatever exists) and writes RESULTS_DIR/report.md and RESULTS_DIR/*.png. The
+distribution plots come from a fresh launch of the Triton backend on the statistical cases (--copies replicated requests).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.filter_cuts import explained_by_cut
-from specverify.checks.rounding import Residual, race_error, scaled_logit_error
+from specverify.checks.rounding import Residual, cancellation, race_error, scaled_logit_error
 
 AMBIGUOUS_FRACTION_BOUND = 0.002     # ambiguous divergences allowed per decision, above a floor of 2
 
@@ -130,8 +130,8 @@ def classify(batch: SpecBatch, noise: Noise, b: int, expected: list, got: list, 
         # A residual entry p(v) - q(v) within float32 rounding of p(v) is a cancellation: float32 may
         # see it as 0 or as positive, and a tiny exponential lets it win the race (SPEC 4.1).
         for v in sides:
-            if 0 <= v < cpu.vocab_size and p[v] > 0 and abs(float(p[v] - q[v])) <= (tol + e[v]) * float(p[v]):
-                margin = abs(float(p[v] - q[v])) / float(p[v])
+            margin = cancellation(p, q, v, tol + e)
+            if math.isfinite(margin):
                 return Divergence(b, j, expected, got, "residual cancellation p(v) - q(v)", margin, True,
                                   float(e[v]))
         # the residual zero everywhere, where the rule races p itself (SPEC 3), is named apart: a kernel without
@@ -192,9 +192,8 @@ def _classify_block(cpu: SpecBatch, noise: Noise, b: int, expected: list, got: l
     if tau < k:
         wp, e_wp = w[tau] * p[tau], w_error[tau] + e[tau]
         for v in sides:
-            if 0 <= v < cpu.vocab_size and wp[v] > 0 and \
-                    abs(float(wp[v] - q[tau, v])) <= (tol + e_wp[v]) * float(wp[v]):
-                margin = abs(float(wp[v] - q[tau, v])) / float(wp[v])
+            margin = cancellation(wp, q[tau], v, tol + e_wp)
+            if math.isfinite(margin):
                 return Divergence(b, tau, expected, got, "residual cancellation w p(v) - q(v)", margin, True,
                                   float(e_wp[v]))
         rounding = sum(race_error(e_wp, wp, weights, v) for v in sides)

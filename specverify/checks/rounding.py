@@ -34,6 +34,15 @@ def scaled_logit_error(logits: torch.Tensor, temperature: float, p: torch.Tensor
     return torch.where(kept, ROUNDING * ((1 - p.double()) * s + rest), torch.zeros((), dtype=torch.float64))
 
 
+def cancellation(r: torch.Tensor, q: torch.Tensor, v: int, allowed: torch.Tensor) -> float:
+    """|r(v) - q(v)| / r(v) of a residual entry where r(v) > 0 and that lies within ``allowed`` [V] at v (the
+    tolerance plus its rounding): a cancellation float32 may see as zero or as positive; inf otherwise."""
+    if not 0 <= v < r.shape[0] or r[v] <= 0:
+        return math.inf
+    size = abs(float(r[v] - q[v])) / float(r[v])
+    return size if size <= float(allowed[v]) else math.inf
+
+
 def race_error(e: torch.Tensor, p: torch.Tensor, w: torch.Tensor, v: int) -> float:
     """The relative error of w(v) in a race over w (p itself or a residual max(p - q, 0), q exact): e(v) p(v) /
     w(v), 0 where w(v) = 0 or v is out of range."""
@@ -67,10 +76,6 @@ class Residual:
         return float(self.dr[x] / self.r[x]) + self.dm / self.m if self.r[x] > 0 else 0.0
 
     def cancellation(self, q: torch.Tensor, v: int, tol: float) -> float:
-        """|r(v) - m q(v)| / r(v) where that is within tol plus its rounding: a cancellation float32 may see as
-        zero or as positive; inf otherwise."""
-        if not 0 <= v < self.r.shape[0] or self.r[v] <= 0:
-            return math.inf
-        size = abs(float(self.r[v] - self.m * q[v])) / float(self.r[v])
-        rounding = float((self.dr[v] + self.dm * q[v]) / self.r[v])
-        return size if size <= tol + rounding else math.inf
+        """``cancellation`` of r against m q, within tol plus r's rounding there ((dr + dm q) / r)."""
+        rounding = torch.where(self.r > 0, (self.dr + self.dm * q) / self.r, 0.0)    # 0 / 0 where r = 0: unused
+        return cancellation(self.r, self.m * q, v, tol + rounding)
