@@ -193,31 +193,34 @@ def fake_chain(draft_probs, draft_token_ids, target_probs, accepted, emitted, de
     ``last_valid_id``: True, the last id in the support of the previous row's sample (0 before any row); an int,
     that id every time (what another kernel left in the same shared memory)."""
     R, n, V = draft_probs.shape[0], draft_token_ids.shape[1], target_probs.shape[-1]
-    out = torch.full((R, n + 1), -1, dtype=torch.int32)
-    left = 0
-    for r in range(R):
+    u, e = torch.empty(R, n, dtype=torch.float64), torch.empty(R, V, dtype=torch.float64)
+    for r in range(R):   # each row's own stream, drawn in the kernel's order: u, then E
         g = torch.Generator().manual_seed((int(seed[r]) * 7919 + (r if slot_keyed else 0) + int(offset[r])) % 2 ** 63)
-        u, e = torch.rand(n, generator=g, dtype=torch.float64), -torch.log(torch.rand(V, generator=g, dtype=torch.float64))
-        j = 0
-        while j < n:
-            x, p, q = int(draft_token_ids[r, j]), target_probs[r, j].double(), draft_probs[r, j].double()
-            if q[x] > 0 and u[j] * q[x] <= p[x]:
-                out[r, j] = x
-                j += 1
-                continue
-            w = (p - q).clamp(min=0)
-            if w.sum() > 0 or not stale_fallback:
-                w = w if w.sum() > 0 else p
-                out[r, j], left = int(reference.race.winners(w[None], e[None])[0]), int(w.nonzero().max())
-            else:
-                out[r, j] = left if stale_fallback is True else stale_fallback
-            break
-        else:
-            p = target_probs[r, n].double()
-            out[r, n] = int(reference.race.winners(p[None], e[None])[0]) if not skip_bonus else 0
-            left = int(p.nonzero().max())
-        emitted[r] += j
-    return out, accepted, emitted
+        u[r], e[r] = torch.rand(n, generator=g, dtype=torch.float64), -torch.log(torch.rand(V, generator=g,
+                                                                                          dtype=torch.float64))
+    x, p, q = draft_token_ids.long(), target_probs.double(), draft_probs.double()
+    qx, px = q.gather(2, x[..., None])[..., 0], p[:, :n].gather(2, x[..., None])[..., 0]
+    j = ((qx > 0) & (u * qx <= px)).long().cumprod(1).sum(1)   # [R] accepted drafts: the first rejection's place
+    rows = torch.arange(R)
+    w = torch.cat([(p[:, :n] - q).clamp(min=0), p[:, n:]], 1)[rows, j]   # [R, V] the residual, or p after all n
+    empty = (w.sum(1) == 0) & (j < n)
+    w = torch.where(empty[:, None] & (stale_fallback is False), p[rows, j], w)
+    stale = empty & (stale_fallback is not False)
+    token = reference.race.winners(torch.where(stale[:, None], p[rows, j], w), e)
+    if skip_bonus:
+        token = torch.where(j == n, 0, token)
+    # A stale row emits the last support id of the latest earlier row that sampled (0 before any).
+    last = V - 1 - w.ne(0).flip(1).long().argmax(1)
+    sampled = torch.where(~stale, rows, -1).cummax(0).values
+    after = torch.where(sampled >= 0, last[sampled.clamp(min=0)], 0)
+    before = torch.cat([torch.zeros(1, dtype=torch.long), after])[:R]
+    if stale_fallback is not False:
+        token = torch.where(stale, before if stale_fallback is True else torch.full_like(token, stale_fallback), token)
+    out = torch.full((R, n + 1), -1, dtype=torch.long)
+    out[:, :n] = torch.where(torch.arange(n) < j[:, None], x, -1)
+    out[rows, j] = token
+    emitted += j.to(emitted.dtype)
+    return out.to(torch.int32), accepted, emitted
 
 
 class CpuChain(FlashInferChain):
