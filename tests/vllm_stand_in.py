@@ -65,25 +65,28 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     if not meta.all_greedy:
         recovered = sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
                                             draft_probs, probs, meta, target_logits.device, use_fp64_gumbel)
-    start = 0
-    for b, n in enumerate(num_draft_tokens):
-        rejected = False
-        for j in range(n):
-            t, x = start + j, int(draft_token_ids[start + j])
-            if synthetic_mode:
-                ok = bool(u[t] < synthetic_conditional_rates[j])
-            elif greedy[b]:
-                ok = x == int(argmax[t])
-            else:
-                q = 1.0 if draft_probs is None or DROP_DRAFT_PROBS else float(draft_probs[t, x])
-                ok = q > 0 and float(probs[t, x]) / q >= float(u[t])
-            out[b, j] = x if ok else int(argmax[t] if greedy[b] else recovered[t])
-            if not ok:
-                rejected = True
-                break
-        if not rejected:
-            out[b, n] = int(bonus_token_ids[b])
-        start += n
+    n = torch.tensor(num_draft_tokens, dtype=torch.long)
+    t = torch.arange(draft_token_ids.shape[0])
+    row = torch.repeat_interleave(torch.arange(B), n)          # each draft token's request
+    j = t - (torch.cumsum(n, 0) - n)[row]                      # and its place in the request
+    x, greedy = draft_token_ids.long(), torch.tensor(greedy, dtype=torch.bool)[row]
+    if synthetic_mode:
+        ok = u < synthetic_conditional_rates[j]
+    else:
+        ok = x == argmax
+        if u is not None:
+            q = torch.ones(t.shape, dtype=torch.float64) if draft_probs is None or DROP_DRAFT_PROBS else \
+                draft_probs[t, x].double()
+            ok = torch.where(greedy, ok, (q > 0) & (probs[t, x].double() / q >= u.double()))
+    replacement = argmax if recovered is None else torch.where(greedy, argmax, recovered.long())
+    passed = torch.ones(B, max_spec_len + 1, dtype=torch.bool)
+    passed[row, j] = ok
+    kept = passed.long().cumprod(1).sum(1).clamp(max=n)         # drafts before the first rejection
+    out[row[j < kept[row]], j[j < kept[row]]] = x[j < kept[row]].to(out.dtype)
+    rejected = torch.nonzero(kept < n)[:, 0]
+    out[rejected, kept[rejected]] = replacement[(torch.cumsum(n, 0) - n + kept)[rejected]].to(out.dtype)
+    done = torch.nonzero(kept == n)[:, 0]
+    out[done, n[done]] = bonus_token_ids.reshape(B)[done].to(out.dtype)
     return out
 
 
@@ -115,16 +118,15 @@ def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens,
 
 def recovered(out, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab_size,
               BLOCK_SIZE, NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=False):
-    start = 0
-    for b, end in enumerate(cu_num_draft_tokens.tolist()):
-        for t in range(start, end):
-            if NO_DRAFT_PROBS:
-                w = target_probs[t].clone()
-                w[int(draft_token_ids[t])] = 0.0
-            else:
-                w = (target_probs[t] - draft_probs[t]).clamp(min=0.0)
-            out[t] = int((w * inv_q[b]).argmax())
-        start = end
+    cu = cu_num_draft_tokens.long()
+    row = torch.repeat_interleave(torch.arange(cu.shape[0]), torch.diff(cu, prepend=cu.new_zeros(1)))
+    T = row.shape[0]
+    if NO_DRAFT_PROBS:
+        w = target_probs[:T].clone()
+        w[torch.arange(T), draft_token_ids[:T].long()] = 0.0
+    else:
+        w = (target_probs[:T] - draft_probs[:T]).clamp(min=0.0)
+    out[:T] = (w * inv_q[row]).argmax(-1).to(out.dtype)
 
 
 class Kernel:                    # launched as a Triton kernel is: kernel[grid](*args, **kwargs)
