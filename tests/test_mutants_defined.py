@@ -169,7 +169,7 @@ def scenario_bf16_sensitive_seeded(backend):
 
 def scenario_greedy_seeded(backend):
     """Greedy requests with a clear argmax (p(0) = 0.7) under seeds: the argmax always, never a sample."""
-    B, V = 64, 4
+    B = 64
     logits = torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1])).repeat(B, 1)
     batch = SpecBatch(torch.zeros(B, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), logits, None,
                       torch.zeros(B))
@@ -257,7 +257,7 @@ def scenario_placeholders(backend):
     """Placeholder drafts in every slot of random requests whose target favours tokens 0 and V - 1: a
     placeholder read as either token is often accepted; a correct backend never accepts one."""
     g = torch.Generator().manual_seed(127)
-    B, V = 32, 6
+    B = 32
     logits = torch.tensor([3.0, 0.0, 0.0, 0.0, 0.0, 3.0]).repeat(3 * B, 1)
     batch = SpecBatch(torch.full((B,), 2), torch.full((2 * B,), -1), logits, None, torch.ones(B))
     return backend(batch, noise=Noise.draw(batch, g))

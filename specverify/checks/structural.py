@@ -201,8 +201,8 @@ def plausible_poison(value: int = 3):
     torch.empty_like = lambda *a, **k: fill(originals[1](*a, **k))
     torch.Tensor.new_empty = lambda self, *a, **k: fill(originals[2](self, *a, **k))
     if torch.cuda.is_available():
-        blocks = [torch.full((1 << 20,), value, dtype=torch.int64, device="cuda") for _ in range(16)]
-        del blocks  # back to the caching allocator, holding the pattern
+        filled = [torch.full((1 << 20,), value, dtype=torch.int64, device="cuda") for _ in range(16)]
+        filled.clear()  # back to the caching allocator, holding the pattern
     try:
         yield
     finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from specverify.kernels.triton_cut import (DEFER, DROP, KMAX, KMIN, join4, order_key, pick, split4, stamp, unweighed,
+from specverify.kernels.triton_cut import (DEFER, KMAX, KMIN, join4, order_key, pick, split4, stamp, unweighed,
                                            work_parts)
 from specverify.kernels.triton_gather import NPART
 from specverify.kernels.triton_handoff import publish
