@@ -28,6 +28,14 @@ def _normalise(w: torch.Tensor) -> torch.Tensor:
     return w / w.sum()
 
 
+def _token_weights(pairs, vocab_size: int) -> torch.Tensor:
+    """[V] float64: each token's probabilities summed, in the order given ((token, probability) pairs)."""
+    w = [0.0] * vocab_size
+    for token, prob in pairs:
+        w[token] += prob
+    return torch.tensor(w, dtype=torch.float64)
+
+
 def standard_sequences(p: torch.Tensor, q: torch.Tensor) -> dict[tuple[int, ...], float]:
     """Drafts x_j ~ q_j: p [k+1, V] target rows (bonus last), q [k, V] drafter rows, float64.
 
@@ -113,21 +121,14 @@ def synthetic_sequences(p: torch.Tensor, conditional_rates: torch.Tensor, drafts
 
 def position_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
     """[V] float64: distribution of the token emitted at position j, given the request reached j."""
-    w = torch.zeros(vocab_size, dtype=torch.float64)
-    for seq, prob in sequences.items():
-        if len(seq) > j:
-            w[seq[j]] += prob
-    return _normalise(w)
+    return _normalise(_token_weights(((seq[j], prob) for seq, prob in sequences.items() if len(seq) > j), vocab_size))
 
 
 def stop_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
     """[V] float64: distribution of the token emitted at position j, given the request stopped there
     (num_accepted == j: the token after a rejection, or the bonus at the last position); zeros where the law
     never stops at j."""
-    w = torch.zeros(vocab_size, dtype=torch.float64)
-    for seq, prob in sequences.items():
-        if len(seq) == j + 1:
-            w[seq[j]] += prob
+    w = _token_weights(((seq[j], prob) for seq, prob in sequences.items() if len(seq) == j + 1), vocab_size)
     return _normalise(w) if float(w.sum()) > 0 else w
 
 
