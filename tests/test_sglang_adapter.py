@@ -7,6 +7,7 @@ the target with the rejected siblings removed by inverse CDF; and a greedy verif
 argmax. On the CPU it lets CI hold the adapter's layout conversion, its output reading and its
 declarations to the harness without a GPU; docs/kernels.md records the real kernel's verdicts."""
 
+import functools
 import types
 
 import pytest
@@ -18,7 +19,7 @@ from specverify import UnsupportedError
 from specverify.adapters import sglang
 from specverify.adapters.tree_layout import from_linked_lists, to_linked_lists
 from specverify.checks import run_check
-from specverify.checks.result import NOT_APPLICABLE, PASS
+from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS
 from specverify.checks.runner import output_problems
 from specverify.checks.stats import chi_square_gof
 from specverify.strategies import get_profile
@@ -28,7 +29,10 @@ from specverify.strategies import get_profile
 def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                           retrive_next_token, retrive_next_sibling, uniform_samples,
                                           uniform_samples_for_final_sampling, target_probs, draft_probs,
-                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True):
+                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True,
+                                          count_once=False):
+    """``count_once``: a token tried again under the same parent adds nothing to the running sum (its residual is
+    0 after its first rejection, SPEC 3.8), where the kernel adds its probability once per copy."""
     _require(predicts, torch.int32, 1, "predicts")
     _require(accept_index, torch.int32, 2, "accept_index")
     _require(accept_token_num, torch.int32, 1, "accept_token_num")
@@ -51,9 +55,10 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
         taken = 0
         for _ in range(1, S):
             child, mass = int(retrive_next_token[b, slot]), torch.zeros((), dtype=torch.float32)
+            tried = set()
             while child != -1:
                 x = int(candidates[b, child])
-                p_x = target_probs[b, slot, x]
+                p_x = target_probs[b, slot, x] if not (count_once and x in tried) else mass * 0
                 mass = mass + p_x                                   # float32, as the kernel accumulates
                 if coin <= mass / acc_scale or p_x >= threshold_single:
                     predicts[last] = x
@@ -62,7 +67,9 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
                     accept_index[b, taken] = last
                     slot, coin = child, uniform_samples[b, child]
                     break
-                draft_probs[b, slot, x] = p_x                       # the rejected token leaves the residual
+                if x not in tried:
+                    draft_probs[b, slot, x] = p_x                   # the rejected token leaves the residual
+                tried.add(x)
                 child = int(retrive_next_sibling[b, child])
             if child == -1:
                 break
@@ -245,6 +252,21 @@ def test_harness_tree_statistics_on_the_stand_in(check):
     """The harness's one-hot top-k tree case through the adapter: the stand-in's law is SPEC 3.8's."""
     result = run_check(TARGET_ONLY, check, "tree_onehot_topk", get_profile("ci"))
     assert result.status == PASS, result.message
+
+
+def test_a_token_drafted_twice_under_one_parent_fails_the_sequence_law_where_its_mass_counts_twice():
+    """The kernel's running sum adds a sibling's target probability once per copy, so a token drafted as two
+    siblings is accepted with up to twice its probability, where SPEC 3.8 never accepts the second copy. The
+    harness's duplicate-siblings case puts the root's top token (p = 0.40) first twice: the stand-in emits it
+    first at about 0.80 and fails the sequence law; the same stand-in counting each token once passes."""
+    result = run_check(TARGET_ONLY, "sequence_distribution", "tree_duplicate_siblings", get_profile("ci"))
+    assert result.status == FAIL and result.p_value < 1e-12, result.line()
+    once = types.SimpleNamespace(**vars(STANDIN))
+    once.tree_speculative_sampling_target_only = functools.partial(tree_speculative_sampling_target_only,
+                                                                    count_once=True)
+    result = run_check(sglang.tree_target_only(once, devices=("cpu",)), "sequence_distribution",
+                       "tree_duplicate_siblings", get_profile("ci"))
+    assert result.status == PASS, result.line()
 
 
 @pytest.mark.parametrize("check,case", [("token_distribution", "tree_dense_q"), ("interface_parity", "convention")])

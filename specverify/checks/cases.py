@@ -329,6 +329,22 @@ def _eagle_case() -> StatCase:
                     drafts=tuple(tokens), method="tree", parents=parents, checks=TREE_CHECKS)
 
 
+def _duplicates_case() -> StatCase:
+    """The root's top token drafted twice as its first two children (one-hot q), its second copy with a child,
+    then the root's second token: a rejected token has no probability left (SPEC 3.8), so the second copy is
+    never accepted. A rule that sums the siblings' target probabilities as it tries them counts the top token
+    twice: the first token is then that token with probability 2 p_root(a), here 0.80 against 0.40. One check,
+    the sequence law, which holds the first token's: a second check would raise the ci profile's copies."""
+    parents = (-1, -1, -1, 1)
+    p = _rows(25, 5, 6, 1.0)
+    a, b = (int(t) for t in p[0].topk(2).indices)
+    return StatCase("tree_duplicate_siblings", p, None, 1.0,
+                    "token tree whose root has its top token as two siblings, one-hot q (SPEC 3.8): the second "
+                    "copy never accepted, so the sequence law's first token ~ p_root",
+                    drafts=(a, a, b, int(p[2].argmax())), method="tree", parents=parents,
+                    checks=("sequence_distribution",))
+
+
 TREE_CHECKS = ("token_distribution", "sequence_distribution", "accepted_length")
 STAT_CASES += (
     StatCase("tree_dense_q", _rows(22, 5, 4, 1.0), _rows(23, 4, 4, 1.0), 1.0,
@@ -337,6 +353,7 @@ STAT_CASES += (
              "depth at or above the first-child chain's", method="tree", parents=(-1, -1, 0, 0),
              without_replacement=True, checks=TREE_CHECKS),
     _eagle_case(),
+    _duplicates_case(),
 )
 STAT_CASE_BY_NAME = {c.name: c for c in STAT_CASES}
 
