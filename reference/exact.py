@@ -121,14 +121,16 @@ def synthetic_sequences(p: torch.Tensor, conditional_rates: torch.Tensor, drafts
 
 def position_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
     """[V] float64: distribution of the token emitted at position j, given the request reached j."""
-    return _normalise(_token_weights(((seq[j], prob) for seq, prob in sequences.items() if len(seq) > j), vocab_size))
+    reached = ((seq[j], prob) for seq, prob in sequences.items() if len(seq) > j)
+    return _normalise(_token_weights(reached, vocab_size))
 
 
 def stop_token_distribution(sequences: dict[tuple[int, ...], float], j: int, vocab_size: int) -> torch.Tensor:
     """[V] float64: distribution of the token emitted at position j, given the request stopped there
     (num_accepted == j: the token after a rejection, or the bonus at the last position); zeros where the law
     never stops at j."""
-    w = _token_weights(((seq[j], prob) for seq, prob in sequences.items() if len(seq) == j + 1), vocab_size)
+    stopped = ((seq[j], prob) for seq, prob in sequences.items() if len(seq) == j + 1)
+    w = _token_weights(stopped, vocab_size)
     return _normalise(w) if float(w.sum()) > 0 else w
 
 

@@ -58,7 +58,8 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
             tried = set()
             while child != -1:
                 x = int(candidates[b, child])
-                p_x = target_probs[b, slot, x] if not (count_once and x in tried) else mass * 0
+                repeat = count_once and x in tried
+                p_x = torch.zeros((), dtype=torch.float32) if repeat else target_probs[b, slot, x]
                 mass = mass + p_x                                   # float32, as the kernel accumulates
                 if coin <= mass / acc_scale or p_x >= threshold_single:
                     predicts[last] = x
