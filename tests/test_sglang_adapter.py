@@ -7,6 +7,7 @@ the target with the rejected siblings removed by inverse CDF; and a greedy verif
 argmax. On the CPU it lets CI hold the adapter's layout conversion, its output reading and its
 declarations to the harness without a GPU; docs/kernels.md records the real kernel's verdicts."""
 
+import dataclasses
 import functools
 import types
 
@@ -19,7 +20,7 @@ from specverify import UnsupportedError
 from specverify.adapters import sglang
 from specverify.adapters.tree_layout import from_linked_lists, to_linked_lists
 from specverify.checks import run_check
-from specverify.checks.result import FAIL, NOT_APPLICABLE, PASS
+from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS
 from specverify.checks.runner import output_problems
 from specverify.checks.stats import chi_square_gof
 from specverify.strategies import get_profile
@@ -259,9 +260,15 @@ def test_a_token_drafted_twice_under_one_parent_fails_the_sequence_law_where_its
     """The kernel's running sum adds a sibling's target probability once per copy, so a token drafted as two
     siblings is accepted with up to twice its probability, where SPEC 3.8 never accepts the second copy. The
     harness's duplicate-siblings case puts the root's top token (p = 0.40) first twice: the stand-in emits it
-    first at about 0.80 and fails the sequence law; the same stand-in counting each token once passes."""
+    first at about 0.80. The adapter declares the defect, so the case is known; behind an adapter that declares
+    nothing the same stand-in fails the sequence law; counting each token once, it passes."""
     result = run_check(TARGET_ONLY, "sequence_distribution", "tree_duplicate_siblings", get_profile("ci"))
+    assert result.status == KNOWN and result.deviation == sglang.DUPLICATE_SIBLINGS, result.line()
+    undeclared = sglang.tree_target_only(STANDIN, devices=("cpu",))
+    undeclared.capabilities = dataclasses.replace(undeclared.capabilities, deviations=())
+    result = run_check(undeclared, "sequence_distribution", "tree_duplicate_siblings", get_profile("ci"))
     assert result.status == FAIL and result.p_value < 1e-12, result.line()
+    assert result.message.startswith("sequence(s) of probability 0 emitted"), result.line()
     once = types.SimpleNamespace(**vars(STANDIN))
     once.tree_speculative_sampling_target_only = functools.partial(tree_speculative_sampling_target_only,
                                                                     count_once=True)

@@ -51,7 +51,7 @@ import torch
 from reference import SpecBatch, SpecOutput, greedy, philox, tree
 from specverify.adapters import conventions
 from specverify.adapters.tree_layout import to_linked_lists
-from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities
+from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation
 
 MODULE_VARIABLE = "SPECVERIFY_SGLANG_MODULE"
 DEFAULT_MODULE = "sgl_kernel"
@@ -136,6 +136,13 @@ def outputs(batch: SpecBatch, launch: Launch, predicts: torch.Tensor, accept_ind
     return SpecOutput(token_ids, a, accepted_nodes)
 
 
+DUPLICATE_SIBLINGS = ("real defect: the kernel tests each sibling against a running sum of the siblings' target "
+                      "probabilities that adds a token once per copy, so a token drafted twice under one parent is "
+                      "accepted again where SPEC 3.8 gives its second copy nothing; SGLang's own tree builder gives "
+                      "a parent distinct tokens and never meets it: docs/kernels.md")
+DUPLICATE_SYMPTOM = r"^sequence\(s\) of probability 0 emitted \(sequence, count\): "
+
+
 class SGLangTree(Backend):
     """SGLang's tree verification, one kernel entry or the engine's choice between the two."""
 
@@ -144,6 +151,8 @@ class SGLangTree(Backend):
         methods=frozenset({"tree"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=True, target_filters=True,
         dense_draft_probs=False,   # the target-only rule: its test reads p alone, draft_probs is scratch
+        deviations=(Deviation("sequence_distribution", "tree_duplicate_siblings", DUPLICATE_SIBLINGS,
+                              DUPLICATE_SYMPTOM),),
         notes=("probabilities in, float32: the adapter applies temperature and filters (p' in float64, rounded)",
                "one-hot drafter only (target-only rule): draft_probs with a random request is UnsupportedError",
                "threshold_single = threshold_acc = 1.0 (lossless); lower thresholds are never called",
