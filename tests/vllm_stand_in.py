@@ -67,8 +67,9 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
                                             draft_probs, probs, meta, target_logits.device, use_fp64_gumbel)
     n = torch.tensor(num_draft_tokens, dtype=torch.long)
     t = torch.arange(draft_token_ids.shape[0])
+    start = torch.cumsum(n, 0) - n                             # each request's first draft token
     row = torch.repeat_interleave(torch.arange(B), n)          # each draft token's request
-    j = t - (torch.cumsum(n, 0) - n)[row]                      # and its place in the request
+    j = t - start[row]                                         # and its place in the request
     x, greedy = draft_token_ids.long(), torch.tensor(greedy, dtype=torch.bool)[row]
     if synthetic_mode:
         ok = u < synthetic_conditional_rates[j]
@@ -82,9 +83,10 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     passed = torch.ones(B, max_spec_len + 1, dtype=torch.bool)
     passed[row, j] = ok
     kept = passed.long().cumprod(1).sum(1).clamp(max=n)         # drafts before the first rejection
-    out[row[j < kept[row]], j[j < kept[row]]] = x[j < kept[row]].to(out.dtype)
+    before = j < kept[row]
+    out[row[before], j[before]] = x[before].to(out.dtype)
     rejected = torch.nonzero(kept < n)[:, 0]
-    out[rejected, kept[rejected]] = replacement[(torch.cumsum(n, 0) - n + kept)[rejected]].to(out.dtype)
+    out[rejected, kept[rejected]] = replacement[(start + kept)[rejected]].to(out.dtype)
     done = torch.nonzero(kept == n)[:, 0]
     out[done, n[done]] = bonus_token_ids.reshape(B)[done].to(out.dtype)
     return out
