@@ -5,7 +5,10 @@ Every backend is called exactly like ``reference.sample``:
     backend(batch, *, method="standard", noise=None, seed=None,
             synthetic_acceptance_rate=None, num_speculative_steps=None) -> SpecOutput
 
-and declares what it supports in ``Capabilities``. What a backend does not support raises
+and declares what it supports in ``Capabilities``. A backend whose rule draws uniforms of its own may also
+declare the noise path "coins" and take ``coin=c`` (with or without ``seed``): every uniform its rule draws
+is then c, 0 <= c < 1 (SPEC 2, fixed coins), so that the harness can place them at float32's boundaries.
+What a backend does not support raises
 ``UnsupportedError`` naming the backend and the missing capability: never a ``TypeError`` from a
 lagging signature (seed 003), never a silent fallback. The check lives here, in one place.
 """
@@ -65,8 +68,9 @@ class Deviation:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do. ``seeded_stream`` says whether its seeded noise is the reference's
-    Philox stream ("philox": checked bit for bit) or its own ("own": checked statistically)."""
+    """What a backend can do. ``noise``: "injected", "seeded", and "coins" (its own rule with every uniform
+    it draws fixed by the caller, ``coin=``). ``seeded_stream`` says whether its seeded noise is the
+    reference's Philox stream ("philox": checked bit for bit) or its own ("own": checked statistically)."""
 
     methods: frozenset = frozenset({"standard", "synthetic"})
     noise: frozenset = frozenset({"injected", "seeded"})
@@ -105,13 +109,14 @@ class Capabilities:
     notes: tuple = field(default_factory=tuple)
 
 
-def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: str, noise, seed) -> None:
+def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: str, noise, seed,
+                      coin=None) -> None:
     """The one capability check every backend call goes through."""
     if method not in caps.methods:
         raise UnsupportedError(name, f"method={method!r}", caps.methods)
-    path = "injected" if noise is not None else "seeded"
+    path = "coins" if coin is not None else "injected" if noise is not None else "seeded"
     if path not in caps.noise:
-        raise UnsupportedError(name, f"{path} noise", caps.noise)
+        raise UnsupportedError(name, "fixed coins (coin=)" if path == "coins" else f"{path} noise", caps.noise)
     if batch.has_filters and not getattr(caps, "target_filters", False):
         raise UnsupportedError(name, "target filters (top_k, top_p, min_p)", ["unfiltered targets"])
     if batch.has_placeholders and not getattr(caps, "placeholders", False):
@@ -137,6 +142,20 @@ def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: s
         raise UnsupportedError(name, f"vocabulary size {batch.vocab_size} (max {caps.max_vocab})", [])
 
 
+def validate_coin(coin) -> float:
+    """``coin`` as a float in [0, 1) (a fixed uniform, SPEC 2), else ValueError naming it."""
+    if isinstance(coin, torch.Tensor):
+        if coin.numel() != 1:
+            raise ValueError(f"coin must be one number in [0, 1), got a tensor of shape {tuple(coin.shape)}")
+        coin = coin.item()
+    if isinstance(coin, bool) or not isinstance(coin, (int, float)):
+        raise ValueError(f"coin must be a number in [0, 1), got {type(coin).__name__}")
+    coin = float(coin)
+    if not 0.0 <= coin < 1.0:   # NaN fails both comparisons
+        raise ValueError(f"coin must lie in [0, 1) (a uniform: 0 is torch.rand's smallest value), got {coin!r}")
+    return coin
+
+
 class Backend:
     """Base class: validation and capability checks, then ``_sample``, which subclasses implement.
 
@@ -149,19 +168,32 @@ class Backend:
 
     def __call__(self, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None, seed=None,
                  synthetic_acceptance_rate: float | None = None,
-                 num_speculative_steps: int | None = None) -> SpecOutput:
+                 num_speculative_steps: int | None = None, coin: float | None = None) -> SpecOutput:
         validate_call(batch, method, synthetic_acceptance_rate, num_speculative_steps)
-        require_supported(self.name, self.capabilities, batch, method, noise, seed)
+        if coin is not None:
+            coin = validate_coin(coin)
+            if noise is not None:
+                raise ValueError("give either noise or coin, not both: coin fixes the backend's own uniforms")
+        require_supported(self.name, self.capabilities, batch, method, noise, seed, coin)
         if noise is not None:
             if seed is not None:
                 raise ValueError("give either noise or seed, not both")
             noise.validate_for(batch)
-        return self._sample(batch, method=method, noise=noise, seed=seed,
-                            synthetic_acceptance_rate=synthetic_acceptance_rate,
-                            num_speculative_steps=num_speculative_steps)
+        rule = dict(method=method, synthetic_acceptance_rate=synthetic_acceptance_rate,
+                    num_speculative_steps=num_speculative_steps)
+        if coin is not None:
+            return self._sample_at_coin(batch, coin, seed=seed, **rule)
+        return self._sample(batch, noise=noise, seed=seed, **rule)
 
     def _sample(self, batch: SpecBatch, *, method: str, noise: Noise | None, seed,
                 synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> SpecOutput:
+        raise NotImplementedError
+
+    def _sample_at_coin(self, batch: SpecBatch, coin: float, *, seed, method: str,
+                        synthetic_acceptance_rate: float | None, num_speculative_steps: int | None) -> SpecOutput:
+        """The backend's own rule with every uniform it draws equal to ``coin`` (float, 0 <= coin < 1) and
+        any other noise (an exponential race) from its seeded stream under ``seed``: for backends that
+        declare the noise path "coins"."""
         raise NotImplementedError
 
     def sample_into(self, out: SpecOutput, batch: SpecBatch, *, method: str = "standard", noise: Noise | None = None,

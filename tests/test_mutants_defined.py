@@ -146,14 +146,26 @@ def scenario_tiny_residual(backend):
     return backend(batch, noise=Noise(torch.full((B,), 0.9999), -torch.log(torch.rand(B, V, generator=g))))
 
 
-def scenario_zero_probability_drafts(backend):
-    """Drafts whose logit is -inf (p(x) = 0) with u = 1e-3: never acceptable."""
+def _zero_probability_drafts() -> SpecBatch:
+    """Eight one-draft requests whose draft's logit is -inf (p(x) = 0), V = 10."""
     g = torch.Generator().manual_seed(107)
-    B, V = 8, 10
-    logits = torch.randn(2 * B, V, generator=g)
+    logits = torch.randn(16, 10, generator=g)
     logits[:, 3] = float("-inf")
-    batch = SpecBatch(torch.ones(B, dtype=torch.int64), torch.full((B,), 3), logits, None, torch.ones(B))
-    return backend(batch, noise=Noise(torch.full((B,), 1e-3), torch.ones(B, V)))
+    return SpecBatch(torch.ones(8, dtype=torch.int64), torch.full((8,), 3), logits, None, torch.ones(8))
+
+
+def scenario_zero_probability_drafts(backend):
+    """Drafts of probability 0 with u = 1e-3: never acceptable."""
+    return backend(_zero_probability_drafts(), noise=Noise(torch.full((8,), 1e-3), torch.ones(8, 10)))
+
+
+def scenario_zero_probability_drafts_at_coin_zero(backend):
+    """The same drafts with every uniform at 0: fixed coins (coin=0) where the backend takes them, else injected
+    uniforms of 2^-150, which float32 reads as 0. Never acceptable either way."""
+    batch = _zero_probability_drafts()
+    if "coins" in getattr(getattr(backend, "capabilities", None), "noise", ()):
+        return backend(batch, seed=torch.arange(8), coin=0.0)
+    return backend(batch, noise=Noise(torch.full((8,), 2.0 ** -150, dtype=torch.float64), torch.ones(8, 10)))
 
 
 def scenario_bf16_sensitive_seeded(backend):
@@ -363,7 +375,8 @@ SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
-    scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts)}
+    scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts,
+    scenario_zero_probability_drafts_at_coin_zero)}
 
 # The input on which each sampler mutant must differ from the correct backend.
 WITNESS = {
@@ -383,6 +396,7 @@ WITNESS = {
     "residual_unclamped": "dense",
     "residual_from_p": "dense",
     "accept_with_zero_uniform": "zero_probability_drafts",
+    "zero_coin_accepts_own_stream": "zero_probability_drafts_at_coin_zero",
     "bonus_after_rejection": "dense",
     "num_accepted_off_by_one": "dense",
     "temperature_ignored": "dense",

@@ -31,9 +31,12 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
                                           retrive_next_token, retrive_next_sibling, uniform_samples,
                                           uniform_samples_for_final_sampling, target_probs, draft_probs,
                                           threshold_single=1.0, threshold_acc=1.0, deterministic=True,
-                                          count_once=False):
+                                          count_once=False, guarded=False):
     """``count_once``: a token tried again under the same parent adds nothing to the running sum (its residual is
-    0 after its first rejection, SPEC 3.8), where the kernel adds its probability once per copy."""
+    0 after its first rejection, SPEC 3.8), where the kernel adds its probability once per copy. ``guarded``: a
+    child of probability 0 is never accepted, and where the rejections leave a residual of zero the last rejected
+    token is put back (SPEC 3.8 keeps r as it was), where the kernel accepts at a coin of 0 and falls back to
+    V - 1."""
     _require(predicts, torch.int32, 1, "predicts")
     _require(accept_index, torch.int32, 2, "accept_index")
     _require(accept_token_num, torch.int32, 1, "accept_token_num")
@@ -56,13 +59,13 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
         taken = 0
         for _ in range(1, S):
             child, mass = int(retrive_next_token[b, slot]), torch.zeros((), dtype=torch.float32)
-            tried = set()
+            tried, rejected = set(), None       # rejected: the last token that took mass out of this node's residual
             while child != -1:
                 x = int(candidates[b, child])
                 repeat = count_once and x in tried
                 p_x = torch.zeros((), dtype=torch.float32) if repeat else target_probs[b, slot, x]
                 mass = mass + p_x                                   # float32, as the kernel accumulates
-                if coin <= mass / acc_scale or p_x >= threshold_single:
+                if (coin <= mass / acc_scale or p_x >= threshold_single) and not (guarded and p_x <= 0):
                     predicts[last] = x
                     taken += 1
                     last = int(retrive_index[b, child])
@@ -71,6 +74,7 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
                     break
                 if x not in tried:
                     draft_probs[b, slot, x] = p_x                   # the rejected token leaves the residual
+                    rejected = x if p_x > 0 else rejected
                 tried.add(x)
                 child = int(retrive_next_sibling[b, child])
             if child == -1:
@@ -78,7 +82,10 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
         accept_token_num[b] = taken
         residual = target_probs[b, slot]
         if taken != S - 1:
-            residual = torch.clamp(residual - draft_probs[b, slot], min=0)
+            emptied = torch.clamp(residual - draft_probs[b, slot], min=0)
+            if guarded and not bool((emptied > 0).any()) and rejected is not None:
+                emptied[rejected] = residual[rejected]
+            residual = emptied
         predicts[last] = _inverse_cdf(residual, uniform_samples_for_final_sampling[b])
 
 
@@ -275,6 +282,56 @@ def test_a_token_drafted_twice_under_one_parent_fails_the_sequence_law_where_its
     result = run_check(sglang.tree_target_only(once, devices=("cpu",)), "sequence_distribution",
                        "tree_duplicate_siblings", get_profile("ci"))
     assert result.status == PASS, result.line()
+
+
+@pytest.mark.parametrize("case,coin,deviation", [("tree_zero_mass_siblings", "0", sglang.ZERO_COIN),
+                                                  ("tree_covered_support", "1 - 2^-24", sglang.TOP_COIN)])
+def test_boundary_coins_find_the_kernels_coin_defects_that_its_engine_draws_once_in_two_to_the_24(case, coin,
+                                                                                                   deviation):
+    """The kernel accepts a child when its coin is at most the running float32 sum of the siblings' probabilities:
+    a coin of 0 accepts a first child of probability 0, and a coin of 1 - 2^-24 above a sum that covers the support
+    rejects every child and emits V - 1. torch.rand draws either once in 2^24, so only fixed coins see them. The
+    adapter declares both (known); behind an adapter that declares nothing each fails at its coin alone; a stand-in
+    that never accepts probability 0 and keeps the residual it emptied passes."""
+    result = run_check(TARGET_ONLY, "boundary_coins", case, get_profile("ci"))
+    assert result.status == KNOWN and result.deviation == deviation, result.line()
+    undeclared = sglang.tree_target_only(STANDIN, devices=("cpu",))
+    undeclared.capabilities = dataclasses.replace(undeclared.capabilities, deviations=())
+    result = run_check(undeclared, "boundary_coins", case, get_profile("ci"))
+    assert result.status == FAIL, result.line()
+    failures = result.message.split("; ")[1:]
+    assert failures and all(f.startswith(f"every uniform at {coin} (coins): ") for f in failures), result.line()
+    guarded = types.SimpleNamespace(**vars(STANDIN))
+    guarded.tree_speculative_sampling_target_only = functools.partial(tree_speculative_sampling_target_only,
+                                                                       guarded=True)
+    fixed = sglang.tree_target_only(guarded, devices=("cpu",))
+    fixed.capabilities = dataclasses.replace(fixed.capabilities, deviations=())
+    result = run_check(fixed, "boundary_coins", case, get_profile("ci"))
+    assert result.status == PASS and result.samples, result.line()
+
+
+def test_fixed_coins_reach_every_node_coin_and_the_final_coin():
+    """coin=c hands the kernel c at every slot and as every final coin, on the target-only entry and, for a batch
+    with a random request, on the engine's choice of entries; a greedy batch takes the greedy entry, which draws
+    none."""
+    seen = []
+
+    def spy(draft_probs, **kwargs):
+        seen.append((kwargs["uniform_samples"].clone(), kwargs["uniform_samples_for_final_sampling"].clone()))
+        tree_speculative_sampling_target_only(draft_probs=draft_probs, **kwargs)
+    module = types.SimpleNamespace(tree_speculative_sampling_target_only=spy, verify_tree_greedy=verify_tree_greedy)
+    g = torch.Generator().manual_seed(4)
+    parents, tokens = EAGLE
+    batch = tree_batch([parents, [-1, 0]], [tokens, [1, 2]], 6, g)
+    for backend in (sglang.tree_target_only(module, devices=("cpu",)), sglang.tree_greedy(module, devices=("cpu",))):
+        out = backend(batch, method="tree", coin=2.0 ** -24)
+        assert not output_problems(batch, out)
+    assert len(seen) == 2
+    for coins, final in seen:
+        assert coins.shape == (2, 7) and bool((coins == 2.0 ** -24).all()) and bool((final == 2.0 ** -24).all())
+    greedy = tree_batch([parents], [tokens], 6, g, temperature=0.0)
+    out = sglang.tree_greedy(module, devices=("cpu",))(greedy, method="tree", coin=0.0)
+    assert len(seen) == 2 and out.emitted() == reference.sample(greedy, method="tree", seed=0).emitted()
 
 
 @pytest.mark.parametrize("check,case", [("token_distribution", "tree_dense_q"), ("interface_parity", "convention")])

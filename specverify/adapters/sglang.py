@@ -141,6 +141,17 @@ DUPLICATE_SIBLINGS = ("real defect: the kernel tests each sibling against a runn
                       "accepted again where SPEC 3.8 gives its second copy nothing; SGLang's own tree builder gives "
                       "a parent distinct tokens and never meets it: docs/kernels.md")
 DUPLICATE_SYMPTOM = r"^sequence\(s\) of probability 0 emitted \(sequence, count\): "
+ZERO_COIN = ("real defect: a child is accepted when its coin is at most the running sum of its siblings' target "
+             "probabilities, so a coin of 0 (torch.rand draws it once in 2^24) accepts a first child of "
+             "probability 0, which SPEC 3.8's u q(x) <= r(x) with u > 0 never does: docs/kernels.md")
+ZERO_COIN_SYMPTOM = (r"^every uniform at 0 \(coins\): request \d+: accepted node \d+'s token \d+ at depth \d+ has "
+                     r"probability 0 under the residual it came from$")
+TOP_COIN = ("real defect: where a node's children cover its row's support, their float32 running sum can end below "
+            "a coin of 1 - 2^-24 (torch.rand's largest), every child is rejected, the residual is zero, and the "
+            "inverse-CDF fallback emits V - 1 whatever its probability; SPEC 3.8 accepts the last child: "
+            "docs/kernels.md")
+TOP_COIN_SYMPTOM = (r"^every uniform at 1 - 2\^-24 \(coins\): request \d+: final token \d+ at depth \d+ has "
+                    r"probability 0 under the residual it came from$")
 
 
 class SGLangTree(Backend):
@@ -148,15 +159,18 @@ class SGLangTree(Backend):
 
     name = "sglang-tree"
     capabilities = Capabilities(
-        methods=frozenset({"tree"}), noise=frozenset({"seeded"}), devices=frozenset({"cuda"}),
+        methods=frozenset({"tree"}), noise=frozenset({"seeded", "coins"}), devices=frozenset({"cuda"}),
         logit_dtypes=ALL_LOGIT_DTYPES, seeded_stream="own", seeded_batch_invariant=True, target_filters=True,
         dense_draft_probs=False,   # the target-only rule: its test reads p alone, draft_probs is scratch
         deviations=(Deviation("sequence_distribution", "tree_duplicate_siblings", DUPLICATE_SIBLINGS,
-                              DUPLICATE_SYMPTOM),),
+                              DUPLICATE_SYMPTOM),
+                    Deviation("boundary_coins", "tree_zero_mass_siblings", ZERO_COIN, ZERO_COIN_SYMPTOM),
+                    Deviation("boundary_coins", "tree_covered_support", TOP_COIN, TOP_COIN_SYMPTOM)),
         notes=("probabilities in, float32: the adapter applies temperature and filters (p' in float64, rounded)",
                "one-hot drafter only (target-only rule): draft_probs with a random request is UnsupportedError",
                "threshold_single = threshold_acc = 1.0 (lossless); lower thresholds are never called",
-               "own seeded stream: coins per slot and a final coin per request, Philox keyed by the request seed"))
+               "own seeded stream: coins per slot and a final coin per request, Philox keyed by the request seed",
+               "fixed coins (coin=c): every node coin and every final coin c"))
 
     def __init__(self, module=None, *, greedy_entry: bool = False, devices=None) -> None:
         self._module = module           # a stand-in with sgl_kernel's signatures (tests); None: the env's module
@@ -190,6 +204,19 @@ class SGLangTree(Backend):
             seed = int(torch.randint(0, 2 ** 62, (1,)))
         coins, final = own_uniforms(conventions.request_seeds(seed, B), W)
         return target_only(module, batch, launch, coins, final)
+
+    def _sample_at_coin(self, batch: SpecBatch, coin: float, *, seed, method, synthetic_acceptance_rate,
+                        num_speculative_steps) -> SpecOutput:
+        """Every node coin and final coin at ``coin`` (SPEC 2, fixed coins): the kernel's uniforms, as
+        SGLang's engine draws them with torch.rand, can be 0 and 1 - 2^-24. The greedy entry draws none."""
+        launch = launch_layout(batch)
+        if launch.B == 0 or (self._greedy_entry and bool((batch.temperature == 0).all())):
+            return self._sample(batch, method=method, noise=None, seed=seed,
+                                synthetic_acceptance_rate=synthetic_acceptance_rate,
+                                num_speculative_steps=num_speculative_steps)
+        coins = torch.full((launch.B, launch.W), coin, dtype=torch.float32)
+        return target_only(kernel_module(self._module), batch, launch, coins,
+                           torch.full((launch.B,), coin, dtype=torch.float32))
 
 
 def _kernel_outputs(launch: Launch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check_differential_injected,
                                          check_differential_seeded, differential_needs)
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, runs_on
+from specverify.checks.coins import COIN_CASES, check_boundary_coins, coin_needs
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, check_large_vocab_structure
 from specverify.checks.nonfinite import NONFINITE_CASES, NONFINITE_NEEDS, check_nonfinite_rows
@@ -66,6 +67,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("large_vocab_structure", "structural", check_large_vocab_structure, LARGE_VOCAB_CASES,
           "at V = 151,936 and 262,144 (4,099 on the CPU), any noise path: ids in [0, V) and in the support",
           _always(LARGE_VOCAB_NEEDS)),
+    Check("boundary_coins", "structural", check_boundary_coins, COIN_CASES,
+          "every uniform at 0, 2^-24 or 1 - 2^-24 (injected, or the backend's own coins fixed): emitted tokens in "
+          "the support", coin_needs),
     Check("nonfinite_rows", "structural", check_nonfinite_rows, NONFINITE_CASES,
           "NaN / +inf / all -inf rows (SPEC 3.6): ValueError, or valid ids and finite requests unaffected",
           _always(NONFINITE_NEEDS)),

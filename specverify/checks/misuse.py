@@ -38,6 +38,11 @@ def check_interface_parity(ctx: Context, case: str) -> None:
     if missing:
         raise CheckFailure(f"signature lacks {missing}: calls with them raise TypeError")
     caps = backend.capabilities
+    takes_coin = "coin" in params or has_var_kw
+    if "coins" in caps.noise and not takes_coin:
+        raise CheckFailure("declares the noise path 'coins' but its signature lacks coin: calls with it raise TypeError")
+    # fixed coins are optional: a backend whose signature has no coin is not asked for them
+    noise_paths = ("injected", "seeded") + (("coins",) if takes_coin else ())
     g = torch.Generator().manual_seed(3)
     for device in sorted({ctx.profile.device, "cpu"}):
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -46,12 +51,15 @@ def check_interface_parity(ctx: Context, case: str) -> None:
                               batch.draft_probs, batch.temperature)
             for method in reference.METHODS:
                 synth = dict(synthetic_acceptance_rate=0.5, num_speculative_steps=2) if method == "synthetic" else {}
-                for path in ("injected", "seeded"):
+                for path in noise_paths:
                     declared = (method in caps.methods and path in caps.noise and device in caps.devices
                                 and dtype in caps.logit_dtypes)
                     dev_batch, dev_noise = on_device(batch, Noise.draw(batch, g), device)
                     call = dict(noise=dev_noise) if path == "injected" else dict(seed=5)
-                    what = f"device={device}, dtype={dtype}, method={method}, {path} noise"
+                    if path == "coins":
+                        call["coin"] = 0.5
+                    what = f"device={device}, dtype={dtype}, method={method}, " + (
+                        "fixed coins" if path == "coins" else f"{path} noise")
                     try:
                         backend(dev_batch, method=method, **call, **synth)
                     except UnsupportedError as exc:

@@ -17,7 +17,7 @@ reads it):
                  min_p, tree_parents, allow_nonfinite} on the CPU
     noise       {uniform [T], exponential [B, V]} or None      (kind "call")
     seeds       [B] int64 or None                               (kind "call")
-    kwargs      {method, synthetic_acceptance_rate, num_speculative_steps}
+    kwargs      {method, synthetic_acceptance_rate, num_speculative_steps, and coin for a fixed-coin call}
     requests    the kept requests' indices in the failing batch, and full_requests its size
     expected, got   {token_ids, num_accepted, accepted_nodes (trees; None otherwise)} or None;
                 expected_error, got_error strings or None
@@ -86,10 +86,11 @@ class Outcome:
 
 def shared_noise(call: Call, seeded_stream: str) -> Noise | None:
     """The noise the reference uses to reproduce the call: the injected noise, or the Philox stream of
-    the seeds when the backend's stream is the reference's; None when no noise can be shared."""
+    the seeds when the backend's stream is the reference's; None when no noise can be shared (its own
+    stream, or its own coins fixed: ``coin=``)."""
     if call.noise is not None:
         return call.noise
-    if seeded_stream == "philox" and call.seeds is not None:
+    if seeded_stream == "philox" and call.seeds is not None and call.kwargs.get("coin") is None:
         return Noise.from_seeds(call.seeds, call.batch.num_draft_tokens, call.batch.vocab_size)
     return None
 

@@ -57,7 +57,8 @@ class Needs:
 
     noise: "any" (some noise path), "injected", "philox" (a seeded path reproducing the reference's
     stream), "shared" (injected, or the philox seeded stream: noise the reference can share),
-    "batch_invariant" (injected, or a seeded stream declared independent of batch position), None.
+    "batch_invariant" (injected, or a seeded stream declared independent of batch position), "placeable"
+    (injected, or fixed coins: uniforms the caller can place), None.
     """
 
     method: str | None = "standard"
@@ -103,6 +104,10 @@ def _has_noise(caps, noise: str) -> str | None:
             return None
         return ("backend declares that its seeded stream depends on batch position (seeded_batch_invariant="
                 "False) and has no injected noise: batch invariance cannot be checked")
+    if noise == "placeable":
+        return None if "injected" in declared or "coins" in declared else (
+            "backend's uniforms cannot be placed: no injected noise, and no fixed coins (noise path \"coins\", "
+            "coin=) for its own stream")
     if noise == "shared":
         return None if "injected" in declared or philox else "needs injected noise or the reference's seeded stream"
     raise ValueError(f"unknown noise need {noise!r}")
@@ -287,7 +292,8 @@ class GuardedBackend:
         if problems:
             self.failed_call = self.last_call
             raise CheckFailure("output structure: " + "; ".join(problems[:3]))
-        self.covered.update((kwargs.get("method", "standard"), "injected" if noise is not None else "seeded",
+        path = "coins" if kwargs.get("coin") is not None else "injected" if noise is not None else "seeded"
+        self.covered.update((kwargs.get("method", "standard"), path,
                              str(batch.target_logits.dtype).replace("torch.", "")))
         if bool((batch.temperature == 0).any()):
             self.covered.add("greedy")

@@ -22,7 +22,7 @@ from specverify.mutants.alignment import align_draft_probs_skipping_nothing
 from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
                                                  ResidualAgainstScaledQOwnStream, ResidualFallbackToArgmaxOwnStream,
                                                  ResidualFallbackToLastIdOwnStream, ResidualWithoutFallbackOwnStream,
-                                                 SplitVocabOutOfRangeOwnStream)
+                                                 SplitVocabOutOfRangeOwnStream, ZeroCoinAcceptsOwnStream)
 
 # The names a mutant may list: every declared check, and the alignment check that takes a function.
 CHECK_NAMES = frozenset(CHECKS) | {"request_alignment"}
@@ -190,6 +190,10 @@ _ALL.append(Mutant(PaddedTileOwnStream.name, PaddedTileOwnStream,
 _ALL.append(Mutant(SplitVocabOutOfRangeOwnStream.name, SplitVocabOutOfRangeOwnStream,
                    "an id >= V emitted only above V = 100,000 (a split-V path), own noise stream only", "public",
                    ("large_vocab_structure",)))
+# a coin of 0 from the backend's own stream: 2^-24 a draw, too rare for statistics; fixed coins place it
+_ALL.append(Mutant(ZeroCoinAcceptsOwnStream.name, ZeroCoinAcceptsOwnStream,
+                   "a coin of 0 accepts a draft of probability 0 (u q(x) <= p(x) alone), own noise stream only",
+                   "public", ("boundary_coins",), cases=("zero_mass_drafts",)))
 
 _ALL += [Mutant(cls.name, cls, bug, "public", ("nonfinite_rows",)) for cls, bug in (
     (nonfinite.NanRowEmitsIdPastV, "a request with a NaN row emits id V"),

@@ -15,13 +15,20 @@ class OwnStreamCpuBackend(CpuBackend):
     """A correct sampler with its own seeded stream (a torch.Generator keyed by the seeds): the control."""
 
     name = "cpu_own_stream"
-    capabilities = Capabilities(noise=frozenset({"seeded"}), seeded_stream="own",
+    capabilities = Capabilities(noise=frozenset({"seeded", "coins"}), seeded_stream="own",
                                 devices=CpuBackend.capabilities.devices)
 
+    def _own_noise(self, batch, seed) -> Noise:
+        seeds = seed if isinstance(seed, torch.Tensor) else torch.tensor([0 if seed is None else seed])
+        return Noise.draw(batch, torch.Generator().manual_seed(int(seeds.sum()) % (2 ** 63)))
+
     def _sample(self, batch, *, seed, noise, **kwargs):
-        seeds = seed if isinstance(seed, torch.Tensor) else torch.tensor([seed])
-        g = torch.Generator().manual_seed(int(seeds.sum()) % (2 ** 63))
-        return super()._sample(batch, noise=Noise.draw(batch, g), seed=None, **kwargs)
+        return super()._sample(batch, noise=self._own_noise(batch, seed), seed=None, **kwargs)
+
+    def _sample_at_coin(self, batch, coin, *, seed, **kwargs):
+        drawn = self._own_noise(batch, seed)
+        return super()._sample(batch, noise=Noise(torch.full_like(drawn.uniform, coin), drawn.exponential), seed=None,
+                               **kwargs)
 
 
 class DraftProbsBf16OwnStream(DraftProbsBf16, OwnStreamCpuBackend):
@@ -29,6 +36,17 @@ class DraftProbsBf16OwnStream(DraftProbsBf16, OwnStreamCpuBackend):
     acceptance-rate test sees it, and only with millions of samples (about +0.0016 acceptance)."""
 
     name = "draft_probs_bf16_own_stream"
+
+
+class ZeroCoinAcceptsOwnStream(OwnStreamCpuBackend):
+    """A draft accepted when u q(x) <= p(x) alone, in a backend with its own stream (SGLang's coin <= running
+    sum): a coin of 0, which torch.rand draws once in 2^24, accepts a draft of probability 0; only fixed
+    coins reach it."""
+
+    name = "zero_coin_accepts_own_stream"
+
+    def accept_mask(self, u, p_x, q_x):
+        return (q_x > 0) & (u * q_x <= p_x)
 
 
 class GreedySampledOwnStream(OwnStreamCpuBackend):
