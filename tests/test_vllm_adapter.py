@@ -33,10 +33,11 @@ def stand_in(tmp_path_factory):
 
 @pytest.mark.parametrize("check,case", [("differential_injected", "standard"), ("differential_injected", "bulk"),
                                         ("acceptance_rate", "mixed_greedy"), ("zero_draft_layouts", "layouts"),
-                                        ("batch_invariance", "random")])
+                                        ("batch_invariance", "random"), ("boundary_coins", "zero_mass_drafts")])
 def test_v1_adapter_passes_on_a_correct_sampler(stand_in, check, case):
     """Metadata, the three kernel paths (all greedy, all random, mixed), the injected noise at the patch
-    points, the bonus stand-in and vLLM's own seeded stream: the checks pass through the adapter."""
+    points, the bonus stand-in and vLLM's own seeded stream: the checks pass through the adapter. The boundary
+    coins reach vLLM's float64 uniforms as given (2^-150 stays above 0 there)."""
     result = run_check(adapter.v1(), check, case, PROFILE)
     assert result.status == PASS, result.line()
 
@@ -95,14 +96,17 @@ def test_v1_synthetic_forced_rejection_is_the_declared_deviation(stand_in):
     assert result.status == KNOWN and result.deviation == adapter.SYNTHETIC_RESIDUAL, result.line()
 
 
-@pytest.mark.parametrize("bug,case", [("DROP_DRAFT_PROBS", "standard"), ("FLOAT32_UNIFORM", "boundary")])
-def test_v1_adapter_cannot_hide_replanted_bugs(stand_in, monkeypatch, bug, case):
+@pytest.mark.parametrize("bug,check,case,symptom", [
+    ("DROP_DRAFT_PROBS", "differential_injected", "standard", "acceptance"),
+    ("FLOAT32_UNIFORM", "differential_injected", "boundary", "acceptance"),
+    ("FLOAT32_UNIFORM", "boundary_coins", "zero_mass_drafts", "every uniform at 0 (injected): request")])
+def test_v1_adapter_cannot_hide_replanted_bugs(stand_in, monkeypatch, bug, check, case, symptom):
     """#40269 (q read as 1) and #23803 (float32 uniforms, so u = 0 accepts a draft of probability 0)
-    re-planted in the stand-in: the injected differential check fails. The noise goes in at the draws,
-    so the dtype vLLM asks for is the one it gets."""
+    re-planted in the stand-in: the injected differential check fails, and #23803 the boundary coins too. The
+    noise goes in at the draws, so the dtype vLLM asks for is the one it gets."""
     monkeypatch.setattr(sys.modules["vllm.v1.sample.rejection_sampler"], bug, True)
-    result = run_check(adapter.v1(), "differential_injected", case, replace(PROFILE, shrink=False))
-    assert result.status == FAIL and "acceptance" in result.message, result.line()
+    result = run_check(adapter.v1(), check, case, replace(PROFILE, shrink=False))
+    assert result.status == FAIL and symptom in result.message, result.line()
 
 
 @pytest.mark.parametrize("make", [adapter.v1, adapter.v1_fp64])
@@ -174,8 +178,12 @@ def test_mrv2_adapter_passes_on_a_correct_sampler(stand_in, check, case):
 
 
 def test_mrv2_differential_checks_are_not_applicable():
+    """MRV2 draws its uniforms in the kernel from (seed, position): neither injected noise nor fixed coins reach
+    them, so the differential checks and boundary_coins are n/a, saying why."""
     result = run_check(VllmMrv2(), "differential_injected", "standard", PROFILE)
     assert result.status == "n/a" and "injected" in result.message, result.line()
+    result = run_check(VllmMrv2(), "boundary_coins", "zero_mass_drafts", PROFILE)
+    assert result.status == "n/a" and "fixed coins" in result.message, result.line()
 
 
 @pytest.fixture()

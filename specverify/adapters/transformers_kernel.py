@@ -60,6 +60,9 @@ ZERO_UNIFORM = ("real defect: `r_i <= p_i / q_i` with r_i from torch.rand_like (
                 "there), emitting a token outside the target's support: docs/kernels.md")
 DEVIATIONS = (
     Deviation("differential_injected", "boundary", ZERO_UNIFORM, r"REAL: acceptance u\*q\(x\) <= p\(x\) margin inf\)"),
+    Deviation("boundary_coins", "zero_mass_drafts", ZERO_UNIFORM,
+              r"^every uniform at 0 \(injected\): request \d+: accepted draft \d+ at position \d+ is outside the "
+              r"target's support$"),
     Deviation("nonfinite_rows", "*", "a NaN or +inf target row makes the residual NaN and torch.multinomial "
               "raises RuntimeError, where SPEC 3.6 asks for ValueError or a well-formed output: docs/kernels.md",
               r"RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"),
