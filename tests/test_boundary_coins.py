@@ -123,6 +123,23 @@ def test_a_declared_path_the_signature_lacks_fails_interface_parity():
     assert run_check(OwnStreamCpuBackend(), "interface_parity", "convention", get_profile("ci")).status == PASS
 
 
+def test_a_backend_that_declares_fixed_coins_and_draws_its_own_fails_where_the_coin_decides():
+    """Hostile: coins declared, coin= accepted, its own stream used instead. The support cases cannot see it (its
+    rule is correct); on chains whose every draft has p(x) = 1/2, coins 0 and 2^-24 must accept every draft and
+    1 - 2^-24 none, and its own uniforms do neither. The honest control passes the same case."""
+    class IgnoresItsCoins(OwnStreamCpuBackend):
+        name = "ignores_its_coins"
+
+        def _sample_at_coin(self, batch, coin, *, seed, **kwargs):
+            return self._sample(batch, seed=seed, noise=None, **kwargs)
+    assert run_check(IgnoresItsCoins(), "boundary_coins", "zero_mass_drafts", get_profile("ci")).status == PASS
+    result = run_check(IgnoresItsCoins(), "boundary_coins", "coins_decide", get_profile("ci"))
+    assert result.status == FAIL and "drafts of p(x) = 1/2 accepted; the coin decides" in result.message, \
+        result.line()
+    assert run_check(OwnStreamCpuBackend(), "boundary_coins", "coins_decide", get_profile("ci")).status == PASS
+
+
 def test_the_check_is_declared_structural_for_every_case():
     assert CHECKS["boundary_coins"].kind == "structural"
-    assert CHECKS["boundary_coins"].cases == ("zero_mass_drafts", "tree_zero_mass_siblings", "tree_covered_support")
+    assert CHECKS["boundary_coins"].cases == ("zero_mass_drafts", "tree_zero_mass_siblings", "tree_covered_support",
+                                              "coins_decide", "tree_coins_decide")

@@ -23,6 +23,10 @@ Cases, V = 32, one batch a case and coin from a seeded generator:
                               any coin below 1 exact arithmetic accepts one of them (the last sibling's test
                               reads r(x) / m = 1), where a running float32 sum of their probabilities that
                               stops below 1 - 2^-24 accepts none and leaves a residual of zero
+    coins_decide              one-hot chains whose every draft has p(x) = 1/2: coins 0 and 2^-24 accept every
+    tree_coins_decide         draft and 1 - 2^-24 none, on any rule that tests its coin against p(x) / q(x);
+                              the same chains as single-path trees. A backend that declares fixed coins and
+                              draws its own instead fails here, where the cases above could pass it vacuously
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ from specverify.checks.structural import support_problems
 
 COINS = (0.0, 2.0 ** -24, 1.0 - 2.0 ** -24)
 INJECTED_ZERO = 2.0 ** -150     # an injected uniform in (0, 1) that float32 reads as 0
-COIN_CASES = ("zero_mass_drafts", "tree_zero_mass_siblings", "tree_covered_support")
+COIN_CASES = ("zero_mass_drafts", "tree_zero_mass_siblings", "tree_covered_support", "coins_decide",
+              "tree_coins_decide")
 V = 32
 COVER = 8                       # children covering their parent's support in tree_covered_support
 
 
 def coin_needs(case: str) -> Needs:
-    return Needs(method="standard" if case == "zero_mass_drafts" else "tree", noise="placeable")
+    return Needs(method="tree" if case.startswith("tree") else "standard", noise="placeable")
 
 
 def covered_row(g: torch.Generator, support: torch.Tensor) -> torch.Tensor:
@@ -123,6 +128,32 @@ def _tree_covered_support(g: torch.Generator) -> SpecBatch:
     return _tree_batch(trees)
 
 
+def _coins_decide(g: torch.Generator, tree: bool) -> SpecBatch:
+    """Four one-hot chains of 1-4 drafts at temperature 1, each draft's logit set to the log of its row's other
+    mass, so that p(x) = 1/2; as single-path trees where ``tree``."""
+    k = torch.tensor([1, 2, 3, 4])
+    rows, drafts = [], []
+    for n in k.tolist():
+        for _ in range(n):
+            row = torch.randn(V, generator=g)
+            x = int(torch.randint(0, V, (1,), generator=g))
+            row[x] = float("-inf")
+            row[x] = torch.logsumexp(row, 0)
+            rows.append(row)
+            drafts.append(x)
+        rows.append(torch.randn(V, generator=g))
+    parents = torch.cat([torch.arange(n) - 1 for n in k.tolist()]) if tree else None
+    return SpecBatch(k, torch.tensor(drafts), torch.stack(rows), None, torch.ones(4), tree_parents=parents)
+
+
+def _decided(out, coin: float) -> list[str]:
+    """Where a coins_decide call's acceptances are not what its coin decides: every draft below 1/2, none above."""
+    k, n = torch.tensor([1, 2, 3, 4]), out.num_accepted.cpu()
+    want = k if coin < 0.5 else torch.zeros_like(k)
+    return [f"request {b}: {int(n[b])} of {int(k[b])} drafts of p(x) = 1/2 accepted; the coin decides "
+            f"{'all' if coin < 0.5 else 'none'}" for b in range(4) if int(n[b]) != int(want[b])]
+
+
 def _tree_batch(trees: list[tuple]) -> SpecBatch:
     """The trees (N, parents, tokens, rows: root row first) as one batch at temperature 1, one-hot drafts."""
     k = torch.tensor([t[0] for t in trees])
@@ -140,6 +171,8 @@ def coin_batch(case: str, g: torch.Generator, dense: bool = True) -> SpecBatch:
         return _tree_zero_mass_siblings(g)
     if case == "tree_covered_support":
         return _tree_covered_support(g)
+    if case in ("coins_decide", "tree_coins_decide"):
+        return _coins_decide(g, case == "tree_coins_decide")
     raise ValueError(f"unknown boundary-coin case {case!r}")
 
 
@@ -149,8 +182,9 @@ def coin_name(coin: float) -> str:
 
 
 def check_boundary_coins(ctx: Context, case: str) -> None:
-    """Every coin on every placeable path; each problem ("every uniform at C (PATH): request b: ...") is held
-    against the declared deviations on its own, so that one declared symptom never excuses another."""
+    """Every coin on every placeable path: emitted tokens in the support, and on the coins_decide cases the
+    acceptances the coin decides. Each problem ("every uniform at C (PATH): request b: ...") is held against the
+    declared deviations on its own, so that one declared symptom never excuses another."""
     method = coin_needs(case).method
     declared = ctx.backend.capabilities.noise
     real = []
@@ -167,7 +201,10 @@ def check_boundary_coins(ctx: Context, case: str) -> None:
                 uniform = torch.full(drawn.uniform.shape, coin or INJECTED_ZERO, dtype=torch.float64)
                 dev_batch, noise = on_device(batch, Noise(uniform, drawn.exponential), ctx.profile.device)
                 out = ctx.backend(dev_batch, method=method, noise=noise)
-            for problem in support_problems(batch, out, method):
+            problems = support_problems(batch, out, method)
+            if case.endswith("coins_decide"):
+                problems += _decided(out, coin)
+            for problem in problems:
                 text = f"every uniform at {coin_name(coin)} ({path}): {problem}"
                 if matching(text, ctx.deviations, method):
                     ctx.known.append((text, method))
@@ -175,4 +212,4 @@ def check_boundary_coins(ctx: Context, case: str) -> None:
                     real.append(text)
             ctx.result.samples += batch.num_requests
     if real:
-        raise CheckFailure(f"{len(real)} token(s) outside the support; " + "; ".join(real[:3]))
+        raise CheckFailure(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]))
