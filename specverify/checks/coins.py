@@ -146,12 +146,12 @@ def _coins_decide(g: torch.Generator, tree: bool) -> SpecBatch:
     return SpecBatch(k, torch.tensor(drafts), torch.stack(rows), None, torch.ones(4), tree_parents=parents)
 
 
-def _decided(out, coin: float) -> list[str]:
+def _decided(batch: SpecBatch, out, coin: float) -> list[str]:
     """Where a coins_decide call's acceptances are not what its coin decides: every draft below 1/2, none above."""
-    k, n = torch.tensor([1, 2, 3, 4]), out.num_accepted.cpu()
+    k, n = batch.num_draft_tokens.cpu(), out.num_accepted.cpu()
     want = k if coin < 0.5 else torch.zeros_like(k)
     return [f"request {b}: {int(n[b])} of {int(k[b])} drafts of p(x) = 1/2 accepted; the coin decides "
-            f"{'all' if coin < 0.5 else 'none'}" for b in range(4) if int(n[b]) != int(want[b])]
+            f"{'all' if coin < 0.5 else 'none'}" for b in range(k.shape[0]) if int(n[b]) != int(want[b])]
 
 
 def _tree_batch(trees: list[tuple]) -> SpecBatch:
@@ -203,7 +203,7 @@ def check_boundary_coins(ctx: Context, case: str) -> None:
                 out = ctx.backend(dev_batch, method=method, noise=noise)
             problems = support_problems(batch, out, method)
             if case.endswith("coins_decide"):
-                problems += _decided(out, coin)
+                problems += _decided(batch, out, coin)
             for problem in problems:
                 text = f"every uniform at {coin_name(coin)} ({path}): {problem}"
                 if matching(text, ctx.deviations, method):

@@ -40,7 +40,8 @@ def check_interface_parity(ctx: Context, case: str) -> None:
     caps = backend.capabilities
     takes_coin = "coin" in params or has_var_kw
     if "coins" in caps.noise and not takes_coin:
-        raise CheckFailure("declares the noise path 'coins' but its signature lacks coin: calls with it raise TypeError")
+        raise CheckFailure("declares the noise path 'coins' but its signature lacks coin: calls with it raise "
+                           "TypeError")
     # fixed coins are optional: a backend whose signature has no coin is not asked for them
     noise_paths = ("injected", "seeded") + (("coins",) if takes_coin else ())
     g = torch.Generator().manual_seed(3)

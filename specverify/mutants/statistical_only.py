@@ -19,7 +19,9 @@ class OwnStreamCpuBackend(CpuBackend):
                                 devices=CpuBackend.capabilities.devices)
 
     def _own_noise(self, batch, seed) -> Noise:
-        seeds = seed if isinstance(seed, torch.Tensor) else torch.tensor([0 if seed is None else seed])
+        if seed is None:    # the convention's "no seed": a fresh one
+            seed = int(torch.randint(0, 2 ** 62, (1,)))
+        seeds = seed if isinstance(seed, torch.Tensor) else torch.tensor([seed])
         return Noise.draw(batch, torch.Generator().manual_seed(int(seeds.sum()) % (2 ** 63)))
 
     def _sample(self, batch, *, seed, noise, **kwargs):
