@@ -69,7 +69,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           _always(LARGE_VOCAB_NEEDS)),
     Check("boundary_coins", "structural", check_boundary_coins, COIN_CASES,
           "every uniform at 0, 2^-24 or 1 - 2^-24 (injected, or the backend's own coins fixed): emitted tokens in "
-          "the support", coin_needs),
+          "the support, and where a coin decides, its decisions", coin_needs),
     Check("nonfinite_rows", "structural", check_nonfinite_rows, NONFINITE_CASES,
           "NaN / +inf / all -inf rows (SPEC 3.6): ValueError, or valid ids and finite requests unaffected",
           _always(NONFINITE_NEEDS)),
