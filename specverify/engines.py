@@ -6,7 +6,9 @@ first ``L`` emitted tokens (``exact_law``: V^L sequences, V small) and tests the
 against it with the chi-square of SPEC 5 (``check_engine_sequences``); tests the first draft's
 acceptance against the q the engine handed its verifier (``check_engine_acceptance``) and that q against
 the drafter's law (``check_engine_draft_law``); and checks that greedy speculative output equals the
-engine's own non-speculative greedy output (``check_engine_greedy``). The checks are declared once in
+engine's own non-speculative greedy output (``check_engine_greedy``); and, where the adapter can fix the uniforms
+its verifier draws (``generate_at_coin``), that the emitted tokens stay in the support at float32's boundary coins
+(``check_engine_boundary_coins``). The checks are declared once in
 ``ENGINE_CHECKS`` and return ``CheckResult`` objects, so the report, the JSON, the verdict and the
 declared deviations (an engine's ``deviations``) treat them like kernel checks.
 """
@@ -20,6 +22,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+from specverify.checks.coins import COINS, coin_name
 from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 from specverify.checks.stats import (MIN_EXPECTED, binomial_test, chi_square_gof, min_num_samples_for_chi2_tv_test,
@@ -34,6 +37,8 @@ DRAFT_LAW_TOLERANCE = 1e-5   # float32 softmax of the processed logits against t
 Q_SHIFT = 0.05     # the shift of q a case must see (issue 32: "a case that cannot see a 5% shift of q is no case")
 _LAW_FLOOR = 1e-300
 FORK_MIN_PER_WORKER = 200   # samples a forked worker must get for the fork and its pool to pay
+# Calls per boundary coin of engine_boundary_coins, per profile: one generate call a seed.
+ENGINE_COIN_CALLS = {"smoke": 10, "ci": 30, "dev": 60, "nightly": 200}
 
 
 @dataclass(frozen=True)
@@ -368,6 +373,53 @@ def check_engine_greedy(engine, case: EngineCase, profile: Profile, **_) -> Chec
     return result
 
 
+def check_engine_boundary_coins(engine, case: EngineCase, profile: Profile, **_) -> CheckResult:
+    """SPEC 8 with every uniform the engine's verifier draws at 0, 2^-24 and 1 - 2^-24 (``generate_at_coin``): each
+    call's first L tokens have positive probability under the exact law, and the coins decide the first draft x
+    (drawn from the seed, so the same draft at every coin): per seed, accepted at 1 - 2^-24 only if accepted at
+    2^-24, and where 2^-24 accepts it, accepted at 1 - 2^-24 exactly when p(x) >= q(x), with p the target's law at
+    the prompt and q the one handed to the verifier (``first_q``). An adapter that ignores its coins draws one
+    uniform for both and accepts a draft of p(x) < q(x) at both. Each problem is held against the engine's declared
+    deviations on its own."""
+    result = _result(engine, "engine_boundary_coins", case, "structural")
+    at_coin = getattr(engine, "generate_at_coin", None)
+    if at_coin is None or _draft_law(engine, case) is None:
+        result.status, result.message = NOT_APPLICABLE, (
+            "the engine adapter gives no generate_at_coin: its verifier's uniforms cannot be placed" if at_coin is None
+            else "greedy, or no drafter law (prompt lookup): the verifier draws no uniform")
+        return result
+    law = exact_law(engine, case.prompt, case.sampling, case.length)
+    p = np.asarray(engine.target_law(tuple(case.prompt), case.sampling), dtype=np.float64)
+    calls = ENGINE_COIN_CALLS.get(profile.name, ENGINE_COIN_CALLS["ci"])
+    accepted, handed = getattr(engine, "first_accepted", lambda: None), getattr(engine, "first_q", lambda: None)
+    problems, seen = [], {}
+    for coin in COINS:
+        for seed in range(calls):
+            seq = tuple(int(t) for t in at_coin(case, case.prompt, seed, coin))
+            if law.get(seq, 0.0) <= 0:
+                problems.append(f"every uniform at {coin_name(coin)}: seed {seed} emitted {list(seq)}, of probability 0")
+            seen[coin, seed] = (seq, (accepted() or 0) >= 1, handed())
+    for seed in range(calls):
+        (seq, low, q), (_, high, _) = seen[COINS[1], seed], seen[COINS[2], seed]
+        ratio = None if not low or q is None or not seq else p[seq[0]] / max(float(q[seq[0]]), _LAW_FLOOR)
+        if high and not low:
+            problems.append(f"the coins do not decide: seed {seed}'s first draft accepted at 1 - 2^-24, not at 2^-24")
+        elif ratio is not None and abs(ratio - 1) > 1e-4 and high != (ratio >= 1):
+            problems.append(f"the coins do not decide: seed {seed}'s first draft {seq[0]}, p(x) / q(x) = {ratio:.4g}, "
+                            f"{'accepted' if high else 'rejected'} at 1 - 2^-24")
+    declared = [d for d in getattr(engine, "deviations", ()) if d.covers("engine_boundary_coins", case.name)]
+    known = [t for t in problems if matching(t, declared)]
+    real = [t for t in problems if t not in known]
+    result.samples, result.covered = len(COINS) * calls, ["standard", "seeded"]
+    if real:
+        result.fail(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]), _repro(engine, case, calls))
+    elif known:     # run_engine_check reports it as the declared deviation it matches
+        result.fail(known[0] + (f"; and {len(known) - 1} more of that symptom" if len(known) > 1 else ""))
+    else:
+        result.message = f"{len(COINS)} coins x {calls} calls, every sequence of positive probability; {case.describe()}"
+    return result
+
+
 def _repro(engine, case: EngineCase, n: int, prompt: tuple | None = None) -> str:
     spec = getattr(engine, "spec", engine.name)
     return (f"from specverify.engines import run_engine_check; from specverify.registry import get_engine\n"
@@ -396,6 +448,9 @@ ENGINE_CHECKS = {c.name: c for c in (
     EngineCheck("engine_draft_law", "exact", check_engine_draft_law,
                 "the q handed to the verifier for the first draft is the drafter's law after the processors",
                 lambda case: not case.sampling.greedy),
+    EngineCheck("engine_boundary_coins", "structural", check_engine_boundary_coins,
+                "with every uniform the verifier draws at 0, 2^-24 or 1 - 2^-24, the first L tokens stay in the support "
+                "and the coins decide the first draft", lambda case: not case.sampling.greedy),
     EngineCheck("engine_greedy", "exact", check_engine_greedy,
                 "greedy speculative output equals the engine's own non-speculative greedy output",
                 lambda case: case.sampling.greedy),
@@ -439,6 +494,7 @@ def run_engine_suite(engine, profile: Profile, progress=None, checks=None, cases
 
 
 __all__ = ["ENGINE_CHECKS", "ENGINE_DETECT_TV", "Engine", "EngineCase", "Sampling", "check_engine_acceptance",
+           "check_engine_boundary_coins",
            "check_engine_draft_law", "check_engine_greedy", "q_shift_seen",
            "check_engine_sequences", "engine_alpha", "engine_plan", "exact_law", "is_engine", "run_engine_check",
            "run_engine_suite", "samples_for"]

@@ -82,6 +82,8 @@ def test_the_clean_library_passes(clean_cli_run):
     for case in {case for _, case in CATCH}:
         want.update({("engine_sequences", case): PASS, ("engine_acceptance", case): PASS,
                      ("engine_draft_law", case): KNOWN})
+    # the zero-uniform defect, declared where a filter cuts tokens (tests below); without filters nothing to cut
+    want.update({("engine_boundary_coins", "top_p_min_p"): KNOWN, ("engine_boundary_coins", "temperature_alone"): PASS})
     assert {(r["check"], r["case"]): r["status"] for r in doc["results"]} == want, text
     for r in doc["results"]:
         if r["kind"] == "statistical":
@@ -95,9 +97,69 @@ def test_cli_runs_the_engine_checks(clean_cli_run):
     assert code == 0, text
     assert "engine_sequences[top_p_min_p]" in text and "engine_greedy[greedy]" in text and "det99=" in text
     assert doc["passed"] and doc["engine"] and {r["check"] for r in doc["results"]} == {
-        "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_greedy"}
+        "engine_sequences", "engine_acceptance", "engine_draft_law", "engine_boundary_coins", "engine_greedy"}
     assert all(r["detectable_measure"] in ("tv", "acceptance") for r in doc["results"] if r["kind"] == "statistical")
     assert junit.count("<testcase") == len(doc["results"])
+
+
+class _Undeclared:
+    """The engine with no declared deviation (the zero-uniform one would excuse what the test looks for), and
+    optionally an adapter that takes coin= and ignores it."""
+
+    deviations = ()
+
+    def __init__(self, engine, ignore_coins: bool = False):
+        self._engine, self._ignore = engine, ignore_coins
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def generate_at_coin(self, case, prompt, seed, coin):
+        if self._ignore:
+            return self._engine.generate(case, prompt, seed)
+        return self._engine.generate_at_coin(case, prompt, seed, coin)
+
+
+def test_a_zero_coin_through_the_whole_loop_emits_a_sequence_the_targets_filters_cut(engine):
+    """transformers' verifier tests r <= p / q, so r = 0 (torch.rand_like draws it once in 2^24) accepts a draft the
+    target's top-p and min-p cut: fixed at 0 through generate_at_coin, about half of the calls emit a sequence of
+    probability 0 under the exact law, and nothing else fails (the other coins, the coins' decisions). Declared by
+    the adapter (known); without a filter no token has probability 0 and the check passes."""
+    from specverify.checks.result import KNOWN
+    from specverify.engines import run_engine_check
+    bare = _Undeclared(engine)
+    result = run_engine_check(bare, "engine_boundary_coins", _case(engine, "top_p_min_p"), CI)
+    failures = result.message.split("; ")[1:]
+    assert result.status == FAIL and failures, result.line()
+    assert all(f.startswith("every uniform at 0: seed ") and f.endswith("of probability 0") for f in failures)
+    assert run_engine_check(engine, "engine_boundary_coins", _case(engine, "top_p_min_p"), CI).status == KNOWN
+    assert run_engine_check(bare, "engine_boundary_coins", _case(engine, "temperature_alone"), CI).status == PASS
+
+
+def test_an_adapter_that_ignores_its_coins_fails_where_they_decide(engine):
+    """Hostile: generate_at_coin drawing the seed's own uniform. The first draft's decision is then the same at
+    2^-24 and 1 - 2^-24, so a draft of p(x) / q(x) < 1 accepted at one is accepted at the other; at 1 - 2^-24 the
+    rule rejects it."""
+    from specverify.engines import run_engine_check
+    result = run_engine_check(_Undeclared(engine, ignore_coins=True), "engine_boundary_coins",
+                              _case(engine, "temperature_alone"), CI)
+    assert result.status == FAIL and "the coins do not decide" in result.message, result.line()
+
+
+def test_engines_without_fixed_coins_or_uniforms_are_not_applicable(engine):
+    """An adapter without generate_at_coin, and a case whose verifier draws no uniform (prompt lookup): n/a with
+    the reason, never a pass."""
+    from specverify.engines import run_engine_check
+
+    class NoCoins:
+        def __getattr__(self, name):
+            if name == "generate_at_coin":
+                raise AttributeError(name)
+            return getattr(engine, name)
+    result = run_engine_check(NoCoins(), "engine_boundary_coins", _case(engine, "top_p_min_p"), CI)
+    assert result.status == "n/a" and "generate_at_coin" in result.message, result.line()
+    result = run_engine_check(engine, "engine_boundary_coins", _case(engine, "prompt_lookup"), CI)
+    assert result.status == "n/a" and "prompt lookup" in result.message, result.line()
 
 
 @pytest.mark.parametrize("mutant", ["greedy_drafter", "q_dropped", "q_stale", "q_before_processors"])

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specverify.adapters import conventions
+from specverify.adapters.transformers_kernel import ZERO_UNIFORM
 from specverify.backends import Deviation
 from specverify.engines import EngineCase, Sampling
 
@@ -39,7 +41,13 @@ CONFIDENCE = 0.4
 # drafts from, and hands over, that law: lossless, but the drafter is not the one asked for (at T = 0.25 the
 # first draft is accepted 1.7% of the time instead of 30%). docs/kernels.md, "transformers engine".
 TWICE = "transformers 5.24.0 applies the target's warpers to the assistant twice: docs/kernels.md"
-DEVIATIONS = (Deviation("engine_draft_law", "*", TWICE, r"its processors applied twice"),)
+# The verifier's `r_i <= p_i / q_i` accepts a draft of probability 0 at r_i = 0 (the kernel adapter's ZERO_UNIFORM):
+# through the whole loop, a sequence the target's processors cut is emitted (engine_boundary_coins); declared for
+# the filtered cases only: without a filter (temperature_alone) no token has probability 0.
+DEVIATIONS = (Deviation("engine_draft_law", "*", TWICE, r"its processors applied twice"),
+              *(Deviation("engine_boundary_coins", case, ZERO_UNIFORM,
+                          r"^every uniform at 0: seed \d+ emitted \[[\d, ]*\], of probability 0")
+                for case in ("top_p_min_p", "sharp_drafter")))
 PROMPT_LOOKUP = "prompt_lookup"    # transformers' prompt-lookup candidate generator: no drafter model
 GREEDY_PROMPTS = tuple(tuple((7 * i + 3 * j + 1) % V for j in range(1 + i % 4)) for i in range(24))
 
@@ -106,6 +114,7 @@ class TransformersEngine:
         self.models = {name: _model(*args) for name, args in MODELS.items()}
         self.target = self.models["target"]
         self._first = self._first_q = None
+        self._coin = None        # generate_at_coin's coin while it runs
         self.deviations = DEVIATIONS
 
         class StopAt(transformers.StoppingCriteria):
@@ -139,7 +148,13 @@ class TransformersEngine:
         def traced(candidate_input_ids, candidate_logits, *args, **kw):
             if self._first_q is None:      # as handed over, before a mutant's patch changes it
                 self._first_q = candidate_logits[0, 0].double().softmax(-1).numpy()
-            tokens, n_matches = verify(candidate_input_ids, candidate_logits, *args, **kw)
+            if self._coin is None:
+                tokens, n_matches = verify(candidate_input_ids, candidate_logits, *args, **kw)
+            else:       # the verifier's one draw of uniforms, torch.rand_like, at the coin
+                coin = self._coin
+                with conventions.patch_points(torch, {"rand_like": lambda like, *a, **k: torch.full_like(like, coin)},
+                                              "torch"):
+                    tokens, n_matches = verify(candidate_input_ids, candidate_logits, *args, **kw)
             if self._first is None:
                 self._first = int(n_matches)
             return tokens, n_matches
@@ -148,6 +163,15 @@ class TransformersEngine:
             return self._generate(case, ids, seed)
         finally:
             utils._speculative_sampling = verify
+
+    def generate_at_coin(self, case: EngineCase, prompt: tuple, seed: int, coin: float) -> list:
+        """``generate`` with every uniform the verifier draws (``torch.rand_like`` in ``_speculative_sampling``) equal
+        to ``coin``; the drafter's and the target's own samples still come from ``seed``."""
+        self._coin = coin
+        try:
+            return self.generate(case, prompt, seed)
+        finally:
+            self._coin = None
 
     def first_accepted(self) -> int | None:
         """Drafts the verifier accepted at the first step of the last ``generate`` call."""
