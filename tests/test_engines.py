@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from specverify.checks.result import FAIL, PASS
 from specverify.strategies import get_profile
@@ -134,6 +135,27 @@ def test_a_zero_coin_through_the_whole_loop_emits_a_sequence_the_targets_filters
     assert all(f.startswith("every uniform at 0: seed ") and f.endswith("of probability 0") for f in failures)
     assert run_engine_check(engine, "engine_boundary_coins", _case(engine, "top_p_min_p"), CI).status == KNOWN
     assert run_engine_check(bare, "engine_boundary_coins", _case(engine, "temperature_alone"), CI).status == PASS
+
+
+def test_a_verifier_that_never_accepts_a_ratio_of_zero_passes_the_boundary_coins(engine, monkeypatch):
+    """The control of the test above: transformers' verifier with the fix its defect needs (a draft whose p(x) / q(x)
+    is 0 is never accepted, whatever the uniform: its draw of ``torch.rand_like(ratio)`` reads 1 there) passes the
+    filtered case at every coin, with nothing declared."""
+    import transformers.generation.utils as utils
+    from specverify.adapters import conventions
+    from specverify.engines import run_engine_check
+    original = utils._speculative_sampling
+
+    def fixed(*args, **kwargs):
+        draw = torch.rand_like
+
+        def guarded(ratio, *a, **k):
+            return torch.where(ratio > 0, draw(ratio, *a, **k), torch.ones_like(ratio))
+        with conventions.patch_points(torch, {"rand_like": guarded}, "torch"):
+            return original(*args, **kwargs)
+    monkeypatch.setattr(utils, "_speculative_sampling", fixed)
+    result = run_engine_check(_Undeclared(engine), "engine_boundary_coins", _case(engine, "top_p_min_p"), CI)
+    assert result.status == PASS, result.line()
 
 
 def test_an_adapter_that_ignores_its_coins_fails_where_they_decide(engine):
