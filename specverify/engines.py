@@ -412,7 +412,12 @@ def check_engine_boundary_coins(engine, case: EngineCase, profile: Profile, **_)
     real = [t for t in problems if t not in known]
     result.samples, result.covered = len(COINS) * calls, ["standard", "seeded"]
     if real:
-        result.fail(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]), _repro(engine, case, calls))
+        spec = getattr(engine, "spec", engine.name)
+        repro = (f"from specverify.registry import get_engine\nengine = get_engine({spec!r})\n"
+                 f"case = next(c for c in engine.cases if c.name == {case.name!r})  # {case.describe()}\n"
+                 f"# {calls} calls a coin: engine.generate_at_coin(case, case.prompt, seed, coin) for seed in "
+                 f"range({calls}), coin in {list(COINS)}\n")
+        result.fail(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]), repro)
     elif known:     # run_engine_check reports it as the declared deviation it matches
         result.fail(known[0] + (f"; and {len(known) - 1} more of that symptom" if len(known) > 1 else ""))
     else:
