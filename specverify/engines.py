@@ -6,10 +6,10 @@ first ``L`` emitted tokens (``exact_law``: V^L sequences, V small) and tests the
 against it with the chi-square of SPEC 5 (``check_engine_sequences``); tests the first draft's
 acceptance against the q the engine handed its verifier (``check_engine_acceptance``) and that q against
 the drafter's law (``check_engine_draft_law``); and checks that greedy speculative output equals the
-engine's own non-speculative greedy output (``check_engine_greedy``); and, where the adapter can fix the uniforms
-its verifier draws (``generate_at_coin``), that the emitted tokens stay in the support at float32's boundary coins
-(``check_engine_boundary_coins``). The checks are declared once in
-``ENGINE_CHECKS`` and return ``CheckResult`` objects, so the report, the JSON, the verdict and the
+engine's own non-speculative greedy output (``check_engine_greedy``). Where the adapter can fix the uniforms its
+verifier draws (``generate_at_coin``), ``specverify.engine_coins`` checks the emitted tokens at float32's boundary
+coins. The cases, the protocol and the exact law are ``specverify.engine_cases``'s, re-exported here. The checks
+are declared once in ``ENGINE_CHECKS`` and return ``CheckResult`` objects, so the report, the JSON, the verdict and the
 declared deviations (an engine's ``deviations``) treat them like kernel checks.
 """
 
@@ -18,15 +18,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable
 
 import numpy as np
 
-from specverify.checks.coins import COINS, coin_name
 from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
 from specverify.checks.stats import (MIN_EXPECTED, binomial_test, chi_square_gof, min_num_samples_for_chi2_tv_test,
                                      min_shift_detectable_by_binomial_test, min_tv_detectable_by_chi2_test)
+from specverify.engine_cases import Engine, EngineCase, Sampling, drafter_law, engine_result, exact_law
+from specverify.engine_coins import check_engine_boundary_coins
 from specverify.registry import is_engine  # noqa: F401 - re-exported: the engine protocol's test
 from specverify.strategies import Profile
 
@@ -35,89 +36,7 @@ from specverify.strategies import Profile
 ENGINE_DETECT_TV = {"smoke": 0.3, "ci": 0.05, "dev": 0.03, "nightly": 0.01}
 DRAFT_LAW_TOLERANCE = 1e-5   # float32 softmax of the processed logits against the float64 law
 Q_SHIFT = 0.05     # the shift of q a case must see (issue 32: "a case that cannot see a 5% shift of q is no case")
-_LAW_FLOOR = 1e-300
 FORK_MIN_PER_WORKER = 200   # samples a forked worker must get for the fork and its pool to pay
-# Calls per boundary coin of engine_boundary_coins, per profile: one generate call a seed.
-ENGINE_COIN_CALLS = {"smoke": 10, "ci": 30, "dev": 60, "nightly": 200}
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """The engine's sampling settings (SPEC 8): temperature 0 is greedy; 0 / 1 / 0 turn the filters off."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def describe(self) -> str:
-        if self.greedy:
-            return "greedy"
-        parts = [f"T={self.temperature:g}"]
-        parts += [f"top_k={self.top_k}"] if self.top_k else []
-        parts += [f"top_p={self.top_p:g}"] if self.top_p < 1 else []
-        parts += [f"min_p={self.min_p:g}"] if self.min_p > 0 else []
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class EngineCase:
-    """One engine case: the prompt(s), the sampling, the drafter and its draft schedule, and L, the
-    number of emitted tokens whose joint law is tested. ``prompts`` (greedy cases) are all checked."""
-
-    name: str
-    prompt: tuple
-    sampling: Sampling
-    drafter: str = "flat"             # the adapter's name for the drafter model
-    draft_tokens: int = 2
-    schedule: str = "constant"
-    length: int = 2
-    prompts: tuple = ()
-    doc: str = ""
-
-    def describe(self) -> str:
-        drafts = (f"up to {self.draft_tokens} prompt-lookup candidates" if self.drafter == "prompt_lookup" else
-                  f"drafter {self.drafter}, {self.draft_tokens} draft token(s), {self.schedule} schedule")
-        return f"{self.sampling.describe()}; {drafts}; law of the first " + (
-            f"{self.length} tokens" if self.length > 1 else "token")
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """What an engine adapter gives (SPEC 8)."""
-
-    name: str
-    vocab_size: int
-    cases: tuple
-
-    def generate(self, case: EngineCase, prompt: tuple, seed: int) -> list:
-        """The engine's speculative loop for one prompt: the ``case.length`` new token ids."""
-
-    def generate_plain(self, case: EngineCase, prompt: tuple, seed: int) -> list:
-        """The same engine without speculation."""
-
-    def target_law(self, prefix: tuple, sampling: Sampling):
-        """[V] float64: the target's next-token law for ``prefix`` after the engine's own processors."""
-
-
-def exact_law(engine, prompt: tuple, sampling: Sampling, length: int) -> dict:
-    """{sequence of ``length`` token ids: probability} in float64, by enumeration: the product of the
-    target's laws along the sequence, one ``target_law`` call per prefix of positive probability."""
-    law = {(): 1.0}
-    for _ in range(length):
-        grown = {}
-        for seq, prob in law.items():
-            nxt = np.asarray(engine.target_law(tuple(prompt) + seq, sampling), dtype=np.float64)
-            if not (np.all(nxt >= 0) and abs(nxt.sum() - 1) < 1e-9):
-                raise ValueError(f"{engine.name}.target_law({tuple(prompt) + seq}) is not a distribution: {nxt}")
-            for v in np.flatnonzero(nxt > 0):
-                grown[seq + (int(v),)] = prob * float(nxt[v])
-        law = grown
-    return law
 
 
 def merged_dof(law: dict, samples: int) -> int:
@@ -133,7 +52,7 @@ def engine_alpha(engine, profile: Profile) -> float:
     """The engine run's family budget over its statistical tests (Bonferroni): the sequence test of every
     sampled case, and the acceptance test of each with a drafter law."""
     sampled = [c for c in engine.cases if not c.sampling.greedy]
-    acceptance = sum(1 for c in sampled if hasattr(engine, "first_accepted") and _draft_law(engine, c) is not None)
+    acceptance = sum(1 for c in sampled if hasattr(engine, "first_accepted") and drafter_law(engine, c) is not None)
     return profile.family_alpha / max(1, len(sampled) + acceptance)
 
 
@@ -175,10 +94,6 @@ def q_shift_seen(p, q, shift: float = Q_SHIFT) -> float:
                 moved[j] += shift
                 seen = max(seen, 0.5 * float(np.abs(first_token_law(p, q, moved) - p).sum()))
     return seen
-
-
-def _result(engine, check: str, case: EngineCase, kind: str) -> CheckResult:
-    return CheckResult(check=check, case=case.name, backend=engine.name, kind=kind, status=PASS)
 
 
 def _draw_seeds(engine, case: EngineCase, seeds) -> tuple:
@@ -250,19 +165,13 @@ def _handed_q(engine, case: EngineCase):
     return None if q is None else np.asarray(q, dtype=np.float64)
 
 
-def _draft_law(engine, case: EngineCase):
-    """The drafter's law at the prompt after the case's processors; None: greedy, no drafter law."""
-    q = None if case.sampling.greedy or not hasattr(engine, "draft_law") else engine.draft_law(case, case.prompt)
-    return None if q is None else np.asarray(q, dtype=np.float64)
-
-
 def check_engine_acceptance(engine, case: EngineCase, profile: Profile, samples: int | None = None,
                             alpha: float | None = None, workers: int = 1) -> CheckResult:
     """Binomial test of the first draft's acceptance at the first step against ``alpha_0 = sum_v
     min(p(v), q(v))`` (SPEC 3), p the target's law at the prompt and q the one the engine handed its
     verifier (its trace; else the drafter's law): the drafts are drawn from that q and verified with it."""
-    result = _result(engine, "engine_acceptance", case, "statistical")
-    law = _draft_law(engine, case)
+    result = engine_result(engine, "engine_acceptance", case, "statistical")
+    law = drafter_law(engine, case)
     if law is None or not hasattr(engine, "first_accepted"):
         result.status, result.message = NOT_APPLICABLE, ("greedy, drafts not drawn from a q (no acceptance law), "
                                                          "or the engine does not trace its acceptances")
@@ -295,8 +204,8 @@ def check_engine_acceptance(engine, case: EngineCase, profile: Profile, samples:
 def check_engine_draft_law(engine, case: EngineCase, profile: Profile, **_) -> CheckResult:
     """The q the engine hands its verifier for the first draft is the drafter's law at the prompt after the
     case's processors (SPEC 8), to DRAFT_LAW_TOLERANCE: exact, one call."""
-    result = _result(engine, "engine_draft_law", case, "exact")
-    law = _draft_law(engine, case)
+    result = engine_result(engine, "engine_draft_law", case, "exact")
+    law = drafter_law(engine, case)
     handed = None if law is None else _handed_q(engine, case)
     if handed is None:
         result.status, result.message = NOT_APPLICABLE, ("greedy, drafts not drawn from a q, or the engine does not "
@@ -318,7 +227,7 @@ def check_engine_draft_law(engine, case: EngineCase, profile: Profile, **_) -> C
 def check_engine_sequences(engine, case: EngineCase, profile: Profile, samples: int | None = None,
                            alpha: float | None = None, workers: int = 1) -> CheckResult:
     """Chi-square of the first ``case.length`` emitted tokens against their exact law (SPEC 8)."""
-    result = _result(engine, "engine_sequences", case, "statistical")
+    result = engine_result(engine, "engine_sequences", case, "statistical")
     if case.sampling.greedy:
         result.status, result.message = NOT_APPLICABLE, "a greedy case: checked by engine_greedy"
         return result
@@ -338,7 +247,7 @@ def check_engine_sequences(engine, case: EngineCase, profile: Profile, samples: 
     worst = sorted(law, key=lambda s: -abs(counts.get(s, 0) - n * law[s]) / math.sqrt(n * law[s]))[:3]
     detail = ", ".join(f"{list(s)}: {counts.get(s, 0)} seen, {n * law[s]:.1f} expected" for s in worst)
     where = f"{case.describe()}; observed tv {tv:.4f} over {len(law)} sequences"
-    q = _handed_q(engine, case) if _draft_law(engine, case) is not None else None
+    q = _handed_q(engine, case) if drafter_law(engine, case) is not None else None
     if q is not None:
         seen = q_shift_seen(engine.target_law(case.prompt, case.sampling), q)
         where += f"; a {Q_SHIFT:.0%} shift of the first q moves the first token's law by {seen:.3f} tv"
@@ -355,7 +264,7 @@ def check_engine_sequences(engine, case: EngineCase, profile: Profile, samples: 
 
 def check_engine_greedy(engine, case: EngineCase, profile: Profile, **_) -> CheckResult:
     """Greedy speculative output equals the engine's own non-speculative greedy output (SPEC 8)."""
-    result = _result(engine, "engine_greedy", case, "exact")
+    result = engine_result(engine, "engine_greedy", case, "exact")
     if not case.sampling.greedy:
         result.status, result.message = NOT_APPLICABLE, "a sampled case: checked by engine_sequences"
         return result
@@ -370,58 +279,6 @@ def check_engine_greedy(engine, case: EngineCase, profile: Profile, **_) -> Chec
     result.samples, result.covered = len(prompts), ["greedy"]
     if result.status == PASS:
         result.message = f"{len(prompts)} prompts, {case.length} tokens each, token for token; {case.describe()}"
-    return result
-
-
-def check_engine_boundary_coins(engine, case: EngineCase, profile: Profile, **_) -> CheckResult:
-    """SPEC 8 with every uniform the engine's verifier draws at 0, 2^-24 and 1 - 2^-24 (``generate_at_coin``): each
-    call's first L tokens have positive probability under the exact law, and the coins decide the first draft x
-    (drawn from the seed, so the same draft at every coin): per seed, accepted at 1 - 2^-24 only if accepted at
-    2^-24, and where 2^-24 accepts it, accepted at 1 - 2^-24 exactly when p(x) >= q(x), with p the target's law at
-    the prompt and q the one handed to the verifier (``first_q``). An adapter that ignores its coins draws one
-    uniform for both and accepts a draft of p(x) < q(x) at both. Each problem is held against the engine's declared
-    deviations on its own."""
-    result = _result(engine, "engine_boundary_coins", case, "structural")
-    at_coin = getattr(engine, "generate_at_coin", None)
-    if at_coin is None or _draft_law(engine, case) is None:
-        result.status, result.message = NOT_APPLICABLE, (
-            "the engine adapter gives no generate_at_coin: its verifier's uniforms cannot be placed" if at_coin is None
-            else "greedy, or no drafter law (prompt lookup): the verifier draws no uniform")
-        return result
-    law = exact_law(engine, case.prompt, case.sampling, case.length)
-    p = np.asarray(engine.target_law(tuple(case.prompt), case.sampling), dtype=np.float64)
-    calls = ENGINE_COIN_CALLS.get(profile.name, ENGINE_COIN_CALLS["ci"])
-    accepted, handed = getattr(engine, "first_accepted", lambda: None), getattr(engine, "first_q", lambda: None)
-    problems, seen = [], {}
-    for coin in COINS:
-        for seed in range(calls):
-            seq = tuple(int(t) for t in at_coin(case, case.prompt, seed, coin))
-            if law.get(seq, 0.0) <= 0:
-                problems.append(f"every uniform at {coin_name(coin)}: seed {seed} emitted {list(seq)}, of probability 0")
-            seen[coin, seed] = (seq, (accepted() or 0) >= 1, handed())
-    for seed in range(calls):
-        (seq, low, q), (_, high, _) = seen[COINS[1], seed], seen[COINS[2], seed]
-        ratio = None if not low or q is None or not seq else p[seq[0]] / max(float(q[seq[0]]), _LAW_FLOOR)
-        if high and not low:
-            problems.append(f"the coins do not decide: seed {seed}'s first draft accepted at 1 - 2^-24, not at 2^-24")
-        elif ratio is not None and abs(ratio - 1) > 1e-4 and high != (ratio >= 1):
-            problems.append(f"the coins do not decide: seed {seed}'s first draft {seq[0]}, p(x) / q(x) = {ratio:.4g}, "
-                            f"{'accepted' if high else 'rejected'} at 1 - 2^-24")
-    declared = [d for d in getattr(engine, "deviations", ()) if d.covers("engine_boundary_coins", case.name)]
-    known = [t for t in problems if matching(t, declared)]
-    real = [t for t in problems if t not in known]
-    result.samples, result.covered = len(COINS) * calls, ["standard", "seeded"]
-    if real:
-        spec = getattr(engine, "spec", engine.name)
-        repro = (f"from specverify.registry import get_engine\nengine = get_engine({spec!r})\n"
-                 f"case = next(c for c in engine.cases if c.name == {case.name!r})  # {case.describe()}\n"
-                 f"# {calls} calls a coin: engine.generate_at_coin(case, case.prompt, seed, coin) for seed in "
-                 f"range({calls}), coin in {list(COINS)}\n")
-        result.fail(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]), repro)
-    elif known:     # run_engine_check reports it as the declared deviation it matches
-        result.fail(known[0] + (f"; and {len(known) - 1} more of that symptom" if len(known) > 1 else ""))
-    else:
-        result.message = f"{len(COINS)} coins x {calls} calls, every sequence of positive probability; {case.describe()}"
     return result
 
 
@@ -475,7 +332,7 @@ def run_engine_check(engine, check: str, case: EngineCase, profile: Profile, **k
     try:
         result = ENGINE_CHECKS[check].fn(engine, case, profile, **kw)
     except Exception as exc:  # noqa: BLE001 - every failure of the engine is a FAIL line
-        result = _result(engine, check, case, ENGINE_CHECKS[check].kind)
+        result = engine_result(engine, check, case, ENGINE_CHECKS[check].kind)
         result.status, result.message = FAIL, f"{type(exc).__name__}: {exc}"
     result.seconds = time.perf_counter() - start
     declared = [d for d in getattr(engine, "deviations", ()) if d.covers(check, case.name)]
