@@ -109,12 +109,17 @@ class Capabilities:
     notes: tuple = field(default_factory=tuple)
 
 
+def noise_path(noise, coin=None) -> str:
+    """The noise path a call takes: "coins" (coin= given), "injected" (noise= given) or "seeded"."""
+    return "coins" if coin is not None else "injected" if noise is not None else "seeded"
+
+
 def require_supported(name: str, caps: Capabilities, batch: SpecBatch, method: str, noise, seed,
                       coin=None) -> None:
     """The one capability check every backend call goes through."""
     if method not in caps.methods:
         raise UnsupportedError(name, f"method={method!r}", caps.methods)
-    path = "coins" if coin is not None else "injected" if noise is not None else "seeded"
+    path = noise_path(noise, coin)
     if path not in caps.noise:
         raise UnsupportedError(name, "fixed coins (coin=)" if path == "coins" else f"{path} noise", caps.noise)
     if batch.has_filters and not getattr(caps, "target_filters", False):

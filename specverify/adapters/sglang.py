@@ -184,6 +184,17 @@ class SGLangTree(Backend):
 
     def _sample(self, batch: SpecBatch, *, method, noise, seed, synthetic_acceptance_rate,
                 num_speculative_steps) -> SpecOutput:
+        return self._verify(batch, seed, None)
+
+    def _sample_at_coin(self, batch: SpecBatch, coin: float, *, seed, method, synthetic_acceptance_rate,
+                        num_speculative_steps) -> SpecOutput:
+        """Every node coin and final coin at ``coin`` (SPEC 2, fixed coins): the kernel's uniforms, as
+        SGLang's engine draws them with torch.rand, can be 0 and 1 - 2^-24. The greedy entry draws none."""
+        return self._verify(batch, seed, coin)
+
+    def _verify(self, batch: SpecBatch, seed, coin: float | None) -> SpecOutput:
+        """The engine's choice of entry on ``batch``; the sampling entry's coins from the adapter's own stream
+        under ``seed``, or all equal to ``coin``."""
         module = kernel_module(self._module)
         launch = launch_layout(batch)
         B, W, dev = launch.B, launch.W, batch.device
@@ -200,23 +211,13 @@ class SGLangTree(Backend):
                                       candidates=links[0], retrive_index=links[1], retrive_next_token=links[2],
                                       retrive_next_sibling=links[3], target_predict=target_predict.view(B, W))
             return outputs(batch, launch, predicts, accept_index, accept_token_num)
+        if coin is not None:
+            return target_only(module, batch, launch, torch.full((B, W), coin, dtype=torch.float32),
+                               torch.full((B,), coin, dtype=torch.float32))
         if seed is None:
             seed = int(torch.randint(0, 2 ** 62, (1,)))
         coins, final = own_uniforms(conventions.request_seeds(seed, B), W)
         return target_only(module, batch, launch, coins, final)
-
-    def _sample_at_coin(self, batch: SpecBatch, coin: float, *, seed, method, synthetic_acceptance_rate,
-                        num_speculative_steps) -> SpecOutput:
-        """Every node coin and final coin at ``coin`` (SPEC 2, fixed coins): the kernel's uniforms, as
-        SGLang's engine draws them with torch.rand, can be 0 and 1 - 2^-24. The greedy entry draws none."""
-        launch = launch_layout(batch)
-        if launch.B == 0 or (self._greedy_entry and bool((batch.temperature == 0).all())):
-            return self._sample(batch, method=method, noise=None, seed=seed,
-                                synthetic_acceptance_rate=synthetic_acceptance_rate,
-                                num_speculative_steps=num_speculative_steps)
-        coins = torch.full((launch.B, launch.W), coin, dtype=torch.float32)
-        return target_only(kernel_module(self._module), batch, launch, coins,
-                           torch.full((launch.B,), coin, dtype=torch.float32))
 
 
 def _kernel_outputs(launch: Launch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from reference import Noise, SpecBatch
+from reference import Noise, SpecBatch, tree
 from specverify.checks.common import on_device
 from specverify.checks.deviations import matching
 from specverify.checks.runner import CheckFailure, Context, Needs
@@ -128,9 +128,9 @@ def _tree_covered_support(g: torch.Generator) -> SpecBatch:
     return _tree_batch(trees)
 
 
-def _coins_decide(g: torch.Generator, tree: bool) -> SpecBatch:
+def _coins_decide(g: torch.Generator, as_tree: bool) -> SpecBatch:
     """Four one-hot chains of 1-4 drafts at temperature 1, each draft's logit set to the log of its row's other
-    mass, so that p(x) = 1/2; as single-path trees where ``tree``."""
+    mass, so that p(x) = 1/2; as single-path trees where ``as_tree``."""
     k = torch.tensor([1, 2, 3, 4])
     rows, drafts = [], []
     for n in k.tolist():
@@ -142,8 +142,8 @@ def _coins_decide(g: torch.Generator, tree: bool) -> SpecBatch:
             rows.append(row)
             drafts.append(x)
         rows.append(torch.randn(V, generator=g))
-    parents = torch.cat([torch.arange(n) - 1 for n in k.tolist()]) if tree else None
-    return SpecBatch(k, torch.tensor(drafts), torch.stack(rows), None, torch.ones(4), tree_parents=parents)
+    return SpecBatch(k, torch.tensor(drafts), torch.stack(rows), None, torch.ones(4),
+                     tree_parents=tree.chain_parents(k) if as_tree else None)
 
 
 def _decided(batch: SpecBatch, out, coin: float) -> list[str]:

@@ -27,7 +27,7 @@ import torch
 
 from reference import Noise, SpecBatch, SpecOutput
 from reference.batch import FIELDS
-from specverify.backends import HARNESS_AMBIGUITY_MARGIN
+from specverify.backends import HARNESS_AMBIGUITY_MARGIN, noise_path
 from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
 from specverify.checks.integrity import Copies, private_batch, written_inputs
@@ -292,8 +292,7 @@ class GuardedBackend:
         if problems:
             self.failed_call = self.last_call
             raise CheckFailure("output structure: " + "; ".join(problems[:3]))
-        path = "coins" if kwargs.get("coin") is not None else "injected" if noise is not None else "seeded"
-        self.covered.update((kwargs.get("method", "standard"), path,
+        self.covered.update((kwargs.get("method", "standard"), noise_path(noise, kwargs.get("coin")),
                              str(batch.target_logits.dtype).replace("torch.", "")))
         if bool((batch.temperature == 0).any()):
             self.covered.add("greedy")
