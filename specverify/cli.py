@@ -24,6 +24,7 @@ from specverify.options import parse_device, unwritable
 from specverify.registry import get_engine
 from specverify.checks.deviations import load_deviations
 from specverify.checks.repro import write_reproducer
+from specverify.engine_cli import check_engine, engine_listing
 from specverify.report import document, header, junit_xml, render, write_json
 from specverify.replay import replay_file
 from specverify.strategies import PROFILES, get_profile
@@ -92,7 +93,6 @@ def _check(args) -> int:
         profile = replace(profile, device=args.device)
     engine = get_engine(args.backend)
     if engine is not None:   # an engine adapter (SPEC 8): its own checks, the same report and verdict
-        from specverify.engine_cli import check_engine  # noqa: PLC0415
         return check_engine(args, profile, engine)
     selected = args.checks.split(",") if args.checks else None
     unknown = [c for c in selected or [] if c not in CHECKS]
@@ -220,9 +220,20 @@ def _merge(args) -> int:
     return 0 if outcome.passed else 1
 
 
-def _list(_args) -> int:
+def _list(args) -> int:
+    """The kernel checks and the engine checks; with an engine adapter named, its own cases and their checks."""
+    if args.target is not None:
+        engine = get_engine(args.target)
+        if engine is None:
+            print(f"specverify: error: {args.target!r} names no engine adapter (or cannot be imported); every kernel "
+                  "backend gets the checks `specverify list` prints, n/a where it declares no path", file=sys.stderr)
+            return 2
+        print(engine_listing(engine))
+        return 0
     for name, check in CHECKS.items():
         print(f"{name:<22} {check.kind:<12} cases: {', '.join(check.cases)}\n{'':<22} {check.doc}")
+    print("\nengine checks (an engine adapter's whole loop, SPEC 8; `specverify list MODULE:ATTR` lists its cases):\n"
+          + engine_listing(None))
     return 0
 
 
@@ -288,7 +299,10 @@ def main(argv=None) -> int:
     replay.add_argument("--device", type=_device, default=None,
                         help="device to replay on (default: the reproducer's, else cpu)")
     replay.set_defaults(func=lambda args: replay_file(args.file, args.backend, args.device))
-    sub.add_parser("list", help="list the checks and their cases").set_defaults(func=_list)
+    listing = sub.add_parser("list", help="list the checks and their cases")
+    listing.add_argument("target", nargs="?", default=None, metavar="ENGINE",
+                         help="an engine adapter (MODULE:ATTR): list its cases and the checks each gets")
+    listing.set_defaults(func=_list)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

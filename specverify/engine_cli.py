@@ -29,6 +29,20 @@ ENGINE_DECLARES = frozenset({"standard", "greedy", "seeded"})
 ENGINE_REPRODUCER = "specverify engine reproducer"
 
 
+def engine_listing(engine=None) -> str:
+    """The engine checks, each with the cases it runs on; with ``engine``, that engine's cases and their checks."""
+    if engine is None:
+        return "\n".join(f"{name:<22} {check.kind:<12} cases: the engine's {'greedy' if check.greedy else 'sampled'} "
+                         f"cases\n{'':<22} {check.doc}" for name, check in ENGINE_CHECKS.items())
+    lines = [f"{engine.name}: {len(engine.cases)} case(s), V = {engine.vocab_size}; a check that cannot run on a case "
+             "is reported n/a, saying why"]
+    for case in engine.cases:
+        names = [name for name, check in ENGINE_CHECKS.items() if check.applies(case)]
+        lines += [f"{case.name:<22} {case.describe()}", f"{'':<22} checks: {', '.join(names)}"]
+        lines += [f"{'':<22} {case.doc}"] if case.doc else []
+    return "\n".join(lines)
+
+
 def _write_reproducer(result: CheckResult, directory: str, spec: str, profile) -> None:
     """A failed engine check leaves ``NAME.txt`` (the failure and the Python that regenerates it) and
     ``NAME.json``, which ``specverify replay NAME.json ENGINE`` re-runs: the check, its case and the profile

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -293,29 +293,30 @@ def _repro(engine, case: EngineCase, n: int, prompt: tuple | None = None) -> str
 
 @dataclass(frozen=True)
 class EngineCheck:
+    """One engine check: it runs on the engine's greedy cases or on its sampled ones, never on both."""
+
     name: str
     kind: str
     fn: Callable
     doc: str
-    applies: Callable = field(default=lambda case: True)
+    greedy: bool = False
+
+    def applies(self, case: EngineCase) -> bool:
+        return case.sampling.greedy == self.greedy
 
 
 ENGINE_CHECKS = {c.name: c for c in (
     EngineCheck("engine_sequences", "statistical", check_engine_sequences,
-                "the first L emitted tokens follow the exact law of the target after its processors",
-                lambda case: not case.sampling.greedy),
+                "the first L emitted tokens follow the exact law of the target after its processors"),
     EngineCheck("engine_acceptance", "statistical", check_engine_acceptance,
-                "the first draft is accepted at the first step with probability sum min(p, q)",
-                lambda case: not case.sampling.greedy),
+                "the first draft is accepted at the first step with probability sum min(p, q)"),
     EngineCheck("engine_draft_law", "exact", check_engine_draft_law,
-                "the q handed to the verifier for the first draft is the drafter's law after the processors",
-                lambda case: not case.sampling.greedy),
+                "the q handed to the verifier for the first draft is the drafter's law after the processors"),
     EngineCheck("engine_boundary_coins", "structural", check_engine_boundary_coins,
                 "with every uniform the verifier draws at 0, 2^-24 or 1 - 2^-24, the first L tokens stay in the support "
-                "and the coins decide the first draft", lambda case: not case.sampling.greedy),
+                "and the coins decide the first draft"),
     EngineCheck("engine_greedy", "exact", check_engine_greedy,
-                "greedy speculative output equals the engine's own non-speculative greedy output",
-                lambda case: case.sampling.greedy),
+                "greedy speculative output equals the engine's own non-speculative greedy output", greedy=True),
 )}
 
 

@@ -267,6 +267,30 @@ def test_the_registry_tells_engines_from_backends():
     assert get_engine(SPEC).cases
 
 
+def test_list_names_every_engine_check_and_an_engines_cases_with_the_checks_its_plan_runs(engine, capsys):
+    """`specverify list` is where a user finds what a run would check: the engine checks beside the kernel
+    checks, and for an engine adapter each case with exactly the checks ``engine_plan`` gives it (the greedy
+    cases get ``engine_greedy`` alone). A target that is no engine is refused, naming it."""
+    from specverify.checks import CHECKS
+    from specverify.cli import main
+    from specverify.engines import ENGINE_CHECKS, engine_plan
+    assert main(["list"]) == 0
+    listed = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line and not line[0].isspace()]
+    for name, check in {**CHECKS, **ENGINE_CHECKS}.items():
+        assert [name, check.kind] in listed, name
+    assert main(["list", SPEC]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    planned = {}
+    for name, case in engine_plan(engine):
+        planned.setdefault(case.name, []).append(name)
+    assert set(planned) == {case.name for case in engine.cases}
+    for case in engine.cases:
+        at = next(i for i, line in enumerate(lines) if line.startswith(case.name + " "))
+        assert lines[at + 1].split("checks: ")[1].split(", ") == planned[case.name], case.name
+    assert planned["greedy"] == ["engine_greedy"]
+    assert main(["list", "cpu"]) == 2 and "'cpu' names no engine adapter" in capsys.readouterr().err
+
+
 MUTANT = "specverify.mutants.engines:greedy_drafter_engine"
 
 
