@@ -15,7 +15,8 @@
 # PYTHONPATH with the pytest plugin loaded by -p if that install is impossible.
 # GPUs: those of $CUDA_VISIBLE_DEVICES where it is set, else every GPU `nvidia-smi -L` lists
 # (CUDA_VISIBLE_DEVICES=0 runs the nightly on one GPU of a larger host, as its scaling table does).
-# Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), BENCH_ARGS (default --quick),
+# Environment: PYTHON (default python3), WORKERS_PER_GPU (default 1), FILTER_WORKERS (default: the cores, at least
+# four a GPU), BENCH_ARGS (default --quick),
 # SUITE_RUNNER (pool, the default: `specverify check`'s worker pool, which draws each production-vocabulary case in
 # one part per GPU; pytest: the shipped suite under pytest-xdist, one worker per GPU, each case drawn whole),
 # SKIP_SANITIZER=1 to skip compute-sanitizer, SPECVERIFY_COMMIT to name the commit when the checkout has
@@ -134,12 +135,15 @@ step mutants mutants.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_mutants_caugh
   -k requires -q -rA
 
 # ---- 3a. the filter cut's kernel tests on CUDA: its sample bracket, slow path and record's copies (their test
-# kernels), PRE plan, lazy cut, one launch, and the one launch's phase stamps (four workers share each GPU, pinned by
-# the plugin: the run is bound by compiling the cut's kernels)
+# kernels), PRE plan, lazy cut, one launch, and the one launch's phase stamps. The run is bound by compiling the cut's
+# kernels, one process a CPU core: a worker a core, at least four a GPU, pinned to the GPUs by the plugin
+# (FILTER_WORKERS=N to choose)
+NCPU=$(nproc 2>/dev/null || echo 1)
+FILTER_WORKERS=${FILTER_WORKERS:-$(( NCPU > 4 * NGPU ? NCPU : 4 * NGPU ))}
 step filter-kernels filter-kernels.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_triton_filters.py \
   tests/test_triton_lazy_cut.py tests/test_triton_one_launch*.py tests/test_filter_probe.py \
   tests/test_triton_slow_path.py tests/test_triton_copies.py tests/test_triton_sample_counts.py \
-  tests/test_triton_rank.py -p no:cacheprovider -n $(( 4 * NGPU )) --specverify-gpus=auto -q -rA
+  tests/test_triton_rank.py -p no:cacheprovider -n "$FILTER_WORKERS" --specverify-gpus=auto -q -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
 # With two or more GPUs the three tools run side by side, each over the driver's parts (one per GPU, each part

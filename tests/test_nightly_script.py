@@ -57,7 +57,7 @@ def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
     results = tmp_path / "results"
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
                "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
-    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU",
+    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU", "FILTER_WORKERS",
                   "SAN_S", "FAIL_ARG", "SLOW_ARG"):
         if unset not in env:
             run_env.pop(unset, None)
@@ -201,12 +201,18 @@ def test_on_one_gpu_the_sanitizers_run_one_after_another(tmp_path):
     assert {g for g, _ in runs.values()} == {"all"}
 
 
-def test_the_filter_kernel_tests_take_four_workers_on_each_gpu(tmp_path):
-    """The filter cut's kernel tests are bound by compiling kernels: four xdist workers per GPU, pinned by the
-    plugin, so that a second GPU brings its four."""
+@pytest.mark.parametrize("cores, workers", [(2, 8), (32, 32)])
+def test_the_filter_kernel_tests_take_a_worker_a_core_and_at_least_four_a_gpu(tmp_path, cores, workers):
+    """The filter cut's kernel tests are bound by compiling kernels, a process a core: as many xdist workers as
+    cores, pinned to the GPUs by the plugin, and never fewer than four a GPU (two GPUs: at least 8). The cores are
+    a stand-in ``nproc``'s, so both sides of the bound are seen on any machine."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
+    (bin_dir / "nproc").chmod(0o755)
     status, out, steps, calls = _nightly(tmp_path, STEPS="filter-kernels", CUDA_VISIBLE_DEVICES="0,1")
     assert status == 0 and steps["filter-kernels"] == "pass", out
-    assert len(calls) == 1 and "-n 8 --specverify-gpus=auto" in calls[0], calls
+    assert len(calls) == 1 and f"-n {workers} --specverify-gpus=auto" in calls[0], calls
 
 
 def test_the_report_names_the_runner_the_checks_per_gpu_and_each_split_draw():
