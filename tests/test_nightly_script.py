@@ -57,8 +57,8 @@ def _nightly(tmp_path: Path, **env: str) -> tuple[int, str, dict, list[str]]:
     results = tmp_path / "results"
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python"),
                "CALLS": str(calls), "SPECVERIFY_COMMIT": "test", **env}
-    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU", "FILTER_WORKERS",
-                  "SAN_S", "FAIL_ARG", "SLOW_ARG"):
+    for unset in ("STEPS", "DEADLINE", "SKIP_SANITIZER", "SUITE_RUNNER", "CUDA_VISIBLE_DEVICES", "WORKERS_PER_GPU",
+                  "FILTER_WORKERS", "SAN_S", "FAIL_ARG", "SLOW_ARG"):
         if unset not in env:
             run_env.pop(unset, None)
     done = subprocess.run(["bash", str(SCRIPT), str(results)], env=run_env, capture_output=True, text=True,
