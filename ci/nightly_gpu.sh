@@ -143,7 +143,7 @@ FILTER_WORKERS=${FILTER_WORKERS:-$(( NCPU > 4 * NGPU ? NCPU : 4 * NGPU ))}
 step filter-kernels filter-kernels.log "$PY" -m pytest "${PLUGIN[@]}" tests/test_triton_filters.py \
   tests/test_triton_lazy_cut.py tests/test_triton_one_launch*.py tests/test_filter_probe.py \
   tests/test_triton_slow_path.py tests/test_triton_copies.py tests/test_triton_sample_counts.py \
-  tests/test_triton_rank.py -p no:cacheprovider -n "$FILTER_WORKERS" --specverify-gpus=auto -q -rA
+  tests/test_triton_rank.py -p no:cacheprovider -n "$FILTER_WORKERS" --specverify-gpus=auto -v -rA
 
 # ---- 4. compute-sanitizer over the driver --------------------------------------------------------
 # With two or more GPUs the three tools run side by side, each over the driver's parts (one per GPU, each part

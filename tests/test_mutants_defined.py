@@ -404,6 +404,7 @@ WITNESS = {
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",
+    "greedy_highest_index_tie_own_stream": "greedy_ties",
     "padded_tile_own_stream": "partial_last_tile_seeded",
     "split_vocab_out_of_range_own_stream": "production_vocab_seeded",
     "nan_row_emits_id_past_v": "nonfinite_rows",

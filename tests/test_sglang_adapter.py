@@ -334,6 +334,35 @@ def test_fixed_coins_reach_every_node_coin_and_the_final_coin():
     assert len(seen) == 2 and out.emitted() == reference.sample(greedy, method="tree", seed=0).emitted()
 
 
+def test_all_greedy_trees_reach_the_greedy_entry_and_a_descent_on_the_wrong_slot_fails_there():
+    """The greedy entry runs only on a batch whose every request is greedy, which no sampled case holds:
+    ``greedy_agreement[tree]`` is what reaches it, on the adapter's own seeded path, and compares it exactly. Its
+    two calls take ``verify_tree_greedy`` and never the sampling kernel; the entry given each slot's neighbour's
+    argmax (an off-by-one slot) fails."""
+    calls = {"greedy": 0, "sampling": 0}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    def neighbours_argmax(target_predict, **kwargs):
+        verify_tree_greedy(target_predict=target_predict.roll(1, dims=1), **kwargs)
+
+    module = types.SimpleNamespace(verify_tree_greedy=counted("greedy", verify_tree_greedy),
+                                   tree_speculative_sampling_target_only=counted(
+                                       "sampling", tree_speculative_sampling_target_only))
+    result = run_check(sglang.tree_greedy(module, devices=("cpu",)), "greedy_agreement", "tree", get_profile("ci"))
+    assert result.status == PASS and "on seeded noise" in result.message, result.line()
+    assert calls == {"greedy": 2, "sampling": 0}
+    wrong = types.SimpleNamespace(verify_tree_greedy=neighbours_argmax,
+                                  tree_speculative_sampling_target_only=tree_speculative_sampling_target_only)
+    result = run_check(sglang.tree_greedy(wrong, devices=("cpu",)), "greedy_agreement", "tree", get_profile("ci"))
+    assert result.status == FAIL and "greedy argmax (tree)" in result.message, result.line()
+    assert run_check(TARGET_ONLY, "greedy_agreement", "tree", get_profile("ci")).status == PASS
+
+
 @pytest.mark.parametrize("check,case", [("token_distribution", "tree_dense_q"), ("interface_parity", "convention")])
 def test_dense_drafters_are_not_applicable_and_never_reach_the_kernel(check, case):
     """The target-only kernel has no dense-drafter rule: the adapter declares dense_draft_probs=False, so

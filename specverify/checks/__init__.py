@@ -15,6 +15,7 @@ from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check
                                          check_differential_seeded, differential_needs)
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, runs_on
 from specverify.checks.coins import COIN_CASES, check_boundary_coins, coin_needs
+from specverify.checks.greedy import GREEDY_CASES, check_greedy_agreement, greedy_needs
 from specverify.checks.graphs import GRAPH_CASES, GRAPH_NEEDS, check_cuda_graphs
 from specverify.checks.large_vocab import LARGE_VOCAB_CASES, LARGE_VOCAB_NEEDS, check_large_vocab_structure
 from specverify.checks.nonfinite import NONFINITE_CASES, NONFINITE_NEEDS, check_nonfinite_rows
@@ -48,6 +49,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "backend's own chains)", differential_needs("injected")),
     Check("differential_seeded", "exact", check_differential_seeded, SEEDED_CASES,
           "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
+    Check("greedy_agreement", "exact", check_greedy_agreement, GREEDY_CASES,
+          "all-greedy batches (ties, near-ties) give the reference's tokens on every noise path: no noise to share",
+          greedy_needs),
     Check("token_distribution", "statistical", check_token_distribution, _stat_cases("token_distribution"),
           "emitted token at each position follows the exact distribution", statistical_needs),
     Check("recovered_distribution", "statistical", check_recovered_distribution, _stat_cases("recovered_distribution"),

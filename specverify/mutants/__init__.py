@@ -19,7 +19,8 @@ from specverify.checks import CHECKS
 from specverify.mutants import block, filters, nonfinite, samplers
 from specverify.mutants.tree import TREE_MUTANTS, TreeEmptyResidualNotKept
 from specverify.mutants.alignment import align_draft_probs_skipping_nothing
-from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedySampledOwnStream, PaddedTileOwnStream,
+from specverify.mutants.statistical_only import (DraftProbsBf16OwnStream, GreedyHighestIndexTieOwnStream,
+                                                 GreedySampledOwnStream, PaddedTileOwnStream,
                                                  ResidualAgainstScaledQOwnStream, ResidualFallbackToArgmaxOwnStream,
                                                  ResidualFallbackToLastIdOwnStream, ResidualWithoutFallbackOwnStream,
                                                  SplitVocabOutOfRangeOwnStream, ZeroCoinAcceptsOwnStream)
@@ -95,9 +96,9 @@ _ALL = [
     _sampler(samplers.UninitializedScratch, "result depends on uninitialised scratch memory", "001",
              ("uninitialized_memory", "output_structure")),
     _sampler(samplers.GreedyHighestIndexTie, "greedy argmax breaks ties at the highest index", "001",
-             DIFF),
+             DIFF + ("greedy_agreement",)),
     _sampler(samplers.GreedyLowPrecisionArgmax, "greedy argmax of probabilities rounded to bf16", "001",
-             DIFF),
+             DIFF + ("greedy_agreement",)),
     _sampler(samplers.SyntheticRateDefaultsToZero, "unset synthetic rate defaults to 0.0 instead of an error",
              "000", ("synthetic_validation",)),
     _sampler(samplers.SyntheticDecayIgnored, "synthetic decay ignored (c_j = a0 at every position)", "000",
@@ -172,6 +173,10 @@ _ALL.append(Mutant(GreedySampledOwnStream.name, GreedySampledOwnStream,
                    "greedy requests sampled at temperature 1, own noise stream: only statistics can see it",
                    "001", ("token_distribution",), cases=("mixed_greedy",)))
 
+# greedy ties with no shared noise: all-greedy batches, which use none
+_ALL.append(Mutant(GreedyHighestIndexTieOwnStream.name, GreedyHighestIndexTieOwnStream,
+                   "greedy argmax breaks ties at the highest index, own noise stream: no noise to share", "001",
+                   ("greedy_agreement",)))
 # the residual's fallback with no shared noise: only the statistical case whose every rejection empties it
 _ALL += [Mutant(cls.name, cls, bug, "classic", ("token_distribution",), cases=("residual_fallback",)) for cls, bug in (
     (ResidualWithoutFallbackOwnStream, "a residual zero everywhere raced as it is (token 0), own noise stream only"),
@@ -211,8 +216,9 @@ _ALL.append(Mutant(block.BlockResidualWithoutFallback.name, block.BlockResidualW
                    "block: a residual zero everywhere at the stop raced as it is, not p_tau", "classic", DIFF,
                    cases=("block",)))
 
-# SPEC 3.8: each caught by the differential tree case; the random-rule ones also by the tree statistics
-_ALL += [Mutant(cls.name, cls, bug, "public", DIFF if "greedy" in cls.name else
+# SPEC 3.8: each caught by the differential tree case; the random-rule ones also by the tree statistics, the greedy
+# one by all-greedy trees
+_ALL += [Mutant(cls.name, cls, bug, "public", DIFF + ("greedy_agreement",) if "greedy" in cls.name else
                 DIFF + ("sequence_distribution", "token_distribution"), cases=("tree", "tree_dense_q"))
          for cls, bug in TREE_MUTANTS]
 # reached only where the residual empties (q = p (1 + 5e-4)): the single-path trees of tree_path_equals_chain

@@ -1,5 +1,5 @@
-"""Mutants only a statistical check can see: the backend draws its own noise stream, so there is
-no shared noise to compare under, and its bug shows only in the output distribution."""
+"""Mutants with their own noise stream: there is no shared noise to compare under, so their bugs show in the
+output distribution, under fixed coins, or in all-greedy batches, which use no noise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from reference import Noise, SpecBatch
 from specverify.backends import Capabilities
 from specverify.kernels.cpu import CpuBackend
-from specverify.mutants.samplers import DraftProbsBf16, ResidualWithoutFallback
+from specverify.mutants.samplers import DraftProbsBf16, GreedyHighestIndexTie, ResidualWithoutFallback
 
 
 class OwnStreamCpuBackend(CpuBackend):
@@ -60,6 +60,13 @@ class GreedySampledOwnStream(OwnStreamCpuBackend):
     def temperatures(self, batch):
         t = super().temperatures(batch)
         return torch.where(t == 0, torch.ones_like(t), t)
+
+
+class GreedyHighestIndexTieOwnStream(GreedyHighestIndexTie, OwnStreamCpuBackend):
+    """Greedy ties broken at the highest index (seed 001) in a backend with its own stream: no differential check
+    reaches it, and random logits tie with probability 0, so the statistics cannot see it either."""
+
+    name = "greedy_highest_index_tie_own_stream"
 
 
 class PaddedTileOwnStream(OwnStreamCpuBackend):
