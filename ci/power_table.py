@@ -32,8 +32,8 @@ def _row(name: str) -> tuple[str, bool]:
     import torch  # noqa: PLC0415
 
     import reference  # noqa: PLC0415
-    from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check  # noqa: PLC0415
-    from specverify.mutants import GPUS_REQUIRED, MUTANTS  # noqa: PLC0415
+    from specverify.checks import FAIL, PASS, check_request_alignment, run_check  # noqa: PLC0415
+    from specverify.mutants import GPUS_REQUIRED, MUTANTS, cpu_plan  # noqa: PLC0415
     from specverify.mutants.statistical_only import OwnStreamCpuBackend  # noqa: PLC0415
     from specverify.registry import get_backend  # noqa: PLC0415
     from specverify.strategies import get_profile  # noqa: PLC0415
@@ -57,13 +57,10 @@ def _row(name: str) -> tuple[str, bool]:
         caught = [r] if r.status == FAIL else []
     else:
         backend = mutant.build()
-        for check in mutant.expected_checks:
-            for case in CHECKS[check].cases:
-                if case.startswith("large_vocab") or (mutant.cases and case not in mutant.cases):
-                    continue
-                r = run_check(backend, check, case, profile)
-                if r.status == FAIL:
-                    caught.append(r)
+        for check, case in cpu_plan(mutant):
+            r = run_check(backend, check, case, profile)
+            if r.status == FAIL:
+                caught.append(r)
     seconds = time.perf_counter() - start
     if not caught:
         return f"{lead} **NOT CAUGHT** | - | - | - | {seconds:.1f} |", False

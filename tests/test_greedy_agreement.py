@@ -10,7 +10,8 @@ import torch
 import reference
 from reference import tree
 from specverify.checks import FAIL, NOT_APPLICABLE, PASS, run_check
-from specverify.checks.greedy import GREEDY_CASES, NEAR, chain_batch, greedy_batch, tree_batch
+from specverify.checks.large_vocab import TILE
+from specverify.checks.greedy import NEAR, chain_batch, greedy_batch, greedy_batches, tree_batch
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.strategies import get_profile
@@ -19,9 +20,8 @@ CI = get_profile("ci")
 
 
 def _batches(case):
-    """The batches the check builds for ``case`` (its generators' seeds), with no caps."""
-    return [greedy_batch(case, torch.Generator().manual_seed(9_000 + 100 * GREEDY_CASES.index(case) + i))
-            for i in range(2)]
+    """The batches the check calls on ``case`` at the ci profile, with no caps."""
+    return [batch for _, batch, _ in greedy_batches(case, CI)]
 
 
 def _styles(logits: torch.Tensor) -> tuple[int, int, str]:
@@ -75,6 +75,28 @@ def test_trees_place_the_argmax_after_other_siblings_and_the_rival_before_it():
                 if top in order and style != "clear" and rival in order[:order.index(top)]:
                     rival_first += 1
     assert argmax_later >= 3 and rival_first >= 1 and depth == 4
+
+
+def test_large_vocabularies_put_each_rows_top_two_in_different_tiles_and_halves():
+    """The large_vocab case exists for kernels that split the vocabulary: at every size the ci profile plans (V = 4,099
+    on the CPU, and the production ones), each tied or near-tied row's two top tokens lie in different 1024-wide tiles
+    and on either side of the row's middle, and an exact tie is drafted at its higher index."""
+    sizes, tied_drafts, split = set(), 0, {"tie": 0, "near": 0}
+    for batch in _batches("large_vocab"):
+        V = batch.vocab_size
+        sizes.add(V)
+        rows, drafts = batch.logit_offsets().tolist(), batch.draft_offsets().tolist()
+        for b in range(batch.num_requests):
+            for j in range(int(batch.num_draft_tokens[b]) + 1):
+                top, rival, style = _styles(batch.target_logits[rows[b] + j])
+                if style == "clear":
+                    continue
+                low, high = sorted((top, rival))
+                assert low < V // 2 <= high and low // TILE != high // TILE, (V, low, high)
+                split[style] += 1
+                if style == "tie" and j < int(batch.num_draft_tokens[b]):
+                    tied_drafts += int(batch.draft_token_ids[drafts[b] + j]) == high
+    assert sizes == {4_099, 151_936, 262_144} and tied_drafts >= 1 and min(split.values()) >= 3, split
 
 
 def test_declared_draft_and_depth_limits_bound_the_batches():

@@ -12,8 +12,8 @@ import torch
 
 import reference
 from specverify.registry import get_backend
-from specverify.checks import CHECKS, FAIL, PASS, check_request_alignment, run_check
-from specverify.mutants import GPUS_REQUIRED, MUTANTS
+from specverify.checks import FAIL, PASS, check_request_alignment, run_check
+from specverify.mutants import GPUS_REQUIRED, MUTANTS, cpu_plan
 from specverify.mutants.statistical_only import OwnStreamCpuBackend
 from specverify.strategies import get_profile
 
@@ -59,18 +59,12 @@ def first_catch(mutant):
         result = check_request_alignment(mutant.build(), name=mutant.name)
         return result if result.status == FAIL else None
     backend = mutant.build()
-    for check in mutant.expected_checks:
-        for case in CHECKS[check].cases:
-            # the statistical and differential production-vocabulary cases are the GPU's; the structural
-            # ones take milliseconds on a CPU backend and run
-            if (case.startswith("large_vocab") and check != "large_vocab_structure") \
-                    or (mutant.cases and case not in mutant.cases):
-                continue
-            # no reproducer: reducing a statistical case's failing call (8,000 requests replayed against the
-            # float64 reference) took 40% of this file's time, and the catch does not depend on it
-            result = run_check(backend, check, case, profile_for(mutant), reproducer=False)
-            if result.status == FAIL:
-                return result
+    for check, case in cpu_plan(mutant):
+        # no reproducer: reducing a statistical case's failing call (8,000 requests replayed against the
+        # float64 reference) took 40% of this file's time, and the catch does not depend on it
+        result = run_check(backend, check, case, profile_for(mutant), reproducer=False)
+        if result.status == FAIL:
+            return result
     return None
 
 

@@ -97,6 +97,15 @@ def scenario_greedy_ties(backend):
     return backend(_greedy(torch.randint(0, 2, (8 * 3, 6), generator=g).float(), 2), seed=0)
 
 
+def scenario_greedy_ties_across_a_split(backend):
+    """V = 4,099: ids 5 and 3,000 tie at the top of every row, on either side of a split at 2,048."""
+    g = torch.Generator().manual_seed(104)
+    logits = torch.randn(4 * 2, 4_099, generator=g)
+    logits[:, [5, 3_000]] = 6.0
+    return backend(SpecBatch(torch.ones(4, dtype=torch.int64), torch.full((4,), 3_000), logits, None,
+                             torch.zeros(4)), seed=0)
+
+
 def scenario_greedy_near_ties(backend):
     """The runner-up at a lower index trails the maximum by 1e-3 in logit: bf16 probabilities tie them."""
     g = torch.Generator().manual_seed(103)
@@ -374,7 +383,7 @@ SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_bf16_sensitive_seeded, scenario_greedy_seeded, scenario_partial_last_tile_seeded, scenario_production_vocab_seeded,
     scenario_nonfinite_rows, scenario_block,
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
-    scenario_greedy_ties, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
+    scenario_greedy_ties, scenario_greedy_ties_across_a_split, scenario_greedy_near_ties, scenario_greedy_negative_logits, scenario_second_call,
     scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts,
     scenario_zero_probability_drafts_at_coin_zero)}
 
@@ -387,6 +396,7 @@ WITNESS = {
     "uninitialized_scratch": "dense",
     "greedy_highest_index_tie": "greedy_ties",
     "greedy_low_precision_argmax": "greedy_near_ties",
+    "greedy_split_tie_to_later_part": "greedy_ties_across_a_split",
     "synthetic_rate_defaults_to_zero": "synthetic_rate_unset",
     "synthetic_decay_ignored": "synthetic",
     "signature_lag": "all_keywords",

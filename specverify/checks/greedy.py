@@ -6,13 +6,17 @@ the statistics see a greedy path only mixed with random requests. Here each decl
 noise; seeds, of the reference's Philox stream or of the backend's own), and every call is held to the
 reference by the one comparison every exact check uses, the argmax margin its only ambiguity.
 
-Cases, V = 64, temperature 0 everywhere, two batches a path:
+Cases, temperature 0 everywhere, two batches a path:
 
-    chain    chains of 0-4 one-hot drafts under the standard rule
-    block    the same chains under the block rule (SPEC 3.7: greedy requests as in the standard rule)
-    tree     one-hot trees of 0-7 nodes, at most 4 deep, whose siblings hold the row's argmax at any place
+    chain        chains of 0-4 one-hot drafts under the standard rule, V = 64
+    block        the same chains under the block rule (SPEC 3.7: greedy requests as in the standard rule)
+    tree         one-hot trees of 0-7 nodes, at most 4 deep, whose siblings hold the row's argmax at any place
+    large_vocab  four chains (0-3 drafts) at each production vocabulary (and V = 4,099 on the CPU, as
+                 ``large_vocab_structure``), one batch a size and path, every row's two top tokens in different
+                 1024-wide tiles and halves of the row: a kernel that splits the vocabulary and merges its
+                 parts' argmaxes must still give a tie to the lower index
 
-Each row is one of three styles, drawn per row:
+Each row is one of three styles, drawn per row (its two top tokens anywhere at V = 64):
 
     clear    one token above the rest
     tie      two tokens at exactly the top value: the lower index is the argmax, also where the draft (or an
@@ -27,28 +31,40 @@ import torch
 
 from reference import Noise, SpecBatch, tree
 from specverify.checks.common import call_example, paths
+from specverify.checks.large_vocab import TILE, structural_vocabs
 from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Example
 
-GREEDY_CASES = ("chain", "block", "tree")
+GREEDY_CASES = ("chain", "block", "tree", "large_vocab")
 V = 64
 BATCHES = 2                  # batches a path and case
 NEAR = 2.5e-4                # the near style's relative gap of the two top logits
 CHAIN_DRAFTS = (0, 1, 2, 3, 4, 4, 3, 2, 1, 4)
+LARGE_DRAFTS = (2, 0, 3, 1)
 # one request's tree a topology: each node's parent (-1: the root), parents before children
 TREES = ((), (-1, -1, -1, 0, 0, 2), (-1, 0, 1, 2), (-1, -1, 0, 0, 1, 1, 3), (-1, -1, -1, -1), (-1, 0, 0, 1, 1, 2, 2))
 
 
 def greedy_needs(case: str) -> Needs:
-    return Needs(method="standard" if case == "chain" else case, noise="any")
+    return Needs(method=case if case in ("block", "tree") else "standard", noise="any")
 
 
-def _row(g: torch.Generator) -> tuple[torch.Tensor, int, int | None]:
-    """(logits [V] float32, the argmax, its rival or None): a row of a random style (module docstring)."""
-    logits = torch.randn(V, generator=g) * 2
+def _pair(g: torch.Generator, vocab: int) -> tuple[int, int]:
+    """Two ids a < b: anywhere at V = 64; above it a in the row's first half and b in a later tile of its second."""
+    if vocab == V:
+        a, b = sorted(torch.randperm(V, generator=g)[:2].tolist())
+        return a, b
+    half = vocab // 2
+    a = int(torch.randint(0, half, (1,), generator=g))
+    return a, int(torch.randint(max(half, (a // TILE + 1) * TILE), vocab, (1,), generator=g))
+
+
+def _row(g: torch.Generator, vocab: int = V) -> tuple[torch.Tensor, int, int | None]:
+    """(logits [vocab] float32, the argmax, its rival or None): a row of a random style (module docstring)."""
+    logits = torch.randn(vocab, generator=g) * 2
     top = float(logits.max()) + 3.0
     style = int(torch.randint(0, 3, (1,), generator=g))
-    a, b = sorted(torch.randperm(V, generator=g)[:2].tolist())
+    a, b = _pair(g, vocab)
     if style == 0:
         logits[a] = top
         return logits, a, None
@@ -59,28 +75,29 @@ def _row(g: torch.Generator) -> tuple[torch.Tensor, int, int | None]:
     return logits, b, a
 
 
-def _other(g: torch.Generator, avoid: set) -> int:
+def _other(g: torch.Generator, avoid: set, vocab: int = V) -> int:
     """A token outside ``avoid``."""
     while True:
-        x = int(torch.randint(0, V, (1,), generator=g))
+        x = int(torch.randint(0, vocab, (1,), generator=g))
         if x not in avoid:
             return x
 
 
-def chain_batch(g: torch.Generator, max_draft: int | None = None) -> SpecBatch:
-    """All-greedy one-hot chains (CHAIN_DRAFTS drafts, at most ``max_draft``): each draft is its row's argmax
-    half the time, the row's rival where it has one a quarter, another token otherwise."""
-    k = [min(n, max_draft) if max_draft else n for n in CHAIN_DRAFTS]
+def chain_batch(g: torch.Generator, max_draft: int | None = None, vocab: int = V,
+                drafts_per_request: tuple = CHAIN_DRAFTS) -> SpecBatch:
+    """All-greedy one-hot chains (``drafts_per_request``, at most ``max_draft``) at ``vocab``: each draft is its
+    row's argmax half the time, the row's rival where it has one a quarter, another token otherwise."""
+    k = [min(n, max_draft) if max_draft else n for n in drafts_per_request]
     drafts, rows = [], []
     for n in k:
         for j in range(n + 1):
-            logits, top, rival = _row(g)
+            logits, top, rival = _row(g, vocab)
             rows.append(logits)
             if j == n:
                 break
             pick = float(torch.rand(1, generator=g))
             drafts.append(top if pick < 0.5 else rival if rival is not None and pick < 0.75 else
-                          _other(g, {top}))
+                          _other(g, {top}, vocab))
     return SpecBatch(torch.tensor(k), torch.tensor(drafts, dtype=torch.int64), torch.stack(rows), None,
                      torch.zeros(len(k)))
 
@@ -115,30 +132,42 @@ def tree_batch(g: torch.Generator, max_depth: int | None = None) -> SpecBatch:
                      torch.zeros(len(k)), tree_parents=torch.tensor(parents, dtype=torch.int64))
 
 
-def greedy_batch(case: str, g: torch.Generator, caps=None) -> SpecBatch:
-    """The case's batch, within the drafts and tree depth ``caps`` declares."""
+def greedy_batch(case: str, g: torch.Generator, caps=None, vocab: int = V) -> SpecBatch:
+    """The case's batch, within the drafts and tree depth ``caps`` declares (``vocab``: large_vocab's size)."""
     if case in ("chain", "block"):
         return chain_batch(g, getattr(caps, "max_draft", None))
+    if case == "large_vocab":
+        return chain_batch(g, getattr(caps, "max_draft", None), vocab, LARGE_DRAFTS)
     if case == "tree":
         return tree_batch(g, getattr(caps, "max_tree_depth", None))
     raise ValueError(f"unknown greedy case {case!r}")
 
 
+def greedy_batches(case: str, profile, caps=None) -> list[tuple[str, SpecBatch, torch.Generator]]:
+    """(label, batch, the generator that built it) of each batch the check calls on ``case``: BATCHES at V = 64, one
+    at each of large_vocab's sizes; the generator goes on to draw the call's noise and seeds."""
+    sizes = [(vocab, 0) for vocab in structural_vocabs(profile)] if case == "large_vocab" else \
+        [(V, i) for i in range(BATCHES)]
+    built = []
+    for vocab, i in sizes:
+        g = torch.Generator().manual_seed(9_000 + 100 * GREEDY_CASES.index(case) + i + vocab)
+        built.append((f"all-greedy {case} batch {i} at V = {vocab:,}", greedy_batch(case, g, caps, vocab), g))
+    return built
+
+
 def check_greedy_agreement(ctx: Context, case: str) -> None:
-    """Every declared noise path, BATCHES all-greedy batches each: the reference's tokens (and a tree's
+    """Every declared noise path on every batch of ``greedy_batches``: the reference's tokens (and a tree's
     accepted path) exactly, through ``ctx.agree``."""
     method = greedy_needs(case).method
     declared = paths(ctx, prefer_seeded=False)
     if not declared:
         raise NotApplicable("backend declares neither injected noise nor seeds: its calls cannot be made")
     requests = 0
-    for path in declared:
-        for i in range(BATCHES):
-            g = torch.Generator().manual_seed(9_000 + 100 * GREEDY_CASES.index(case) + i)
-            batch = greedy_batch(case, g, ctx.backend.capabilities)
-            noise = Noise.draw(batch, g)     # the reference's greedy rule reads none of it
-            seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g)
-            example = Example(batch, noise, seeds, f"all-greedy {case} batch {i} ({path})")
+    for label, batch, g in greedy_batches(case, ctx.profile, ctx.backend.capabilities):
+        noise = Noise.draw(batch, g)     # the reference's greedy rule reads none of it
+        seeds = torch.randint(0, 2 ** 62, (batch.num_requests,), generator=g)
+        for path in declared:
+            example = Example(batch, noise, seeds, f"{label} ({path})")
             got, _ = call_example(ctx, example, seeded=path == "seeded", method=method)
             ctx.agree(batch, got, noise, where=example.description, method=method)
             requests += batch.num_requests

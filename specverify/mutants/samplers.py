@@ -308,6 +308,23 @@ class AcceptAgainstP(CpuBackend):
         return u <= p_x
 
 
+class GreedySplitTieToLaterPart(CpuBackend):
+    """Greedy argmax over a vocabulary split in two at a 1024-wide tile (above one tile): each part's argmax, then the
+    later part's where its value is at least the earlier one's. Right within a part; a tie across the split goes to
+    the higher index (a split-V kernel's merge with >=)."""
+
+    name = "greedy_split_tie_to_later_part"
+
+    def greedy_argmax(self, logits):
+        V = logits.shape[1]
+        mid = V // 2 // 1024 * 1024
+        if mid == 0:
+            return super().greedy_argmax(logits)
+        low = logits[:, :mid].max(dim=1)
+        high = logits[:, mid:].max(dim=1)
+        return torch.where(high.values >= low.values, high.indices + mid, low.indices)
+
+
 # ---- public: noise at float32's boundaries ---------------------------------------------------------------
 class UniformRoundedToFloat32(CpuBackend):
     """The acceptance uniform is used in float32 and p(x) = 0 is not excluded: a float64 uniform below
