@@ -78,11 +78,11 @@ def test_trees_place_the_argmax_after_other_siblings_and_the_rival_before_it():
 
 
 def test_large_vocabularies_put_each_rows_top_two_in_different_tiles_and_halves():
-    """The large_vocab case exists for kernels that split the vocabulary: at every size the ci profile plans (V = 4,099
+    """The split_vocab case exists for kernels that split the vocabulary: at every size the ci profile plans (V = 4,099
     on the CPU, and the production ones), each tied or near-tied row's two top tokens lie in different 1024-wide tiles
     and on either side of the row's middle, and an exact tie is drafted at its higher index."""
     sizes, tied_drafts, split = set(), 0, {"tie": 0, "near": 0}
-    for batch in _batches("large_vocab"):
+    for batch in _batches("split_vocab"):
         V = batch.vocab_size
         sizes.add(V)
         rows, drafts = batch.logit_offsets().tolist(), batch.draft_offsets().tolist()

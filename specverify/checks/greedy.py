@@ -11,10 +11,10 @@ Cases, temperature 0 everywhere, two batches a path:
     chain        chains of 0-4 one-hot drafts under the standard rule, V = 64
     block        the same chains under the block rule (SPEC 3.7: greedy requests as in the standard rule)
     tree         one-hot trees of 0-7 nodes, at most 4 deep, whose siblings hold the row's argmax at any place
-    large_vocab  four chains (0-3 drafts) at each production vocabulary (and V = 4,099 on the CPU, as
-                 ``large_vocab_structure``), one batch a size and path, every row's two top tokens in different
-                 1024-wide tiles and halves of the row: a kernel that splits the vocabulary and merges its
-                 parts' argmaxes must still give a tie to the lower index
+    split_vocab  four chains (0-3 drafts) at each production vocabulary (and V = 4,099 on the CPU, as
+                 ``large_vocab_structure``; on every profile), one batch a size and path, every row's two top
+                 tokens in different 1024-wide tiles and halves of the row: a kernel that splits the vocabulary
+                 and merges its parts' argmaxes must still give a tie to the lower index
 
 Each row is one of three styles, drawn per row (its two top tokens anywhere at V = 64):
 
@@ -35,7 +35,7 @@ from specverify.checks.large_vocab import TILE, structural_vocabs
 from specverify.checks.runner import Context, Needs, NotApplicable
 from specverify.strategies import Example
 
-GREEDY_CASES = ("chain", "block", "tree", "large_vocab")
+GREEDY_CASES = ("chain", "block", "tree", "split_vocab")
 V = 64
 BATCHES = 2                  # batches a path and case
 NEAR = 2.5e-4                # the near style's relative gap of the two top logits
@@ -133,10 +133,10 @@ def tree_batch(g: torch.Generator, max_depth: int | None = None) -> SpecBatch:
 
 
 def greedy_batch(case: str, g: torch.Generator, caps=None, vocab: int = V) -> SpecBatch:
-    """The case's batch, within the drafts and tree depth ``caps`` declares (``vocab``: large_vocab's size)."""
+    """The case's batch, within the drafts and tree depth ``caps`` declares (``vocab``: split_vocab's size)."""
     if case in ("chain", "block"):
         return chain_batch(g, getattr(caps, "max_draft", None))
-    if case == "large_vocab":
+    if case == "split_vocab":
         return chain_batch(g, getattr(caps, "max_draft", None), vocab, LARGE_DRAFTS)
     if case == "tree":
         return tree_batch(g, getattr(caps, "max_tree_depth", None))
@@ -145,8 +145,8 @@ def greedy_batch(case: str, g: torch.Generator, caps=None, vocab: int = V) -> Sp
 
 def greedy_batches(case: str, profile, caps=None) -> list[tuple[str, SpecBatch, torch.Generator]]:
     """(label, batch, the generator that built it) of each batch the check calls on ``case``: BATCHES at V = 64, one
-    at each of large_vocab's sizes; the generator goes on to draw the call's noise and seeds."""
-    sizes = [(vocab, 0) for vocab in structural_vocabs(profile)] if case == "large_vocab" else \
+    at each of split_vocab's sizes; the generator goes on to draw the call's noise and seeds."""
+    sizes = [(vocab, 0) for vocab in structural_vocabs(profile)] if case == "split_vocab" else \
         [(V, i) for i in range(BATCHES)]
     built = []
     for vocab, i in sizes:

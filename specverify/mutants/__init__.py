@@ -180,7 +180,7 @@ _ALL.append(Mutant(GreedyHighestIndexTieOwnStream.name, GreedyHighestIndexTieOwn
 # a tie across a split of the vocabulary: only rows above one tile hold one
 _ALL.append(Mutant(samplers.GreedySplitTieToLaterPart.name, samplers.GreedySplitTieToLaterPart,
                    "greedy argmax merged across a vocabulary split with >=: a tie across the split goes to the higher "
-                   "index", "classic", ("greedy_agreement",) + DIFF, cases=("large_vocab",)))
+                   "index", "classic", ("greedy_agreement",), cases=("split_vocab",)))
 # the residual's fallback with no shared noise: only the statistical case whose every rejection empties it
 _ALL += [Mutant(cls.name, cls, bug, "classic", ("token_distribution",), cases=("residual_fallback",)) for cls, bug in (
     (ResidualWithoutFallbackOwnStream, "a residual zero everywhere raced as it is (token 0), own noise stream only"),
@@ -243,17 +243,12 @@ _ALL += [Mutant(name, partial(_placement_mutant, name), bug, "public", ("device_
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
 
-# checks whose production-vocabulary cases take a CPU backend milliseconds: the statistical and differential ones are
-# the GPU's
-CPU_LARGE_VOCAB = frozenset({"large_vocab_structure", "greedy_agreement"})
-
-
 def cpu_plan(mutant: Mutant) -> list[tuple[str, str]]:
     """The (check, case) pairs a CPU run tries a mutant on, in order: its expected checks' cases, within its own
-    cases where it names them."""
+    cases where it names them, but the statistical and differential production-vocabulary cases (the GPU's)."""
     return [(check, case) for check in mutant.expected_checks for case in CHECKS[check].cases
-            if not (case.startswith("large_vocab") and check not in CPU_LARGE_VOCAB)
+            if not case.startswith("large_vocab")
             and not (mutant.cases and case not in mutant.cases)]
 
 
-__all__ = ["CHECK_NAMES", "CPU_LARGE_VOCAB", "GPUS_REQUIRED", "KINDS", "MUTANTS", "REQUIRES", "Mutant", "cpu_plan"]
+__all__ = ["CHECK_NAMES", "GPUS_REQUIRED", "KINDS", "MUTANTS", "REQUIRES", "Mutant", "cpu_plan"]
