@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 
 from specverify.checks import CHECKS, NOT_RUN, CheckResult, plan
+from specverify.checks.runner import not_applicable_because
 from specverify.gpus import choose_gpus, visible_gpus
 from specverify.pool import BackendLoadError, CheckPool
 from specverify.options import parse_device, unwritable
@@ -220,16 +221,40 @@ def _merge(args) -> int:
     return 0 if outcome.passed else 1
 
 
+def _backend_listing(spec: str, profile) -> int:
+    """A kernel backend's plan on ``profile``, each (check, case) planned or n/a with the reason its declaration
+    gives; the backend is loaded in a worker process, as ``check`` loads it."""
+    pool = CheckPool(spec, profile, workers=1, timeout=120)
+    try:
+        loaded = pool.load()
+    except BackendLoadError as exc:
+        print(f"specverify: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        pool.close()
+    caps = loaded.capabilities
+    pairs = plan(profile)
+    reasons = {(c, k): not_applicable_because(CHECKS[c].needs(k), caps, profile) for c, k in pairs}
+    print(f"{loaded.name} on the {profile.name} profile (device {profile.device}): {len(pairs)} checks planned, "
+          f"{sum(why is None for why in reasons.values())} run, {sum(why is not None for why in reasons.values())} "
+          f"n/a by its declaration\ndeclares: {describe(caps)}")
+    for (check, case), why in reasons.items():
+        print(f"{'run ' if why is None else 'n/a '} {check}[{case}]" + (f": {why}" if why else ""))
+    print("(a check that runs may still find itself n/a, saying why: a case over the profile's budget, a call it "
+          "cannot make)")
+    return 0
+
+
 def _list(args) -> int:
-    """The kernel checks and the engine checks; with an engine adapter named, its own cases and their checks."""
+    """The kernel checks and the engine checks; with a target, an engine adapter's cases and their checks, or a
+    kernel backend's plan, each check run or n/a and why."""
     if args.target is not None:
         engine = get_engine(args.target)
-        if engine is None:
-            print(f"specverify: error: {args.target!r} names no engine adapter (or cannot be imported); every kernel "
-                  "backend gets the checks `specverify list` prints, n/a where it declares no path", file=sys.stderr)
-            return 2
-        print(engine_listing(engine))
-        return 0
+        if engine is not None:
+            print(engine_listing(engine))
+            return 0
+        profile = get_profile(args.profile)
+        return _backend_listing(args.target, replace(profile, device=args.device) if args.device else profile)
     for name, check in CHECKS.items():
         print(f"{name:<22} {check.kind:<12} cases: {', '.join(check.cases)}\n{'':<22} {check.doc}")
     print("\nengine checks (an engine adapter's whole loop, SPEC 8; `specverify list MODULE:ATTR` lists its cases):\n"
@@ -300,8 +325,12 @@ def main(argv=None) -> int:
                         help="device to replay on (default: the reproducer's, else cpu)")
     replay.set_defaults(func=lambda args: replay_file(args.file, args.backend, args.device))
     listing = sub.add_parser("list", help="list the checks and their cases")
-    listing.add_argument("target", nargs="?", default=None, metavar="ENGINE",
-                         help="an engine adapter (MODULE:ATTR): list its cases and the checks each gets")
+    listing.add_argument("target", nargs="?", default=None, metavar="BACKEND",
+                         help="a backend (reference, cpu, triton, MODULE:ATTR): its plan, each check run or n/a and "
+                              "why; an engine adapter: its cases and the checks each gets")
+    listing.add_argument("--profile", choices=sorted(PROFILES), default=None,
+                         help="with a backend: the profile whose plan to list (default: ci, or $SPECVERIFY_PROFILE)")
+    listing.add_argument("--device", type=_device, default=None, help="with a backend: override the profile's device")
     listing.set_defaults(func=_list)
     args = parser.parse_args(argv)
     try:

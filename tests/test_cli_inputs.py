@@ -107,3 +107,26 @@ def test_the_shipped_suite_refuses_a_bad_option_before_running_a_test(tmp_path, 
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert expected.format(dir=tmp_path) in proc.stderr, proc.stderr
     assert "passed" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_list_of_a_backend_marks_n_a_exactly_what_its_run_reports_n_a_and_why(capsys):
+    """`specverify list BACKEND` is the plan before a long run: each check's line says run, or n/a with the reason.
+    For an own-stream backend (no injected noise, no trees, no block rule) every pair it marks n/a is n/a when run,
+    with the same reason, and pairs it marks run do run (the cheap ones tried here); a backend that cannot be loaded
+    is refused with status 2, naming why."""
+    from specverify.checks import NOT_APPLICABLE, run_check
+    from specverify.mutants.statistical_only import OwnStreamCpuBackend
+    from specverify.strategies import get_profile
+    assert main(["list", "specverify.mutants.statistical_only:OwnStreamCpuBackend"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("run ", "n/a ")]
+    listed = {line[5:].split(":")[0]: line[5:].partition(": ")[2] or None for line in lines}
+    assert len(listed) == len(lines) and sum(why is not None for why in listed.values()) >= 20
+    ci = get_profile("ci")
+    for pair, why in listed.items():
+        check, case = pair[:-1].split("[")
+        if why is not None or pair in ("interface_parity[convention]", "greedy_agreement[chain]"):
+            result = run_check(OwnStreamCpuBackend(), check, case, ci)
+            assert (result.status == NOT_APPLICABLE) == (why is not None), result.line()
+            assert why is None or result.message == why, (pair, why, result.message)
+    assert main(["list", "nosuch.module:backend"]) == 2
+    assert "loading backend 'nosuch.module:backend'" in capsys.readouterr().err
