@@ -38,6 +38,7 @@ from specverify.checks.common import on_device
 from specverify.checks.deviations import matching
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.checks.structural import support_problems
+from specverify.checks.tree_cases import one_hot_trees
 
 COINS = (0.0, 2.0 ** -24, 1.0 - 2.0 ** -24)
 INJECTED_ZERO = 2.0 ** -150     # an injected uniform in (0, 1) that float32 reads as 0
@@ -109,7 +110,7 @@ def _tree_zero_mass_siblings(g: torch.Generator) -> SpecBatch:
         rows = [root, torch.randn(V, generator=g) * 2, child, torch.randn(V, generator=g) * 2,
                 *(torch.randn(V, generator=g) * 2 for _ in range(3))]
         trees.append((len(parents), parents, tokens, rows))
-    return _tree_batch(trees)
+    return one_hot_trees(trees)
 
 
 def _tree_covered_support(g: torch.Generator) -> SpecBatch:
@@ -125,7 +126,7 @@ def _tree_covered_support(g: torch.Generator) -> SpecBatch:
         rows += [covered_row(g, first)] + [torch.randn(V, generator=g) * 2 for _ in range(COVER - 2)]
         rows += [covered_row(g, last)] + [torch.randn(V, generator=g) * 2 for _ in range(2 * COVER)]
         trees.append((len(parents), parents, tokens, rows))
-    return _tree_batch(trees)
+    return one_hot_trees(trees)
 
 
 def _coins_decide(g: torch.Generator, as_tree: bool) -> SpecBatch:
@@ -152,15 +153,6 @@ def _decided(batch: SpecBatch, out, coin: float) -> list[str]:
     want = k if coin < 0.5 else torch.zeros_like(k)
     return [f"request {b}: {int(n[b])} of {int(k[b])} drafts of p(x) = 1/2 accepted; the coin decides "
             f"{'all' if coin < 0.5 else 'none'}" for b in range(k.shape[0]) if int(n[b]) != int(want[b])]
-
-
-def _tree_batch(trees: list[tuple]) -> SpecBatch:
-    """The trees (N, parents, tokens, rows: root row first) as one batch at temperature 1, one-hot drafts."""
-    k = torch.tensor([t[0] for t in trees])
-    parents = torch.tensor([p for t in trees for p in t[1]])
-    drafts = torch.tensor([x for t in trees for x in t[2]])
-    logits = torch.stack([r for t in trees for r in t[3]])
-    return SpecBatch(k, drafts, logits, None, torch.ones(len(trees)), tree_parents=parents)
 
 
 def coin_batch(case: str, g: torch.Generator, dense: bool = True) -> SpecBatch:

@@ -33,6 +33,7 @@ from reference import Noise, SpecBatch, tree
 from specverify.checks.common import call_example, paths
 from specverify.checks.large_vocab import TILE, structural_vocabs
 from specverify.checks.runner import Context, Needs, NotApplicable
+from specverify.checks.tree_cases import one_hot_trees
 from specverify.strategies import Example
 
 GREEDY_CASES = ("chain", "block", "tree", "split_vocab")
@@ -108,7 +109,7 @@ def tree_batch(g: torch.Generator, max_depth: int | None = None) -> SpecBatch:
     has one."""
     topologies = [t for t in TREES if not max_depth or (tree.max_depth(torch.tensor(t, dtype=torch.int64),
                                                                         torch.tensor([len(t)])) <= max_depth)]
-    parents, tokens, rows, k = [], [], [], []
+    trees = []
     for topology in topologies:
         node_rows = [_row(g) for _ in range(len(topology) + 1)]
         kids = tree.children(list(topology))
@@ -124,12 +125,8 @@ def tree_batch(g: torch.Generator, max_depth: int | None = None) -> SpecBatch:
             order = torch.randperm(len(siblings), generator=g).tolist()
             for place, c in enumerate(siblings):
                 chosen[c] = picks[order[place]]
-        parents += list(topology)
-        tokens += chosen
-        rows += [r for r, _, _ in node_rows]
-        k.append(len(topology))
-    return SpecBatch(torch.tensor(k), torch.tensor(tokens, dtype=torch.int64), torch.stack(rows), None,
-                     torch.zeros(len(k)), tree_parents=torch.tensor(parents, dtype=torch.int64))
+        trees.append((len(topology), topology, chosen, [r for r, _, _ in node_rows]))
+    return one_hot_trees(trees, temperature=0.0)
 
 
 def greedy_batch(case: str, g: torch.Generator, caps=None, vocab: int = V) -> SpecBatch:

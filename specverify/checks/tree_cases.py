@@ -18,6 +18,16 @@ from reference import SpecBatch, exact, tree
 from specverify.generate import logits_for
 
 
+def one_hot_trees(trees: list[tuple], temperature: float = 1.0) -> SpecBatch:
+    """The trees, each (N, parents [N], tokens [N], rows [N + 1]: the root's first), as one batch of one-hot drafts,
+    every request at ``temperature``."""
+    k = torch.tensor([t[0] for t in trees])
+    parents = torch.tensor([p for t in trees for p in t[1]], dtype=torch.int64)
+    drafts = torch.tensor([x for t in trees for x in t[2]], dtype=torch.int64)
+    logits = torch.stack([r for t in trees for r in t[3]])
+    return SpecBatch(k, drafts, logits, None, torch.full((len(trees),), float(temperature)), tree_parents=parents)
+
+
 def proposal_rows(base: torch.Tensor, parents: list[int], tokens: torch.Tensor,
                   without_replacement: bool) -> torch.Tensor:
     """q [C, N, V] float64 of C copies with tokens [C, N]: node i's base row, less the tokens of its
