@@ -96,3 +96,27 @@ def test_the_262144_distribution_case_runs_where_large_vocabularies_are_planned(
         assert statistical_test_count(profile) == planned[profile]
         assert check_alpha(profile) == profile.family_alpha / planned[profile]
         assert f"Bonferroni over {planned[profile]} statistical checks" in header("x", profile)
+
+
+def test_a_case_waits_for_the_nightly_by_its_checks_declaration_never_by_its_name(monkeypatch):
+    """plan() once left every case named ``large_vocab`` to profiles with large vocabularies, whatever its
+    check: a new check's case given that name would silently run only at the nightly. The check declares
+    such cases (``Check.large_vocabs_only``); a name alone changes nothing, and a declaration naming a case
+    the check lacks is refused."""
+    from specverify import checks
+    from specverify.checks import Check, plan
+
+    def fn(ctx, case):
+        return None
+
+    monkeypatch.setitem(checks.CHECKS, "named", Check("named", "structural", fn, ("large_vocab",), "a name"))
+    monkeypatch.setitem(checks.CHECKS, "declared", Check("declared", "structural", fn, ("big", "small"), "declared",
+                                                         large_vocabs_only=frozenset({"big"})))
+    names = ["named", "declared"]
+    assert plan(get_profile("ci"), names) == [("named", "large_vocab"), ("declared", "small")]
+    assert plan(get_profile("nightly"), names) == [("named", "large_vocab"), ("declared", "big"), ("declared", "small")]
+    # the differential checks' own large_vocab case stays the nightly's, by their declaration
+    assert ("differential_seeded", "large_vocab") not in plan(get_profile("ci"))
+    assert ("differential_seeded", "large_vocab") in plan(get_profile("nightly"))
+    with pytest.raises(ValueError, match=r"large_vocabs_only names cases it does not have: \['bigger'\]"):
+        Check("declared", "structural", fn, ("big",), "declared", large_vocabs_only=frozenset({"bigger"}))

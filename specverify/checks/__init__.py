@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specverify.checks.agreement import (DIFFERENTIAL_CASES, SEEDED_CASES, check_differential_injected,
-                                         check_differential_seeded, differential_needs)
+from specverify.checks.agreement import (DIFFERENTIAL_CASES, LARGE_VOCABS_ONLY, SEEDED_CASES,
+                                         check_differential_injected, check_differential_seeded,
+                                         differential_needs)
 from specverify.checks.cases import STAT_CASE_BY_NAME, STAT_CASES, runs_on
 from specverify.checks.coins import COIN_CASES, check_boundary_coins, coin_needs
 from specverify.checks.greedy import GREEDY_CASES, check_greedy_agreement, greedy_needs
@@ -46,9 +47,10 @@ def _always(needs: Needs):
 CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("differential_injected", "exact", check_differential_injected, DIFFERENTIAL_CASES,
           "same tokens as the reference under shared injected noise (trees: also single-path trees equal to the "
-          "backend's own chains)", differential_needs("injected")),
+          "backend's own chains)", differential_needs("injected"), LARGE_VOCABS_ONLY),
     Check("differential_seeded", "exact", check_differential_seeded, SEEDED_CASES,
-          "same tokens as the reference under shared per-request seeds", differential_needs("philox")),
+          "same tokens as the reference under shared per-request seeds", differential_needs("philox"),
+          LARGE_VOCABS_ONLY),
     Check("greedy_agreement", "exact", check_greedy_agreement, GREEDY_CASES,
           "all-greedy batches (ties, near-ties) give the reference's tokens on every noise path: no noise to share",
           greedy_needs),
@@ -113,7 +115,7 @@ def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:
     profile = profile or get_profile()
     names = checks or [name for name in CHECKS if name not in CUDA_ONLY or profile.device == "cuda"]
     return [(name, case) for name in names for case in CHECKS[name].cases
-            if not (case == "large_vocab" and not profile.large_vocabs)
+            if not (case in CHECKS[name].large_vocabs_only and not profile.large_vocabs)
             and (case not in STAT_CASE_BY_NAME or runs_on(STAT_CASE_BY_NAME[case], profile))]
 
 

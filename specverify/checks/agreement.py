@@ -31,6 +31,8 @@ SYNTHETIC_RATES = (0.0, 0.3, 0.75, 1.0)
 DIFFERENTIAL_CASES = ("standard", "synthetic", "block", "bulk", "replicated", "large_vocab", "filters",
                       "placeholders", "boundary", "tree", "tree_path_equals_chain")
 TREE_CASES = ("tree", "tree_path_equals_chain")
+# drawn at the profile's large vocabularies alone, so planned only where it has some (the nightly)
+LARGE_VOCABS_ONLY = frozenset({"large_vocab"})
 # the cases whose examples reach the rules' fallback to p where the residual is zero everywhere (``_residual_fallbacks``)
 FALLBACK_CASES = ("boundary", "tree_path_equals_chain", "block")
 # Only injected noise can be placed at float32's boundaries: the seeded path has no "boundary" case.

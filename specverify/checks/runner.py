@@ -81,10 +81,16 @@ class Check:
     cases: tuple
     doc: str
     needs: Callable[[str], Needs] = lambda case: Needs()
+    # cases planned only on a profile with large vocabularies (``Profile.large_vocabs``, the nightly's); every
+    # other case is planned on every profile, whatever its name
+    large_vocabs_only: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"check {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        unknown = sorted(set(self.large_vocabs_only) - set(self.cases))
+        if unknown:
+            raise ValueError(f"check {self.name!r}: large_vocabs_only names cases it does not have: {unknown}")
 
 
 def _has_noise(caps, noise: str) -> str | None:
