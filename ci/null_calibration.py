@@ -1,6 +1,6 @@
 """Calibration of the statistical checks under an exact null: no backend, no kernel.
 
-    python ci/null_calibration.py [--profile ci] [--sims 2000] [--minutes 10] [--seed 0]
+    python ci/null_calibration.py [--profile ci] [--sims 2000] [--minutes 10] [--seed 0] [--cases 'PATTERN,...']
 
 For every statistical check of every case, ``--sims`` outputs of ``stat_copies(profile)`` requests are
 drawn directly from the case's exact joint distribution (StatCase.draw_exact), and each output is scored
@@ -13,6 +13,7 @@ sampling noise in the loop. Printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import time
 
 import numpy as np
@@ -33,12 +34,19 @@ def main(argv=None) -> int:
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--minutes", type=float, default=10.0, help="stop each check's loop when the time is up")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", default="*", help="only the cases whose names match one of these comma-separated "
+                                                  "patterns (fnmatch), as specverify check --cases")
     args = ap.parse_args(argv)
     if args.sims < 1 or args.minutes <= 0:
         ap.error("--sims must be >= 1 and --minutes > 0")
     profile = get_profile(args.profile)
     alpha, copies = check_alpha(profile), stat_copies(profile)
-    pairs = [(case, check) for case in STAT_CASES for check in case.checks if check in EVALUATORS]
+    patterns = [p.strip() for p in args.cases.split(",") if p.strip()]
+    pairs = [(case, check) for case in STAT_CASES for check in case.checks
+             if check in EVALUATORS and any(fnmatch.fnmatchcase(case.name, p) for p in patterns)]
+    if not pairs:
+        ap.error(f"--cases {args.cases!r} matches no statistical case: "
+                 f"{', '.join(sorted({c.name for c in STAT_CASES}))}")
     deadline = time.time() + args.minutes * 60
     budget_each = args.minutes * 60 / len(pairs)
     print(f"profile {profile.name}: {copies:,} requests per output, check alpha {alpha:.2g}; "

@@ -84,21 +84,21 @@ def test_mutant_is_caught_by_its_named_check(name):
     print(f"{name}: caught by {caught.id}: {caught.message[:200]}")
 
 
-def test_bf16_draft_probs_shift_exceeds_the_nightly_detectable_distance():
+def test_bf16_draft_probs_shift_exceeds_the_distance_its_profile_detects():
     """The hardest mutant's effect (bf16 rounding of q raises acceptance on the bf16_sensitive case) is
-    larger than the distance the nightly acceptance test detects with power 0.99: the power claim is
-    computed, not hoped for. The shift is computed exactly from the case's p and q."""
+    larger than the distance the acceptance test detects with power 0.99 at the profile the mutant is caught
+    at: the power claim is computed, not hoped for. The shift is computed exactly from the case's p and q."""
     from specverify.checks.cases import STAT_CASE_BY_NAME
     from specverify.checks.stats import min_shift_detectable_by_binomial_test
-    import torch
+    from specverify.checks import check_alpha
+    from specverify.checks.statistical import stat_copies
     case = STAT_CASE_BY_NAME["bf16_sensitive"]
     q32, q16 = case.q[0].float().double(), case.q[0].float().to(torch.bfloat16).double()
     alpha32 = float((case.q[0] * torch.clamp(case.p[0] / q32, max=1)).sum())
     alpha16 = float((case.q[0] * torch.clamp(case.p[0] / q16, max=1)).sum())
-    nightly = get_profile("nightly")
-    from specverify.checks import check_alpha
-    from specverify.checks.statistical import stat_copies
-    mutant = MUTANTS["draft_probs_bf16_own_stream"]
-    copies = min(stat_copies(nightly), mutant.stat_copies or stat_copies(nightly))   # the count the test runs
-    detectable = min_shift_detectable_by_binomial_test(copies, alpha32, check_alpha(nightly))
+    profile = profile_for(MUTANTS["draft_probs_bf16_own_stream"])
+    detectable = min_shift_detectable_by_binomial_test(stat_copies(profile), alpha32, check_alpha(profile))
     assert alpha16 - alpha32 > detectable, (alpha16 - alpha32, detectable)
+    # the ci profile's 8,000 copies do not detect it: the mutant's profile is the one that does
+    assert alpha16 - alpha32 < min_shift_detectable_by_binomial_test(stat_copies(get_profile("ci")), alpha32,
+                                                                     check_alpha(get_profile("ci")))
