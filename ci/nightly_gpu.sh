@@ -94,8 +94,11 @@ step() {  # step NAME LOGFILE COMMAND...: run, log, record status and time (unle
   "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'
   command -v compute-sanitizer && compute-sanitizer --version | tail -1
   "$PY" -c 'import matplotlib; print("matplotlib", matplotlib.__version__)' 2>/dev/null || echo "matplotlib: not installed (report without pictures)"
-  # A copied checkout may carry no .git: the caller can name the commit.
-  echo "commit ${SPECVERIFY_COMMIT:-$(git -C "$ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}"
+  # A copied checkout may carry no .git, or a stale one: the caller can name the commit; the reports' own rule
+  # (specverify.report.source_commit) appends -dirty where tracked files differ from HEAD
+  echo "commit ${SPECVERIFY_COMMIT:-$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1])
+from specverify.report import source_commit; print(source_commit(sys.argv[1]) or "unknown")' "$ROOT" 2>/dev/null \
+    || echo unknown)}"
 } > "$RESULTS/env.txt" 2>&1
 "$PY" -m pip install --no-deps --no-build-isolation --no-index -q -e "$ROOT" > "$RESULTS/install.log" 2>&1 \
   || echo "pip install -e failed (see install.log): using PYTHONPATH" | tee -a "$RESULTS/nightly.log"

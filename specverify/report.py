@@ -61,20 +61,30 @@ def render(results: list[CheckResult], backend_name: str, profile: Profile, seco
     return "\n".join(lines)
 
 
+def source_commit(path: str) -> str | None:
+    """HEAD's hash of the git checkout holding ``path``, with "-dirty" appended where a tracked file differs
+    from it: a tree copied beside a stale ``.git``, or edited, is not that commit. None outside a checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", path, *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "--verify", "-q", "HEAD").stdout.strip()
+        if not head:
+            return None
+        # exit 1: tracked files differ from HEAD; anything else but 0 is an error, which says nothing of them
+        changed = git("diff", "--quiet", "HEAD", "--").returncode == 1
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + "-dirty" if changed else head
+
+
 def environment(profile: Profile) -> dict:
     """Versions, device and profile parameters: what a reader needs to reproduce a report."""
     try:
         version = importlib.metadata.version("specverify")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    commit = os.environ.get("SPECVERIFY_COMMIT")
-    if not commit:
-        try:
-            here = os.path.dirname(os.path.abspath(__file__))
-            commit = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            commit = None
+    commit = os.environ.get("SPECVERIFY_COMMIT") or source_commit(os.path.dirname(os.path.abspath(__file__)))
     params = {k: (str(v) if not isinstance(v, (int, float, str, type(None))) else v)
               for k, v in dataclasses.asdict(profile).items()}
     params["stat_copies"] = stat_copies(profile)

@@ -108,3 +108,30 @@ def _doc(shard, backend="cpu", profile="ci", commit="abc", plan_ids=("a[x]", "b[
 def test_merge_refuses_reports_that_are_not_the_shards_of_one_run(docs, message):
     with pytest.raises(ShardError, match=re.escape(message)):
         check_shards(docs)
+
+
+def test_a_report_names_a_tree_that_differs_from_its_commit_dirty(tmp_path):
+    """A report's commit says what ran: the device machines copy the working tree beside a stale ``.git``, and a
+    report stamped with that HEAD alone named a commit whose tree never ran. A tracked file that differs from HEAD
+    appends "-dirty"; an untracked one does not; outside a checkout there is no commit."""
+    import subprocess
+
+    from specverify.report import source_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    assert source_commit(str(tmp_path)) is None
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    git("add", "kernel.py")
+    git("commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert source_commit(str(tmp_path)) == head
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert source_commit(str(tmp_path)) == head
+    (tmp_path / "kernel.py").write_text("x = 2\n")
+    assert source_commit(str(tmp_path)) == head + "-dirty"
