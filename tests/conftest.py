@@ -19,7 +19,7 @@ LONGEST_FIRST = ("test_single_path_tree_equals_the_kernels_own_chain", "triton-d
                  "triton-differential_seeded[block]", "triton-input_integrity", "triton-differential_injected[block]",
                  "test_pass1_gathers_the_records", "test_many_request_launch_reads", "test_two_shards_merged",
                  "test_shipped_suite_stops_calling", "test_shipped_suite_under_exitfirst",
-                 "draft_probs_bf16_own_stream]", "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",
+                 "test_shipped_suite_under_xdist", "test_xdist_workers_are_pinned",
                  "test_interrupted_run_writes", "triton-batch_invariance", "test_failure_no_single_call_shows",
                  "triton-large_vocab_structure", "triton-differential_seeded[replicated]",
                  "triton-differential_injected[replicated]", "test_lazy_cut_emits_what_cutting_every_row",

@@ -142,6 +142,18 @@ def scenario_bf16_sensitive(backend):
     return backend(batch, noise=Noise(torch.full((B,), 0.4995), torch.ones(B, 2)))
 
 
+def scenario_strided_inputs(backend):
+    """Logits as the middle columns of a wider, poisoned buffer (a vocabulary-padded view) and temperatures
+    every other element of one, under injected noise: a backend indexing them as if contiguous reads poison."""
+    from specverify.checks.integrity import strided_copy
+    g = torch.Generator().manual_seed(109)
+    batch = random_batch(g, num_requests=6, vocab_size=30, greedy_fraction=0.0, zero_draft_fraction=0.0)
+    strided = SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, strided_copy(batch.target_logits),
+                        batch.draft_probs, strided_copy(batch.temperature))
+    assert not strided.target_logits.is_contiguous() and not strided.temperature.is_contiguous()
+    return backend(strided, noise=Noise.draw(batch, g))
+
+
 def scenario_tiny_residual(backend):
     """q = (1 - 1e-5) p + 1e-5 onehot(x): rejected (u close to 1), the residual 1e-5 p ~ 3e-8 is below
     float16's smallest normal; a float32 race samples it properly."""
@@ -385,7 +397,7 @@ SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_ties_across_a_split, scenario_greedy_near_ties,
     scenario_greedy_negative_logits, scenario_second_call,
-    scenario_bf16_sensitive, scenario_tiny_residual, scenario_zero_probability_drafts,
+    scenario_bf16_sensitive, scenario_strided_inputs, scenario_tiny_residual, scenario_zero_probability_drafts,
     scenario_zero_probability_drafts_at_coin_zero)}
 
 # The input on which each sampler mutant must differ from the correct backend.
@@ -412,6 +424,7 @@ WITNESS = {
     "num_accepted_off_by_one": "dense",
     "temperature_ignored": "dense",
     "shared_noise_vector": "dense",
+    "inputs_indexed_as_contiguous": "strided_inputs",
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",

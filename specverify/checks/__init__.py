@@ -25,6 +25,7 @@ from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_
 from specverify.checks.placement import PLACEMENT_CASES, PLACEMENT_NEEDS, check_device_placement
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
+from specverify.checks.strided import STRIDED_CASES, STRIDED_NEEDS, check_strided_inputs
 from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha,
                                            check_recovered_distribution, check_sequence_distribution,
                                            check_synthetic_rate, check_token_distribution, statistical_needs,
@@ -93,6 +94,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           _always(replace(SHARED_NOISE, dense_draft_probs=True))),
     Check("input_integrity", "structural", check_input_integrity, ("random",),
           "the backend never writes into its inputs (batch, noise, seeds)"),
+    Check("strided_inputs", "structural", check_strided_inputs, STRIDED_CASES,
+          "inputs as views that are not contiguous (padded rows, every other element): the same outputs as "
+          "contiguous ones, or a refusal naming the tensor", _always(STRIDED_NEEDS)),
     Check("interface_parity", "structural", check_interface_parity, ("convention",),
           "full convention accepted; undeclared combinations raise UnsupportedError", _always(ANY_BACKEND)),
     Check("synthetic_validation", "structural", check_synthetic_validation, ("bad_rates",),

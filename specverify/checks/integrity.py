@@ -2,12 +2,16 @@
 
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
     Copies                -> private copies of large float inputs, kept from call to call
+    strided_copy(t)       -> a copy of ``t`` as a strided view into a poisoned buffer (SPEC 4.11)
+    strided_inputs()      -> while active, every guarded call hands its inputs over as strided copies
     written_inputs(pairs, fingerprint_of)
                           -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
                              caller's original); [] when none changed
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -72,6 +76,49 @@ class Copies:
                           for _, copy, original in pairs if self._kept(copy) and self._kept(original)}
         live = {id(v[2]) for v in self._verified.values()} | {id(b) for b in self._free.values()}
         self._fingerprints = {k: v for k, v in self._fingerprints.items() if k in live}
+
+
+# Poison around and between the elements of a strided copy: values that change any decision they reach (a logit,
+# probability, uniform or exponential of 1e4; an id, count or seed no batch holds), so that a backend that reads
+# the buffer as if it were contiguous reads them.
+STRIDE_PAD = 3
+FLOAT_POISON = 1.0e4
+INT_POISON = (1 << 40) + 3
+_strided = [False]
+
+
+def strided_copy(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A copy of ``t`` sharing no memory with it, handed over as a view that is not contiguous: a 1-D tensor
+    every other element of a buffer (stride 2, storage offset 1), a 2-D one the middle columns of a wider
+    buffer (row stride ``V + 2 * STRIDE_PAD``, storage offset ``STRIDE_PAD``), as an engine's vocabulary-padded
+    logits are; the buffer's other elements hold poison. Empty and other tensors are cloned."""
+    if t is None or t.numel() == 0 or t.dim() not in (1, 2):
+        return None if t is None else t.clone()
+    poison = FLOAT_POISON if t.is_floating_point() else INT_POISON
+    if t.dim() == 1:
+        buffer = torch.full((2 * t.shape[0] + 1,), poison, dtype=t.dtype, device=t.device)
+        view = buffer[1::2]
+    else:
+        rows, width = t.shape
+        buffer = torch.full((rows, width + 2 * STRIDE_PAD), poison, dtype=t.dtype, device=t.device)
+        view = buffer[:, STRIDE_PAD:STRIDE_PAD + width]
+    return view.copy_(t)
+
+
+@contextmanager
+def strided_inputs():
+    """While active, every guarded call hands the backend its inputs (batch, noise, seeds) as ``strided_copy``
+    views: the condition of the ``strided_inputs`` check, which its pair reproducer names."""
+    previous, _strided[0] = _strided[0], True
+    try:
+        yield
+    finally:
+        _strided[0] = previous
+
+
+def handing_over_strided() -> bool:
+    """Whether ``strided_inputs`` is active."""
+    return _strided[0]
 
 
 def private_batch(batch: SpecBatch, copy_of=None) -> SpecBatch:

@@ -30,7 +30,7 @@ from reference.batch import FIELDS
 from specverify.backends import HARNESS_AMBIGUITY_MARGIN, noise_path
 from specverify.checks.deviations import matching, note_unmet
 from specverify.checks.differential import Comparison, ambiguous_bound, compare_to_reference
-from specverify.checks.integrity import Copies, private_batch, written_inputs
+from specverify.checks.integrity import Copies, handing_over_strided, private_batch, strided_copy, written_inputs
 from specverify.checks.repro import Call, Reproducer, python_source
 from specverify.checks.repro import reproduce as repro_of
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, PASS, CheckResult
@@ -270,10 +270,11 @@ class GuardedBackend:
         return self._backend
 
     def __call__(self, batch: SpecBatch, *, noise: Noise | None = None, seed=None, **kwargs) -> SpecOutput:
-        given = private_batch(batch, self._copies.of)
-        given_noise = None if noise is None else Noise(self._copies.of(noise.uniform),
-                                                       self._copies.of(noise.exponential))
-        given_seed = seed.clone() if isinstance(seed, torch.Tensor) else seed
+        strided = handing_over_strided()
+        copy_of = strided_copy if strided else self._copies.of
+        given = private_batch(batch, copy_of)
+        given_noise = None if noise is None else Noise(copy_of(noise.uniform), copy_of(noise.exponential))
+        given_seed = copy_of(seed) if isinstance(seed, torch.Tensor) else seed
         self.last_call = Call(batch, noise, seed if isinstance(seed, torch.Tensor) else None, dict(kwargs))
         _OBSERVER.started(self.last_call)
         try:
@@ -293,7 +294,8 @@ class GuardedBackend:
         if written:
             self.failed_call = self.last_call
             raise CheckFailure(f"backend wrote into its inputs: {', '.join(written)}")
-        self._copies.give_back(pairs)
+        if not strided:     # the kept copies are plain ones: a later plain call is handed none of these
+            self._copies.give_back(pairs)
         problems = output_problems(batch, out, batch.device)
         if problems:
             self.failed_call = self.last_call

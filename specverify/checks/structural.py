@@ -30,6 +30,7 @@ from specverify.backends import HARNESS_AMBIGUITY_MARGIN
 from specverify.checks.differential import residual_cancellation, block_law, draft_row, tolerance
 from specverify.checks.rounding import Residual, cancellation, scaled_logit_error
 from specverify.checks.common import call_example, paths, run_property
+from specverify.checks.integrity import strided_inputs
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.strategies import Example, spec_examples
 from specverify.tree_strategies import as_tree
@@ -43,13 +44,13 @@ def outputs_equal(a, b) -> bool:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-def _share_of_examples(profile, share: int) -> int:
+def share_of_examples(profile, share: int) -> int:
     """Examples for a check whose every example makes several calls: 1/share of the profile's, at
     least 5, or half of them for a profile of fewer than 10 (a test profile of the Triton interpreter)."""
     return max(min(5, profile.examples // 2), profile.examples // share)
 
 
-def _method_for(example: Example, methods: list[dict], ctx: Context) -> tuple[Example, dict]:
+def method_for(example: Example, methods: list[dict], ctx: Context) -> tuple[Example, dict]:
     """(the example, one of the declared rules' call keywords), a function of the example: the rules take
     turns over the examples at the cost of one, and a shrinking Hypothesis replays an example with its
     own rule. Under "tree" the example's requests get tree shapes (``as_tree``)."""
@@ -160,10 +161,10 @@ def _tree_support(cpu: SpecBatch, b: int, path: list[int], y: int) -> list[str]:
 
 # ---- output structure ---------------------------------------------------------------------------
 def check_output_structure(ctx: Context, case: str) -> None:
-    methods = _declared_methods(ctx)
+    methods = declared_methods(ctx)
 
     def body(example):
-        example, kwargs = _method_for(example, methods, ctx)
+        example, kwargs = method_for(example, methods, ctx)
         out, _ = call_example(ctx, example, seeded=paths(ctx)[0] == "seeded", **kwargs)
         problems = support_problems(example.batch, out, kwargs["method"])
         if problems:
@@ -210,7 +211,7 @@ def plausible_poison(value: int = 3):
 
 
 def check_uninitialized_memory(ctx: Context, case: str) -> None:
-    methods = _declared_methods(ctx)
+    methods = declared_methods(ctx)
 
     def run(label, fill, example, kwargs):
         try:
@@ -220,18 +221,19 @@ def check_uninitialized_memory(ctx: Context, case: str) -> None:
             raise CheckFailure(f"{label}: {exc}") from None
 
     def body(example):
-        example, kwargs = _method_for(example, methods, ctx)
+        example, kwargs = method_for(example, methods, ctx)
         first = run("deterministic-fill run", deterministic_fill, example, kwargs)
         second = run("plausible-poison run", plausible_poison, example, kwargs)
         if not outputs_equal(first, second):
             ctx.backend.failed_pair = ("deterministic_fill", "plausible_poison")
             raise CheckFailure(f"outputs depend on uninitialised memory: {first.emitted()} vs {second.emitted()}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=share_of_examples(ctx.profile, 2))
 
 
 # The conditions a "pair" reproducer names, one per run of its call (specverify replay makes them again).
-PAIR_CONDITIONS = {"plain": nullcontext, "deterministic_fill": deterministic_fill, "plausible_poison": plausible_poison}
+PAIR_CONDITIONS = {"plain": nullcontext, "deterministic_fill": deterministic_fill, "plausible_poison": plausible_poison,
+                   "strided": strided_inputs}
 
 
 # ---- batch invariance and determinism -----------------------------------------------------------
@@ -250,10 +252,10 @@ def invariant_paths(ctx: Context) -> list[str]:
 
 
 def check_batch_invariance(ctx: Context, case: str) -> None:
-    methods = _declared_methods(ctx, chains=False)
+    methods = declared_methods(ctx, chains=False)
 
     def body(example):
-        example, kwargs = _method_for(example, methods, ctx)
+        example, kwargs = method_for(example, methods, ctx)
         g = torch.Generator().manual_seed(example.batch.num_requests)
         subs = _sub_batches(example.batch.num_requests, g)
         for path in invariant_paths(ctx):
@@ -268,14 +270,14 @@ def check_batch_invariance(ctx: Context, case: str) -> None:
                     raise CheckFailure(f"{path} noise, sub-batch {label} {idx.tolist()}: outputs {got} "
                                        f"but the same requests in the full batch gave {want}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=share_of_examples(ctx.profile, 2))
 
 
 def check_determinism(ctx: Context, case: str) -> None:
-    methods = _declared_methods(ctx, chains=False)
+    methods = declared_methods(ctx, chains=False)
 
     def body(example):
-        example, kwargs = _method_for(example, methods, ctx)
+        example, kwargs = method_for(example, methods, ctx)
         for path in paths(ctx):
             a = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
             b = call_example(ctx, example, seeded=path == "seeded", **kwargs)[0]
@@ -284,7 +286,7 @@ def check_determinism(ctx: Context, case: str) -> None:
                 raise CheckFailure(f"same {'seed' if path == 'seeded' else 'noise'}, different outputs: "
                                    f"{a.emitted()} vs {b.emitted()}")
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 2))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=share_of_examples(ctx.profile, 2))
 
 
 # ---- zero-draft layouts and repeated calls ------------------------------------------------------
@@ -343,7 +345,7 @@ def check_empty_batch(ctx: Context, case: str) -> None:
     g = torch.Generator().manual_seed(5)
     batch = layout_batch([], 37, g, False, ctx.profile.dense_drafts)
     example = Example(batch, Noise.draw(batch, g), torch.zeros(0, dtype=torch.int64), "empty batch")
-    for kwargs in _declared_methods(ctx):
+    for kwargs in declared_methods(ctx):
         shaped = _shaped(example, kwargs, ctx)
         for path in paths(ctx):
             out, shared = call_example(ctx, shaped, seeded=path == "seeded", **kwargs)
@@ -352,7 +354,7 @@ def check_empty_batch(ctx: Context, case: str) -> None:
             ctx.result.samples += 1
 
 
-def _declared_methods(ctx: Context, chains: bool = True) -> list[dict]:
+def declared_methods(ctx: Context, chains: bool = True) -> list[dict]:
     """Call keywords of the standard rule and, when declared, the synthetic, block and tree rules; without
     ``chains`` only the standard and tree rules (checks whose property does not depend on the chain rule)."""
     declared = ctx.backend.capabilities.methods
@@ -386,11 +388,11 @@ def check_input_integrity(ctx: Context, case: str) -> None:
     that rewrites its inputs changes what it would be judged against)."""
     def body(example):
         for path in paths(ctx):
-            for kwargs in _declared_methods(ctx):
+            for kwargs in declared_methods(ctx):
                 call_example(ctx, _shaped(example, kwargs, ctx), seeded=path == "seeded", **kwargs)
                 ctx.result.samples += 1
 
-    run_property(ctx, spec_examples(ctx.profile), body, examples=_share_of_examples(ctx.profile, 4))
+    run_property(ctx, spec_examples(ctx.profile), body, examples=share_of_examples(ctx.profile, 4))
 
 
 SHARED_NOISE = Needs(noise="shared")

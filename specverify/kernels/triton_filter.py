@@ -42,7 +42,7 @@ from specverify.kernels.triton_chain import _row_stats_cut_kernel
 from specverify.kernels.triton_cut_kernel import _cut_kernel
 from specverify.kernels.triton_filter_plan import _recipe, one_launch_splits
 from specverify.kernels.triton_kernels import default_splits
-from specverify.kernels.triton_launch import alignment_mask
+from specverify.kernels.triton_launch import alignment_mask, unit_stride
 
 CAP = 8192       # tokens gathered per row
 NS, CH = 4096, 32    # the sample: NS logits in chunks of CH
@@ -262,6 +262,7 @@ def cut_launches(pass1: tuple, top_k, top_p, min_p, pass2: tuple | None = None) 
     its pass 1 also sums the masses before the drafts, and stage 0 leaves the rows pass 2 needs no cut of."""
     _, grid1, args1, meta1, key1, stream = pass1
     logits, temperature = args1[0], args1[2]
+    top_k, top_p, min_p = unit_stride(top_k), unit_stride(top_p), unit_stride(min_p)
     if ONE_LAUNCH_EVERY_FILTER and top_k is None and top_p is None and min_p is not None \
             and grid1[0] * grid1[1] <= ONE_LAUNCH_ROWS:
         top_k, top_p = _filters_off(min_p)

@@ -66,7 +66,7 @@ from specverify.kernels import triton_math
 from specverify.kernels.triton_block import mass_launch
 from specverify.kernels.triton_chain import _row_stats_kernel, chain_launches
 from specverify.kernels.triton_interpreter import shorten_the_interpreter
-from specverify.kernels.triton_launch import launch, launch_key, scratch
+from specverify.kernels.triton_launch import launch, launch_key, scratch, unit_stride
 from specverify.kernels.triton_math import offset_block
 from specverify.kernels.triton_tree import tree_launches, tree_recipe
 
@@ -157,6 +157,10 @@ def launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_
         raise ValueError("give either (uniform, exponential) or seeds")
     if block and rates is not None:
         raise ValueError("block=True is the block rule, rates the synthetic rule: give one")
+    # the kernels take each row's stride, but index the row's entries and every 1-D argument by element
+    num_draft_tokens, draft_token_ids, temperature = (unit_stride(t) for t in (num_draft_tokens, draft_token_ids,
+                                                                                temperature))
+    uniform, seeds, rates, tree_parents = (unit_stride(t) for t in (uniform, seeds, rates, tree_parents))
     if target_logits.stride(1) != 1:
         target_logits = target_logits.contiguous()
     if draft_probs is not None and draft_probs.stride(1) != 1:

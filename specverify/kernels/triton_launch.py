@@ -10,6 +10,8 @@
     launch_key(recipe_id, tensors) -> (key, stream)   key: (recipe id, device index, alignment mask)
     alignment_mask(*tensors) -> int                   bit i set when tensors[i] is not 16-byte aligned
     scratch(device, stream, words) -> [>= words] int64 tensor on device
+    unit_stride(t) -> t, or a contiguous copy where its elements are not adjacent (a kernel indexes a 1-D
+                      argument by its element index; SPEC 4.11)
 
 Why: ``JITFunction.run`` binds and specialises every argument on every launch, which is most of the host
 cost of a small call (docs/benchmarks.md). Once a specialisation is compiled, its ``CompiledKernel`` is
@@ -73,6 +75,12 @@ def _active(hook):
     """A launch hook, or None when there is none to call: no hook, or an empty chain of hooks (the launcher
     would call into Python for nothing, and build launch metadata nobody reads)."""
     return None if hook is None or getattr(hook, "calls", None) == [] else hook
+
+
+def unit_stride(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` where the kernels can index it as it is, else a contiguous copy (None stays None). A caller's view,
+    every other element of a buffer, say, reads the buffer's other elements when indexed by element."""
+    return t if t is None or t.is_contiguous() else t.contiguous()
 
 
 def launch_key(recipe_id: int, tensors: tuple) -> tuple:

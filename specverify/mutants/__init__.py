@@ -132,6 +132,8 @@ _ALL = [
              ("output_structure",) + DIFF),
     _sampler(samplers.TemperatureIgnored, "temperature ignored (sampled at temperature 1)", "classic",
              DIFF + ("token_distribution",)),
+    _sampler(samplers.InputsIndexedAsContiguous, "target logits and temperatures indexed as if contiguous "
+             "(row * V + v): a strided view's padding and next rows read", "classic", ("strided_inputs",)),
     _sampler(samplers.SharedNoiseVector, "the same exponential noise vector shared by all requests", "classic",
              DIFF + ("batch_invariance", "token_distribution")),
     _sampler(samplers.AcceptAgainstP, "acceptance compared against p instead of p / q", "classic",

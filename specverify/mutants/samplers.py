@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from reference import Noise, SpecBatch, SpecOutput
+from reference.batch import FIELDS
 from reference.sample import resolve_noise
 from reference.synthetic import synthetic_params
 from specverify.kernels.cpu import CpuBackend, Layout
@@ -288,6 +289,25 @@ class TemperatureIgnored(CpuBackend):
     def temperatures(self, batch):
         t = super().temperatures(batch)
         return torch.where(t > 0, torch.ones_like(t), t)
+
+
+class InputsIndexedAsContiguous(CpuBackend):
+    """The target logits and the temperatures read by element index (``row * V + v``) from where each view
+    starts, as a kernel that takes a data pointer and no strides does (classic): a caller's view, such as
+    logits sliced from a vocabulary padded for tensor parallelism, is read with its padding and the rows
+    after it."""
+
+    name = "inputs_indexed_as_contiguous"
+
+    def _sample(self, batch, **kwargs):
+        fields = {f: getattr(batch, f) for f in FIELDS}
+        for f in ("target_logits", "temperature"):
+            t = fields[f]
+            dense = [1] * t.dim()
+            for d in range(t.dim() - 2, -1, -1):
+                dense[d] = dense[d + 1] * t.shape[d + 1]
+            fields[f] = torch.as_strided(t, t.shape, dense, t.storage_offset())
+        return super()._sample(SpecBatch.assembled(fields, batch.allow_nonfinite, valid=True), **kwargs)
 
 
 class SharedNoiseVector(CpuBackend):
