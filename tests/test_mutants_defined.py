@@ -154,6 +154,22 @@ def scenario_strided_inputs(backend):
     return backend(strided, noise=Noise.draw(batch, g))
 
 
+def scenario_rows_past_a_narrow_offset(backend):
+    """300 rows of V = 64 under injected noise, each request's logits -inf but at four ids of its own; a backend
+    with an ``offset_bits`` width (the int32-offset mutant) gets 14 bits, so rows from the 128th on wrap as rows
+    past 2^31 elements do at 32 (the correct backend has no such width and ignores it)."""
+    backend.offset_bits = 14
+    g = torch.Generator().manual_seed(110)
+    B, V = 60, 64
+    k = torch.full((B,), 4, dtype=torch.int64)
+    logits = torch.full((5 * B, V), float("-inf"))
+    own = (torch.arange(B) % 16)[:, None] * 4 + torch.arange(4)
+    logits.scatter_(1, own.repeat_interleave(5, 0), torch.randn(5 * B, 4, generator=g))
+    batch = SpecBatch(k, own.gather(1, torch.randint(0, 4, (B, 4), generator=g)).flatten(), logits, None,
+                      torch.ones(B))
+    return backend(batch, noise=Noise.draw(batch, g))
+
+
 def scenario_tiny_residual(backend):
     """q = (1 - 1e-5) p + 1e-5 onehot(x): rejected (u close to 1), the residual 1e-5 p ~ 3e-8 is below
     float16's smallest normal; a float32 race samples it properly."""
@@ -397,7 +413,7 @@ SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_ties_across_a_split, scenario_greedy_near_ties,
     scenario_greedy_negative_logits, scenario_second_call,
-    scenario_bf16_sensitive, scenario_strided_inputs, scenario_tiny_residual, scenario_zero_probability_drafts,
+    scenario_bf16_sensitive, scenario_strided_inputs, scenario_rows_past_a_narrow_offset, scenario_tiny_residual, scenario_zero_probability_drafts,
     scenario_zero_probability_drafts_at_coin_zero)}
 
 # The input on which each sampler mutant must differ from the correct backend.
@@ -425,6 +441,7 @@ WITNESS = {
     "temperature_ignored": "dense",
     "shared_noise_vector": "dense",
     "inputs_indexed_as_contiguous": "strided_inputs",
+    "row_offsets_in_int32": "rows_past_a_narrow_offset",
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",

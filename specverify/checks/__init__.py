@@ -25,6 +25,7 @@ from specverify.checks.misuse import ANY_BACKEND, check_interface_parity, check_
 from specverify.checks.placement import PLACEMENT_CASES, PLACEMENT_NEEDS, check_device_placement
 from specverify.checks.result import FAIL, KNOWN, NOT_APPLICABLE, NOT_RUN, PASS, CheckResult
 from specverify.checks.runner import CORE_KINDS, Check, Needs, execute
+from specverify.checks.offsets import OFFSET_CASES, OFFSET_NEEDS, check_int64_offsets
 from specverify.checks.strided import STRIDED_CASES, STRIDED_NEEDS, check_strided_inputs
 from specverify.checks.statistical import (check_accepted_length, check_acceptance_rate, check_alpha,
                                            check_recovered_distribution, check_sequence_distribution,
@@ -104,6 +105,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("cuda_graphs", "structural", check_cuda_graphs, GRAPH_CASES,
           "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)",
           _always(GRAPH_NEEDS)),
+    Check("int64_offsets", "structural", check_int64_offsets, OFFSET_CASES,
+          "logits past 2^31 elements (9,000 rows at V = 262,144): every request its own tokens, the rows past it "
+          "as the reference decides them (CUDA only)", _always(OFFSET_NEEDS)),
     Check("device_placement", "structural", check_device_placement, PLACEMENT_CASES,
           "outputs on the batch's device, work on the caller's stream of that device, nothing on another device "
           "(CUDA only; other_device needs 2 GPUs)", _always(PLACEMENT_NEEDS)),
@@ -111,7 +115,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
 
 # Checks of what only a CUDA device has (streams, a second GPU): planned only where the profile's device is
 # cuda, or when named; on a CPU run they could only add an n/a line to every report.
-CUDA_ONLY = frozenset({"device_placement"})
+CUDA_ONLY = frozenset({"device_placement", "int64_offsets"})
 
 
 def plan(profile: Profile | None = None, checks=None) -> list[tuple[str, str]]:

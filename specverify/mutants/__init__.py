@@ -138,6 +138,8 @@ _ALL = [
              DIFF + ("batch_invariance", "token_distribution")),
     _sampler(samplers.AcceptAgainstP, "acceptance compared against p instead of p / q", "classic",
              DIFF + ("acceptance_rate", "token_distribution")),
+    Mutant(samplers.RowOffsetsInInt32.name, samplers.RowOffsetsInInt32, "logits row offsets computed in 32 bits "
+           "(row * V wraps past 2^31 elements: another row read)", "classic", ("int64_offsets",), requires="cuda"),
     # imported lazily: the Triton module compiles nothing at import, but keeps the zoo importable without it
     Mutant("stale_draft_probs_graph", lambda: _graph_mutant(), "draft probabilities not written during CUDA-graph "
            "replay (stale state in the captured graph)", "004", ("cuda_graphs",), kind="graph", requires="cuda",

@@ -310,6 +310,29 @@ class InputsIndexedAsContiguous(CpuBackend):
         return super()._sample(SpecBatch.assembled(fields, batch.allow_nonfinite, valid=True), **kwargs)
 
 
+class RowOffsetsInInt32(CpuBackend):
+    """Each logits row read at ``row * V`` computed in 32-bit integers (classic: an int32 program id or count
+    times the row stride): past 2^31 elements the offset wraps, and the row read is another one, ``2^32``
+    elements back, taken modulo the buffer as a kernel reading stale memory would. Runs on CUDA tensors
+    (the CPU backend's torch ops), where such a batch fits."""
+
+    name = "row_offsets_in_int32"
+    offset_bits = 32
+
+    def _sample(self, batch, **kwargs):
+        logits = batch.target_logits
+        rows, V = logits.shape
+        wrap = 1 << self.offset_bits
+        start = torch.arange(rows, dtype=torch.int64, device=logits.device) * V
+        start = (start + wrap // 2) % wrap - wrap // 2          # the 32-bit product, signed
+        start = (start % logits.numel()).clamp(max=logits.numel() - V)
+        # every V-wide window of the buffer as a view: indexing it copies only the rows read
+        read = logits.reshape(-1).unfold(0, V, 1)[start]
+        fields = {f: getattr(batch, f) for f in FIELDS}
+        fields["target_logits"] = read
+        return super()._sample(SpecBatch.assembled(fields, batch.allow_nonfinite, valid=True), **kwargs)
+
+
 class SharedNoiseVector(CpuBackend):
     """Every request uses request 0's exponential vector (classic: one noise buffer for the batch)."""
 

@@ -1,0 +1,147 @@
+"""SPEC 4.12: a batch whose logits hold more than 2^31 elements, on a CUDA device.
+
+    rows_past_2_31   1,800 requests of four drafts at V = 262,144: 9,000 rows of float32 logits (9.4 GB), the
+                     rows from the 8,193rd on past 2^31 elements. Each request's logits are -inf but at four ids
+                     of its own, its drafts among them or (every third request's last draft) outside, a third of
+                     the requests greedy and, where the backend declares filters, every other one filtered.
+
+Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
+request's ids (or an illegal address, which the worker reports). The first requests, the first and the last ones past
+2^31 elements are compared with the reference under shared noise where the path shares it (injected, the reference's
+Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and tree with every request a chain).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference import Noise, SpecBatch, SpecOutput, select_requests
+from specverify.checks.common import paths
+from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable
+from specverify.checks.structural import support_problems
+
+OFFSET_CASES = ("rows_past_2_31",)
+OFFSET_NEEDS = Needs(noise="any")
+VOCAB = 262_144
+DRAFTS = 4
+REQUESTS = 1_800
+SUPPORT = 4                       # ids of each request's own support
+PAST = 2 ** 31                    # elements: the first row past it is row PAST // VOCAB = 8,192
+DEVICE = "cuda"                   # where the batch is built (a test builds a small one on the CPU)
+FIRST = 8                         # the first requests, compared too, and as many just past 2^31 elements
+LAST = 32                         # the last requests, compared
+
+
+def needed_bytes() -> int:
+    """Bytes the check needs free: the logits twice (the caller's and the guard's private copy) and as much again
+    for a backend's own copies of the rows, the injected exponentials twice."""
+    return 4 * (REQUESTS * (DRAFTS + 1) * VOCAB * 4) + 2 * (REQUESTS * VOCAB * 4)
+
+
+def offsets_batch(device: str, filters: bool, seed: int = 0) -> tuple[SpecBatch, torch.Tensor]:
+    """(the batch, [B, SUPPORT] int64 each request's support ids), built on ``device``."""
+    g = torch.Generator().manual_seed(seed)
+    B, R = REQUESTS, REQUESTS * (DRAFTS + 1)
+    k = torch.full((B,), DRAFTS, dtype=torch.int64)
+    # each request's ids: SUPPORT consecutive ids at its own place in the vocabulary, no two requests sharing one
+    start = (torch.arange(B, dtype=torch.int64) * 145) % (VOCAB - SUPPORT)
+    support = start[:, None] + torch.arange(SUPPORT)
+    request_of_row = torch.arange(B).repeat_interleave(DRAFTS + 1)
+    logits = torch.full((R, VOCAB), float("-inf"), dtype=torch.float32, device=device)
+    values = torch.randn(R, SUPPORT, generator=g) * 2
+    logits.scatter_(1, support[request_of_row].to(device), values.to(device))
+    pick = torch.randint(0, SUPPORT, (B, DRAFTS), generator=g)
+    drafts = support.gather(1, pick)
+    outside = torch.arange(B) % 3 == 0          # a draft of probability 0: rejected, the residual then sampled
+    drafts[outside, -1] = (support[outside, -1] + 1) % VOCAB
+    temperature = torch.where(torch.arange(B) % 3 == 1, 0.0, 1.0)
+    top_k = top_p = None
+    if filters:
+        on = torch.arange(B) % 2 == 0
+        top_k = torch.where(on, 3, 0).to(device)
+        top_p = torch.where(on, 0.9, 1.0).to(device)
+    batch = SpecBatch(k.to(device), drafts.flatten().to(device), logits, None, temperature.to(device),
+                      top_k=top_k, top_p=top_p)
+    return batch, support
+
+
+def _chains_as_trees(batch: SpecBatch) -> SpecBatch:
+    parents = (torch.arange(DRAFTS, device=batch.device) - 1).repeat(batch.num_requests)
+    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, None, batch.temperature,
+                     top_k=batch.top_k, top_p=batch.top_p, tree_parents=parents)
+
+
+def _noise(batch: SpecBatch, seed: int) -> Noise:
+    """Injected noise drawn on the batch's device (the CPU draw of [B, V] would take seconds)."""
+    g = torch.Generator(device=batch.device).manual_seed(seed)
+    u = torch.rand(batch.num_drafts, generator=g, device=batch.device).clamp_(min=2.0 ** -24)
+    e = torch.rand(batch.num_requests, VOCAB, generator=g, device=batch.device).clamp_(min=2.0 ** -24).log_().neg_()
+    return Noise(u, e)
+
+
+def _own_support(out: SpecOutput, support: torch.Tensor, greedy: torch.Tensor) -> list[str]:
+    """Requests that emitted a token outside their own ids (an accepted draft outside is caught by the guard)."""
+    ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
+    problems = []
+    for b in range(ids.shape[0]):
+        emitted = ids[b, : int(n[b]) + 1]
+        if not bool(torch.isin(emitted, support[b]).all()):
+            problems.append(f"request {b}{' (greedy)' if greedy[b] else ''} emitted {emitted.tolist()}, its "
+                            f"support is {support[b].tolist()}")
+    return problems
+
+
+def check_int64_offsets(ctx: Context, case: str) -> None:
+    if ctx.profile.device != "cuda":
+        raise NotApplicable(f"profile device is {ctx.profile.device}: 9.4 GB of logits are built on a CUDA device "
+                            "only (the nightly GPU profile)")
+    if not torch.cuda.is_available():
+        raise NotApplicable("profile device is cuda but torch.cuda.is_available() is False in this process")
+    free, total = torch.cuda.mem_get_info()
+    if free < needed_bytes():
+        raise NotApplicable(f"the GPU has {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f}; the case needs "
+                            f"{needed_bytes() / 2 ** 30:.1f} GiB")
+    if not paths(ctx):
+        raise NotApplicable("backend declares neither injected noise nor seeds: its calls cannot be made")
+    caps = ctx.backend.capabilities
+    batch, support = offsets_batch(DEVICE, caps.target_filters)
+    greedy = (batch.temperature == 0).cpu()
+    past = [b for b in range(REQUESTS) if b * (DRAFTS + 1) * VOCAB >= PAST]
+    compared = torch.tensor(list(range(FIRST)) + past[:FIRST] + past[-LAST:], dtype=torch.int64)
+    noise = _noise(batch, 1) if "injected" in caps.noise else None
+    seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
+    methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
+    for method in methods:
+        given = _chains_as_trees(batch) if method == "tree" else batch
+        for path in paths(ctx):
+            seeded = path == "seeded"
+            where = f"{path} noise, {method}, V = {VOCAB}, {given.target_logits.shape[0]:,} rows"
+            out = ctx.backend(given, seed=seeds.to(DEVICE), method=method) if seeded else \
+                ctx.backend(given, noise=noise, method=method)
+            problems = _own_support(out, support, greedy)
+            if problems:
+                raise CheckFailure(f"{where}: {len(problems)} request(s) emitted ids of another request's rows "
+                                   f"(requests {past[0]} on lie past {PAST:,} elements); first: {problems[0]}")
+            sub = select_requests(given, compared.to(DEVICE)).to("cpu")
+            shared = None
+            if not seeded:
+                shared = noise.select(given, compared.to(DEVICE)).to("cpu")
+            elif caps.seeded_stream == "philox":
+                shared = Noise.from_seeds(seeds[compared], sub.num_draft_tokens, VOCAB)
+            got = _rows(out, compared)
+            if shared is not None:
+                ctx.agree(sub, got, shared, where=f"{where}, the first {FIRST} requests and {compared.numel() - FIRST} "
+                                                  f"of those past {PAST:,} elements ({past[0]} on)", method=method)
+            else:
+                problems = support_problems(sub, got, method)
+                if problems:
+                    raise CheckFailure(f"{where}: " + "; ".join(problems[:3]))
+            ctx.result.samples += REQUESTS
+    ctx.result.message = (f"{len(methods)} rule(s) x {len(paths(ctx))} path(s) at {batch.target_logits.numel():,} "
+                          f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements")
+
+
+def _rows(out: SpecOutput, requests: torch.Tensor) -> SpecOutput:
+    idx = requests.to(out.token_ids.device)
+    nodes = None if out.accepted_nodes is None else out.accepted_nodes[idx].cpu()
+    return SpecOutput(out.token_ids[idx].cpu(), out.num_accepted[idx].cpu(), nodes)

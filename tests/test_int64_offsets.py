@@ -1,0 +1,79 @@
+"""Offsets past 2^31 elements (SPEC 4.12): the batch's arithmetic at its real sizes, and the check run on the CPU at
+sizes shrunk so that 14-bit offsets wrap where 32-bit ones wrap on the GPU."""
+
+import pytest
+import torch
+
+from specverify.checks import FAIL, NOT_APPLICABLE, PASS, run_check
+from specverify.checks import offsets
+from specverify.kernels.cpu import CpuBackend
+from specverify.mutants.samplers import RowOffsetsInInt32
+from specverify.strategies import get_profile
+
+
+def test_the_case_reaches_past_2_31_elements_with_requests_to_spare():
+    """At the real sizes the logits hold more than 2^31 elements, 161 requests lie wholly past that, and the
+    supports of the 1,800 requests share no id (a wrapped row read gives another request's tokens)."""
+    rows = offsets.REQUESTS * (offsets.DRAFTS + 1)
+    assert rows * offsets.VOCAB > 2 ** 31 and offsets.PAST == 2 ** 31
+    past = [b for b in range(offsets.REQUESTS) if b * (offsets.DRAFTS + 1) * offsets.VOCAB >= offsets.PAST]
+    assert past[0] == 1_639 and len(past) == 161
+    start = (torch.arange(offsets.REQUESTS) * 145) % (offsets.VOCAB - offsets.SUPPORT)
+    assert len(set(start.tolist())) == offsets.REQUESTS and int(start.max()) + 145 <= offsets.VOCAB + 145
+    assert offsets.needed_bytes() / 2 ** 30 < 60      # fits an 80 GB H100 beside the caller's own tensors
+
+
+@pytest.fixture
+def shrunk(monkeypatch):
+    """The case at V = 64 and 60 requests on the CPU, "past" from 2^13 elements (the 26th request on): the
+    width at which the mutant's 14-bit offsets wrap, as 32-bit ones wrap at 2^31."""
+    monkeypatch.setattr(offsets, "VOCAB", 64)
+    monkeypatch.setattr(offsets, "REQUESTS", 60)
+    monkeypatch.setattr(offsets, "PAST", 2 ** 13)
+    monkeypatch.setattr(offsets, "FIRST", 4)
+    monkeypatch.setattr(offsets, "LAST", 6)
+    monkeypatch.setattr(offsets, "DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 40, 1 << 40))
+    monkeypatch.setattr(RowOffsetsInInt32, "offset_bits", 14)
+    from dataclasses import replace
+    return replace(get_profile("ci"), device="cuda")
+
+
+def _support_of(batch, b):
+    row = batch.target_logits[b * (offsets.DRAFTS + 1)]
+    return set(torch.nonzero(torch.isfinite(row)).flatten().tolist())
+
+
+def test_each_request_has_its_own_support_and_some_drafts_of_probability_0(shrunk):
+    batch, support = offsets.offsets_batch("cpu", filters=True)
+    assert batch.target_logits.shape == (300, 64)
+    for b in range(offsets.REQUESTS):
+        assert _support_of(batch, b) == set(support[b].tolist())
+    drafts = batch.draft_token_ids.view(offsets.REQUESTS, offsets.DRAFTS)
+    outside = [b for b in range(offsets.REQUESTS) if int(drafts[b, -1]) not in _support_of(batch, b)]
+    assert outside == list(range(0, offsets.REQUESTS, 3))
+    assert bool((batch.temperature == 0).any()) and int(batch.top_k.max()) == 3
+
+
+def test_a_backend_that_wraps_its_row_offsets_fails_naming_a_request_past_the_limit(shrunk):
+    """The CPU backend passes, on both noise paths and every rule; the same backend reading rows at offsets
+    computed in 14 bits fails, naming a request whose rows lie past 2^13 elements."""
+    good = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", shrunk)
+    assert good.status == PASS and good.samples == 60 * 2 * 3, good.line()
+    bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
+    assert bad.status == FAIL and "another request's rows" in bad.message, bad.line()
+    first_bad = int(bad.message.split("first: request ")[1].split(" ")[0])
+    assert first_bad * (offsets.DRAFTS + 1) * offsets.VOCAB >= offsets.PAST - (offsets.DRAFTS + 1) * offsets.VOCAB
+
+
+def test_the_check_is_n_a_off_cuda_and_where_the_gpu_lacks_the_memory(monkeypatch):
+    """On the CPU profile it says where it runs; on a GPU with too little free memory it says how much it has and
+    needs, never a pass."""
+    cpu = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", get_profile("ci"))
+    assert cpu.status == NOT_APPLICABLE and "CUDA device only" in cpu.message
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (8 << 30, 80 << 30))
+    from dataclasses import replace
+    short = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", replace(get_profile("ci"), device="cuda"))
+    assert short.status == NOT_APPLICABLE and "8.0 GiB free of 80.0" in short.message, short.line()
