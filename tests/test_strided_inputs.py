@@ -37,6 +37,7 @@ def test_a_strided_copy_holds_the_values_in_a_poisoned_buffer_it_shares_with_not
             = False
         assert int(outside.sum()) > 0 and bool((storage[outside] == poison).all())
     assert strided_copy(rows).stride() == (7 + 2 * STRIDE_PAD, 1) and strided_copy(ids).stride() == (2,)
+    assert all(strided_copy(t).data_ptr() % 16 == 0 for t in (ids, rows, rows.half()))
     assert strided_copy(None) is None and strided_copy(torch.empty(0, 4)).shape == (0, 4)
 
 

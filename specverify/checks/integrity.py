@@ -80,8 +80,10 @@ class Copies:
 
 # Poison around and between the elements of a strided copy: values that change any decision they reach (a logit,
 # probability, uniform or exponential of 1e4; an id, count or seed no batch holds), so that a backend that reads
-# the buffer as if it were contiguous reads them.
-STRIDE_PAD = 3
+# the buffer as if it were contiguous reads them. The pad keeps each view 16-byte aligned and a row stride's
+# divisibility by 16 that of the width: the layout, not a misaligned address, is what the check changes (a CUDA
+# backend compiled for aligned pointers would otherwise compile every kernel again, minutes on a GPU).
+STRIDE_PAD = 8
 FLOAT_POISON = 1.0e4
 INT_POISON = (1 << 40) + 3
 _strided = [False]
@@ -89,15 +91,16 @@ _strided = [False]
 
 def strided_copy(t: torch.Tensor | None) -> torch.Tensor | None:
     """A copy of ``t`` sharing no memory with it, handed over as a view that is not contiguous: a 1-D tensor
-    every other element of a buffer (stride 2, storage offset 1), a 2-D one the middle columns of a wider
-    buffer (row stride ``V + 2 * STRIDE_PAD``, storage offset ``STRIDE_PAD``), as an engine's vocabulary-padded
-    logits are; the buffer's other elements hold poison. Empty and other tensors are cloned."""
+    every other element of a buffer (stride 2), a 2-D one the middle columns of a wider buffer (row stride
+    ``V + 2 * STRIDE_PAD``), as an engine's vocabulary-padded logits are; each starts ``STRIDE_PAD`` elements
+    into its buffer, whose other elements hold poison. Empty and other tensors are cloned."""
     if t is None or t.numel() == 0 or t.dim() not in (1, 2):
         return None if t is None else t.clone()
     poison = FLOAT_POISON if t.is_floating_point() else INT_POISON
     if t.dim() == 1:
-        buffer = torch.full((2 * t.shape[0] + 1,), poison, dtype=t.dtype, device=t.device)
-        view = buffer[1::2]
+        n = t.shape[0]
+        buffer = torch.full((2 * n + 2 * STRIDE_PAD,), poison, dtype=t.dtype, device=t.device)
+        view = buffer[STRIDE_PAD:STRIDE_PAD + 2 * n:2]
     else:
         rows, width = t.shape
         buffer = torch.full((rows, width + 2 * STRIDE_PAD), poison, dtype=t.dtype, device=t.device)
