@@ -25,7 +25,8 @@ TWO_GPU_MUTANTS = "docs/nightly/2026-11-27-h100-nightly8/1-x2-1c91a47/mutants.lo
 GPU_CATCHES = {"stale_draft_probs_graph": (NIGHTLY_REPORT, "the H100"),
                "work_on_default_stream": ("docs/nightly/2026-11-25-h100-nightly3/mutants.log", "the H100"),
                "launch_without_device_guard": (TWO_GPU_MUTANTS, "two H100s"),
-               "outputs_on_current_device": (TWO_GPU_MUTANTS, "two H100s")}
+               "outputs_on_current_device": (TWO_GPU_MUTANTS, "two H100s"),
+               "row_offsets_in_int32": ("docs/nightly/2026-11-30-h200-bf16/4-mutants/mutants.log", "an H200")}
 
 
 def _row(name: str) -> tuple[str, bool]:
