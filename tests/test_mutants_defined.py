@@ -413,7 +413,8 @@ SCENARIOS = {f.__name__.removeprefix("scenario_"): f for f in (
     scenario_dense, scenario_overlapping_drafter, scenario_seeded, scenario_synthetic, scenario_synthetic_rate_unset, scenario_all_keywords,
     scenario_greedy_ties, scenario_greedy_ties_across_a_split, scenario_greedy_near_ties,
     scenario_greedy_negative_logits, scenario_second_call,
-    scenario_bf16_sensitive, scenario_strided_inputs, scenario_rows_past_a_narrow_offset, scenario_tiny_residual, scenario_zero_probability_drafts,
+    scenario_bf16_sensitive, scenario_strided_inputs, scenario_rows_past_a_narrow_offset,
+    scenario_tiny_residual, scenario_zero_probability_drafts,
     scenario_zero_probability_drafts_at_coin_zero)}
 
 # The input on which each sampler mutant must differ from the correct backend.

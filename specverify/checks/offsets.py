@@ -1,14 +1,16 @@
 """SPEC 4.12: a batch whose logits hold more than 2^31 elements, on a CUDA device.
 
     rows_past_2_31   1,800 requests of four drafts at V = 262,144: 9,000 rows of float32 logits (9.4 GB), the
-                     rows from the 8,193rd on past 2^31 elements. Each request's logits are -inf but at four ids
-                     of its own, its drafts among them or (every third request's last draft) outside, a third of
-                     the requests greedy and, where the backend declares filters, every other one filtered.
+                     rows from the 8,193rd on past 2^31 elements. Each request's logits are -inf but at four
+                     ids of its own, its drafts among them or (every third request's last draft) outside, a
+                     third of the requests greedy and, where the backend declares filters, every other one
+                     filtered.
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
-request's ids (or an illegal address, which the worker reports). The first requests, the first and the last ones past
-2^31 elements are compared with the reference under shared noise where the path shares it (injected, the reference's
-Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and tree with every request a chain).
+request's ids (or an illegal address, which the worker reports). The first requests, and the first and the last
+ones past 2^31 elements, are compared with the reference under shared noise where the path shares it (injected,
+the reference's Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and
+tree with every request a chain).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Each example is called twice on each noise path the backend declares (its seeds, its injected noise): once as
 the caller laid it out and once under ``integrity.strided_inputs``, which hands every tensor over as a view into
 a poisoned buffer (1-D: every other element; 2-D: the middle columns of a wider buffer, as vocabulary-padded
-logits). The two outputs must be equal (where they differ, both calls are made again: a backend whose outputs vary from
-call to call is named not deterministic, not blamed on the layout). A ``ValueError`` or ``UnsupportedError`` naming the tensor is a refusal,
-counted; a failure leaves a pair reproducer (conditions "plain" and "strided").
+logits). The two outputs must be equal; where they differ, both calls are made again, so that a backend whose
+outputs vary from call to call is named not deterministic rather than blamed on the layout. A ``ValueError`` or
+``UnsupportedError`` naming the tensor is a refusal, counted; a failure leaves a pair reproducer (conditions
+"plain" and "strided").
 """
 
 from __future__ import annotations
