@@ -158,3 +158,29 @@ def test_triton_kernels_read_each_input_through_its_strides(field, device):
                          field: strided_copy(getattr(noise, field))})
     got = backend(batch, noise=noise)
     assert got.emitted() == want.emitted()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_triton_sample_into_writes_strided_outputs_through_their_strides(device):
+    """``sample_into`` writes into the caller's tensors: an engine's ``out[:, :K + 1]`` of a wider buffer and every
+    other element of a counts buffer get the contiguous call's values, and the buffers' other elements keep theirs.
+    The kernels once stored by element index, over the buffer's other columns and rows."""
+    from specverify.kernels.triton_kernels import triton_sample_into
+    batch = _batch(seed=3, V=50).to(device)
+    noise = Noise.draw(batch, torch.Generator().manual_seed(1)).to(device)
+    B, K1 = batch.num_requests, batch.max_draft + 1
+
+    def run(token_ids, num_accepted):
+        triton_sample_into(token_ids, num_accepted, batch.num_draft_tokens, batch.draft_token_ids,
+                           batch.target_logits, batch.draft_probs, batch.temperature, uniform=noise.uniform,
+                           exponential=noise.exponential)
+
+    want_ids, want_n = (torch.empty(B, K1, dtype=torch.int64, device=device),
+                        torch.empty(B, dtype=torch.int64, device=device))
+    run(want_ids, want_n)
+    ids_buffer = torch.full((B, K1 + 5), -7, dtype=torch.int64, device=device)
+    n_buffer = torch.full((2 * B,), -7, dtype=torch.int64, device=device)
+    run(ids_buffer[:, 2:2 + K1], n_buffer[::2])
+    assert torch.equal(ids_buffer[:, 2:2 + K1], want_ids) and torch.equal(n_buffer[::2], want_n)
+    assert bool((ids_buffer[:, :2] == -7).all() and (ids_buffer[:, 2 + K1:] == -7).all())
+    assert bool((n_buffer[1::2] == -7).all())

@@ -223,13 +223,20 @@ def triton_sample_into(token_ids: torch.Tensor, num_accepted: torch.Tensor, num_
     launch, between the two, when K >= 2). accepted_nodes ([B, K] int64, written) selects the tree rule
     (SPEC 3.8, ``triton_tree``) with tree_parents ([T] int64; None: chains). No host sync, no
     data-dependent size: safe to capture in a CUDA graph. The caller guarantees K >= max k_b (rows past
-    K would not be visited).
+    K would not be visited). An output that is a view with gaps (``out[:, :K + 1]`` of a wider buffer) is
+    written through a contiguous buffer copied into it: the kernels store by element index.
     """
-    for step in launches(token_ids, num_accepted, num_draft_tokens, draft_token_ids, target_logits, draft_probs,
+    given = (token_ids, num_accepted, accepted_nodes)
+    written = tuple(t if t is None or t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+                    for t in given)
+    for step in launches(written[0], written[1], num_draft_tokens, draft_token_ids, target_logits, draft_probs,
                          temperature, uniform=uniform, exponential=exponential, seeds=seeds, rates=rates,
                          block=block, block_v=block_v, splits=splits, num_warps=num_warps,
-                         accepted_nodes=accepted_nodes, tree_parents=tree_parents):
+                         accepted_nodes=written[2], tree_parents=tree_parents):
         launch(*step)
+    for out, buffer in zip(given, written):
+        if buffer is not out:
+            out.copy_(buffer)
 
 
 def interpreted() -> bool:
