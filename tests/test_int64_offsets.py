@@ -12,12 +12,15 @@ from specverify.strategies import get_profile
 
 
 def test_the_case_reaches_past_2_31_elements_with_requests_to_spare():
-    """At the real sizes the logits hold more than 2^31 elements, 161 requests lie wholly past that, and the
-    supports of the 1,800 requests share no id (a wrapped row read gives another request's tokens)."""
+    """At the real sizes the logits hold more than 2^31 elements, 434 requests lie wholly past that, the draft
+    rows alone (a kernel that holds them apart) pass it too, 161 requests before the end, and the supports of the
+    1,800 requests share no id (a wrapped row read gives another request's tokens)."""
     rows = offsets.REQUESTS * (offsets.DRAFTS + 1)
     assert rows * offsets.VOCAB > 2 ** 31 and offsets.PAST == 2 ** 31
     past = [b for b in range(offsets.REQUESTS) if b * (offsets.DRAFTS + 1) * offsets.VOCAB >= offsets.PAST]
-    assert past[0] == 1_639 and len(past) == 161
+    assert past[0] == 1_366 and len(past) == 434
+    past_drafts = [b for b in range(offsets.REQUESTS) if b * offsets.DRAFTS * offsets.VOCAB >= offsets.PAST]
+    assert past_drafts[0] == 1_639 and len(past_drafts) == 161
     start = (torch.arange(offsets.REQUESTS) * 145) % (offsets.VOCAB - offsets.SUPPORT)
     assert len(set(start.tolist())) == offsets.REQUESTS and int(start.max()) + 145 <= offsets.VOCAB + 145
     assert offsets.needed_bytes() / 2 ** 30 < 60      # fits an 80 GB H100 beside the caller's own tensors
@@ -25,7 +28,7 @@ def test_the_case_reaches_past_2_31_elements_with_requests_to_spare():
 
 @pytest.fixture
 def shrunk(monkeypatch):
-    """The case at V = 64 and 60 requests on the CPU, "past" from 2^13 elements (the 26th request on): the
+    """The case at V = 64 and 60 requests on the CPU, "past" from 2^13 elements (request 22 on): the
     width at which the mutant's 14-bit offsets wrap, as 32-bit ones wrap at 2^31."""
     monkeypatch.setattr(offsets, "VOCAB", 64)
     monkeypatch.setattr(offsets, "REQUESTS", 60)
@@ -47,7 +50,7 @@ def _support_of(batch, b):
 
 def test_each_request_has_its_own_support_and_some_drafts_of_probability_0(shrunk):
     batch, support = offsets.offsets_batch("cpu", filters=True)
-    assert batch.target_logits.shape == (300, 64)
+    assert batch.target_logits.shape == (60 * (offsets.DRAFTS + 1), 64)
     for b in range(offsets.REQUESTS):
         assert _support_of(batch, b) == set(support[b].tolist())
     drafts = batch.draft_token_ids.view(offsets.REQUESTS, offsets.DRAFTS)

@@ -106,7 +106,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)",
           _always(GRAPH_NEEDS)),
     Check("int64_offsets", "structural", check_int64_offsets, OFFSET_CASES,
-          "logits past 2^31 elements (9,000 rows at V = 262,144): every request its own tokens, the rows past it "
+          "logits past 2^31 elements (10,800 rows at V = 262,144): every request its own tokens, the rows past it "
           "as the reference decides them (CUDA only)", _always(OFFSET_NEEDS)),
     Check("device_placement", "structural", check_device_placement, PLACEMENT_CASES,
           "outputs on the batch's device, work on the caller's stream of that device, nothing on another device "

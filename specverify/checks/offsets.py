@@ -1,14 +1,15 @@
 """SPEC 4.12: a batch whose logits hold more than 2^31 elements, on a CUDA device.
 
-    rows_past_2_31   1,800 requests of four drafts at V = 262,144: 9,000 rows of float32 logits (9.4 GB), the
-                     rows from the 8,193rd on past 2^31 elements. Each request's logits are -inf but at four
-                     ids of its own, its drafts among them or (every third request's last draft) outside, a
-                     third of the requests greedy and, where the backend declares filters, every other one
-                     filtered.
+    rows_past_2_31   1,800 requests of five drafts at V = 262,144: 10,800 rows of float32 logits (11.3 GB), the
+                     rows from the 8,193rd (request 1,366) on past 2^31 elements, and the 9,000 draft rows
+                     alone past it from request 1,639 (a kernel that holds the draft rows apart, as vLLM's
+                     target_probs, crosses it there). Each request's logits are -inf but at four ids of its
+                     own, its drafts among them or (every third request's last draft) outside, a third of
+                     the requests greedy and, where the backend declares filters, every other one filtered.
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
-request's ids (or an illegal address, which the worker reports). The first requests, and the first and the last
-ones past 2^31 elements, are compared with the reference under shared noise where the path shares it (injected,
+request's ids (or an illegal address, which the worker reports). The first requests, the first ones past 2^31
+elements in either layout and the last ones, are compared with the reference under shared noise where the path shares it (injected,
 the reference's Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and
 tree with every request a chain).
 """
@@ -25,7 +26,7 @@ from specverify.checks.structural import support_problems
 OFFSET_CASES = ("rows_past_2_31",)
 OFFSET_NEEDS = Needs(noise="any")
 VOCAB = 262_144
-DRAFTS = 4
+DRAFTS = 5
 REQUESTS = 1_800
 SUPPORT = 4                       # ids of each request's own support
 PAST = 2 ** 31                    # elements: the first row past it is row PAST // VOCAB = 8,192
@@ -95,7 +96,7 @@ def _own_support(out: SpecOutput, support: torch.Tensor, greedy: torch.Tensor) -
 
 def check_int64_offsets(ctx: Context, case: str) -> None:
     if ctx.profile.device != "cuda":
-        raise NotApplicable(f"profile device is {ctx.profile.device}: 9.4 GB of logits are built on a CUDA device "
+        raise NotApplicable(f"profile device is {ctx.profile.device}: 11.3 GB of logits are built on a CUDA device "
                             "only (the nightly GPU profile)")
     if not torch.cuda.is_available():
         raise NotApplicable("profile device is cuda but torch.cuda.is_available() is False in this process")
@@ -109,7 +110,9 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     batch, support = offsets_batch(DEVICE, caps.target_filters)
     greedy = (batch.temperature == 0).cpu()
     past = [b for b in range(REQUESTS) if b * (DRAFTS + 1) * VOCAB >= PAST]
-    compared = torch.tensor(list(range(FIRST)) + past[:FIRST] + past[-LAST:], dtype=torch.int64)
+    past_drafts = [b for b in range(REQUESTS) if b * DRAFTS * VOCAB >= PAST]
+    compared = torch.tensor(sorted(set(range(FIRST)) | set(past[:FIRST]) | set(past_drafts[:FIRST])
+                                   | set(past[-LAST:])), dtype=torch.int64)
     noise = _noise(batch, 1) if "injected" in caps.noise else None
     seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
