@@ -2,12 +2,14 @@
 check fails a backend that reads them as if contiguous and passes one that refuses them by name, and the
 Triton kernels read every input through its strides."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from reference import Noise, SpecBatch
 from reference.batch import FIELDS
-from specverify.checks import FAIL, PASS, run_check
+from specverify.checks import FAIL, NOT_APPLICABLE, PASS, run_check
 from specverify.checks.integrity import FLOAT_POISON, INT_POISON, STRIDE_PAD, strided_copy, strided_inputs
 from specverify.checks.runner import CheckFailure, GuardedBackend
 from specverify.generate import random_batch
@@ -184,3 +186,43 @@ def test_triton_sample_into_writes_strided_outputs_through_their_strides(device)
     assert torch.equal(ids_buffer[:, 2:2 + K1], want_ids) and torch.equal(n_buffer[::2], want_n)
     assert bool((ids_buffer[:, :2] == -7).all() and (ids_buffer[:, 2 + K1:] == -7).all())
     assert bool((n_buffer[1::2] == -7).all())
+
+
+class SampleIntoByElement(CpuBackend):
+    """Declares a graph-capturable entry whose writes go by element index from where each output starts, as a
+    kernel storing at ``b * (K + 1) + j`` does."""
+
+    name = "sample_into_by_element"
+    capabilities = replace(CpuBackend.capabilities, cuda_graphs=True)
+    by_element = True
+
+    def sample_into(self, out, batch, *, method="standard", noise=None, seed_tensor=None, rates=None):
+        result = self(batch, noise=noise, seed=seed_tensor, method=method)
+        for name in ("token_ids", "num_accepted", "accepted_nodes"):
+            dst, src = getattr(out, name), getattr(result, name)
+            if dst is None:
+                continue
+            if self.by_element:
+                dense = [1] * dst.dim()
+                for d in range(dst.dim() - 2, -1, -1):
+                    dense[d] = dense[d + 1] * dst.shape[d + 1]
+                dst = torch.as_strided(dst, dst.shape, dense, dst.storage_offset())
+            dst.copy_(src)
+
+
+class SampleIntoThroughStrides(SampleIntoByElement):
+    name = "sample_into_through_strides"
+    by_element = False
+
+
+def test_sample_into_outputs_as_views_are_written_through_their_strides():
+    """A graph-capturable entry that stores by element index writes outside the views it is given (an engine's
+    ``out[:, :K + 1]`` of a wider buffer): the case fails, naming the outputs; the same entry writing through the
+    strides passes, on both noise paths and the tree rule (its accepted paths too)."""
+    profile = get_profile("ci")
+    bad = run_check(SampleIntoByElement(), "strided_inputs", "sample_into_outputs", profile, reproducer=False)
+    assert bad.status == FAIL and "written outside them: token_ids" in bad.message, bad.line()
+    good = run_check(SampleIntoThroughStrides(), "strided_inputs", "sample_into_outputs", profile)
+    assert good.status == PASS and good.samples > 0, good.line()
+    plain = run_check(CpuBackend(), "strided_inputs", "sample_into_outputs", profile)
+    assert plain.status == NOT_APPLICABLE and "cuda_graphs" in plain.message

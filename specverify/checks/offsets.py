@@ -22,6 +22,7 @@ from reference import Noise, SpecBatch, SpecOutput, select_requests
 from specverify.checks.common import paths
 from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable
 from specverify.checks.structural import support_problems
+from specverify.checks.tree_cases import chains_as_trees
 
 OFFSET_CASES = ("rows_past_2_31",)
 OFFSET_NEEDS = Needs(noise="any")
@@ -68,12 +69,6 @@ def offsets_batch(device: str, filters: bool, seed: int = 0) -> tuple[SpecBatch,
     return batch, support
 
 
-def _chains_as_trees(batch: SpecBatch) -> SpecBatch:
-    parents = (torch.arange(DRAFTS, device=batch.device) - 1).repeat(batch.num_requests)
-    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, None, batch.temperature,
-                     top_k=batch.top_k, top_p=batch.top_p, tree_parents=parents)
-
-
 def _noise(batch: SpecBatch, seed: int) -> Noise:
     """Injected noise drawn on the batch's device (the CPU draw of [B, V] would take seconds)."""
     g = torch.Generator(device=batch.device).manual_seed(seed)
@@ -117,7 +112,7 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
     for method in methods:
-        given = _chains_as_trees(batch) if method == "tree" else batch
+        given = chains_as_trees(batch) if method == "tree" else batch
         for path in paths(ctx):
             seeded = path == "seeded"
             where = f"{path} noise, {method}, V = {VOCAB}, {given.target_logits.shape[0]:,} rows"

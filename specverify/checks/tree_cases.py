@@ -28,6 +28,17 @@ def one_hot_trees(trees: list[tuple], temperature: float = 1.0) -> SpecBatch:
     return SpecBatch(k, drafts, logits, None, torch.full((len(trees),), float(temperature)), tree_parents=parents)
 
 
+def chains_as_trees(batch: SpecBatch) -> SpecBatch:
+    """``batch`` with every request a chain tree (``tree_parents`` -1, 0, 1, ... local to each request), the same
+    tensors otherwise: the tree rule's call of the chains a batch holds."""
+    counts = batch.num_draft_tokens.cpu().tolist()
+    parents = torch.cat([torch.arange(k, dtype=torch.int64) - 1 for k in counts]) if sum(counts) else \
+        torch.zeros(0, dtype=torch.int64)
+    return SpecBatch(batch.num_draft_tokens, batch.draft_token_ids, batch.target_logits, batch.draft_probs,
+                     batch.temperature, top_k=batch.top_k, top_p=batch.top_p, min_p=batch.min_p,
+                     tree_parents=parents.to(batch.device))
+
+
 def proposal_rows(base: torch.Tensor, parents: list[int], tokens: torch.Tensor,
                   without_replacement: bool) -> torch.Tensor:
     """q [C, N, V] float64 of C copies with tokens [C, N]: node i's base row, less the tokens of its
