@@ -226,3 +226,17 @@ def test_sample_into_outputs_as_views_are_written_through_their_strides():
     assert good.status == PASS and good.samples > 0, good.line()
     plain = run_check(CpuBackend(), "strided_inputs", "sample_into_outputs", profile)
     assert plain.status == NOT_APPLICABLE and "cuda_graphs" in plain.message
+
+
+class SampleIntoWritesNothing(SampleIntoThroughStrides):
+    name = "sample_into_writes_nothing"
+
+    def sample_into(self, out, batch, **kwargs):
+        return None
+
+
+def test_a_sample_into_that_writes_nothing_fails_rather_than_matching_its_own_poison():
+    """Both calls' outputs would hold the same poison: the contiguous call's outputs must be well formed first."""
+    result = run_check(SampleIntoWritesNothing(), "strided_inputs", "sample_into_outputs", get_profile("ci"),
+                       reproducer=False)
+    assert result.status == FAIL and "contiguous outputs" in result.message, result.line()

@@ -23,7 +23,7 @@ from reference.batch import FIELDS
 from specverify.backends import UnsupportedError
 from specverify.checks.common import call_example, paths, run_property
 from specverify.checks.integrity import INT_POISON, strided_copy, strided_inputs
-from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable
+from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable, output_problems
 from specverify.checks.structural import declared_methods, method_for, share_of_examples, outputs_equal
 from specverify.checks.tree_cases import chains_as_trees
 from specverify.generate import random_batch
@@ -127,6 +127,11 @@ def _sample_into_outputs(ctx: Context, declared: list) -> None:
                 backend.sample_into(plain, given, **kwargs)
                 backend.sample_into(viewed, given, **kwargs)
                 where = f"sample_into, {path} noise, {method}, call {i}"
+                # the contiguous call must itself write well-formed outputs: an entry that writes nothing would
+                # leave both calls' poison equal
+                problems = output_problems(given, plain, given.device)
+                if problems:
+                    raise CheckFailure(f"{where}: contiguous outputs: {'; '.join(problems[:3])}")
                 outside = _buffers_outside(viewed)
                 if outside:
                     raise CheckFailure(f"{where}: outputs given as views were written outside them: "
