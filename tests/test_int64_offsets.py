@@ -80,3 +80,11 @@ def test_the_check_is_n_a_off_cuda_and_where_the_gpu_lacks_the_memory(monkeypatc
     from dataclasses import replace
     short = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", replace(get_profile("ci"), device="cuda"))
     assert short.status == NOT_APPLICABLE and "8.0 GiB free of 80.0" in short.message, short.line()
+
+
+def test_a_failure_leaves_a_check_reproducer_never_the_whole_batch(shrunk):
+    """The failing call holds 11 GB of logits on the GPU, and no sub-batch fails as the whole does: the reproducer
+    re-runs the check (kind "check"), with no call in it to copy to the host or save."""
+    bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk)
+    assert bad.status == FAIL, bad.line()
+    assert bad.repro.kind == "check" and bad.repro.call is None, (bad.repro.kind, bad.repro.call)

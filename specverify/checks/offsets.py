@@ -103,7 +103,6 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
         raise NotApplicable("backend declares neither injected noise nor seeds: its calls cannot be made")
     caps = ctx.backend.capabilities
     batch, support = offsets_batch(DEVICE, caps.target_filters)
-    greedy = (batch.temperature == 0).cpu()
     past = [b for b in range(REQUESTS) if b * (DRAFTS + 1) * VOCAB >= PAST]
     past_drafts = [b for b in range(REQUESTS) if b * DRAFTS * VOCAB >= PAST]
     compared = torch.tensor(sorted(set(range(FIRST)) | set(past[:FIRST]) | set(past_drafts[:FIRST])
@@ -111,34 +110,47 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     noise = _noise(batch, 1) if "injected" in caps.noise else None
     seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
-    for method in methods:
-        given = chains_as_trees(batch) if method == "tree" else batch
-        for path in paths(ctx):
-            seeded = path == "seeded"
-            where = f"{path} noise, {method}, V = {VOCAB}, {given.target_logits.shape[0]:,} rows"
-            out = ctx.backend(given, seed=seeds.to(DEVICE), method=method) if seeded else \
-                ctx.backend(given, noise=noise, method=method)
-            problems = _own_support(out, support, greedy)
-            if problems:
-                raise CheckFailure(f"{where}: {len(problems)} request(s) emitted ids of another request's rows "
-                                   f"(requests {past[0]} on lie past {PAST:,} elements); first: {problems[0]}")
-            sub = select_requests(given, compared.to(DEVICE)).to("cpu")
-            shared = None
-            if not seeded:
-                shared = noise.select(given, compared.to(DEVICE)).to("cpu")
-            elif caps.seeded_stream == "philox":
-                shared = Noise.from_seeds(seeds[compared], sub.num_draft_tokens, VOCAB)
-            got = _rows(out, compared)
-            if shared is not None:
-                ctx.agree(sub, got, shared, where=f"{where}, the first {FIRST} requests and {compared.numel() - FIRST} "
-                                                  f"of those past {PAST:,} elements ({past[0]} on)", method=method)
-            else:
-                problems = support_problems(sub, got, method)
-                if problems:
-                    raise CheckFailure(f"{where}: " + "; ".join(problems[:3]))
-            ctx.result.samples += REQUESTS
+    try:
+        for method in methods:
+            given = chains_as_trees(batch) if method == "tree" else batch
+            for path in paths(ctx):
+                _call(ctx, given, method, path, noise, seeds, support, compared, past)
+                ctx.result.samples += REQUESTS
+    except BaseException:
+        # the calls hold 11 GB of logits: a reproducer of one would copy them to the host and save them, and no
+        # sub-batch fails as the whole does (it is the size that fails). Replay re-runs the check instead.
+        ctx.backend.failed_call = ctx.backend.last_call = None
+        raise
     ctx.result.message = (f"{len(methods)} rule(s) x {len(paths(ctx))} path(s) at {batch.target_logits.numel():,} "
                           f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements")
+
+
+def _call(ctx: Context, given: SpecBatch, method: str, path: str, noise: Noise | None, seeds: torch.Tensor,
+          support: torch.Tensor, compared: torch.Tensor, past: list) -> None:
+    """One call of the whole batch: every request's own ids, then the ``compared`` requests against the reference
+    under the path's shared noise (their supports where it shares none)."""
+    seeded = path == "seeded"
+    where = f"{path} noise, {method}, V = {VOCAB}, {given.target_logits.shape[0]:,} rows"
+    out = ctx.backend(given, seed=seeds.to(DEVICE), method=method) if seeded else \
+        ctx.backend(given, noise=noise, method=method)
+    problems = _own_support(out, support, (given.temperature == 0).cpu())
+    if problems:
+        raise CheckFailure(f"{where}: {len(problems)} request(s) emitted ids of another request's rows "
+                           f"(requests {past[0]} on lie past {PAST:,} elements); first: {problems[0]}")
+    sub = select_requests(given, compared.to(DEVICE)).to("cpu")
+    shared = None
+    if not seeded:
+        shared = noise.select(given, compared.to(DEVICE)).to("cpu")
+    elif ctx.backend.capabilities.seeded_stream == "philox":
+        shared = Noise.from_seeds(seeds[compared], sub.num_draft_tokens, VOCAB)
+    got = _rows(out, compared)
+    if shared is not None:
+        ctx.agree(sub, got, shared, where=f"{where}, the first {FIRST} requests and {compared.numel() - FIRST} of "
+                                          f"those past {PAST:,} elements ({past[0]} on)", method=method)
+        return
+    problems = support_problems(sub, got, method)
+    if problems:
+        raise CheckFailure(f"{where}: " + "; ".join(problems[:3]))
 
 
 def _rows(out: SpecOutput, requests: torch.Tensor) -> SpecOutput:
