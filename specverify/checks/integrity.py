@@ -3,6 +3,7 @@
     private_batch(batch) -> a SpecBatch sharing no memory with ``batch``
     Copies                -> private copies of large float inputs, kept from call to call
     strided_copy(t)       -> a copy of ``t`` as a strided view into a poisoned buffer (SPEC 4.11)
+    outside_view(t)       -> the elements of ``t``'s buffer that the view does not cover
     strided_inputs()      -> while active, every guarded call hands its inputs over as strided copies
     written_inputs(pairs, fingerprint_of)
                           -> ["name (how it changed)", ...] for pairs (name, the copy handed over, the
@@ -106,6 +107,16 @@ def strided_copy(t: torch.Tensor | None) -> torch.Tensor | None:
         buffer = torch.full((rows, width + 2 * STRIDE_PAD), poison, dtype=t.dtype, device=t.device)
         view = buffer[:, STRIDE_PAD:STRIDE_PAD + width]
     return view.copy_(t)
+
+
+def outside_view(t: torch.Tensor) -> torch.Tensor:
+    """[n] the elements of ``t``'s storage that ``t`` (a view) does not cover: a ``strided_copy``'s poison, as long
+    as nothing wrote there."""
+    everything = torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    inside = torch.zeros(everything.shape, dtype=torch.bool, device=t.device)
+    inside[torch.as_strided(torch.arange(everything.numel(), device=t.device), t.shape, t.stride(),
+                            t.storage_offset()).flatten()] = True
+    return everything[~inside]
 
 
 @contextmanager

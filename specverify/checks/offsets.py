@@ -9,9 +9,9 @@
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
 request's ids (or an illegal address, which the worker reports). The first requests, the first ones past 2^31
-elements in either layout and the last ones, are compared with the reference under shared noise where the path shares it (injected,
-the reference's Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and
-tree with every request a chain).
+elements in either layout and the last ones are compared with the reference under shared noise where the path
+shares it (injected, the reference's Philox stream), and with their supports otherwise. Each declared rule runs
+(standard, block, and tree with every request a chain).
 """
 
 from __future__ import annotations

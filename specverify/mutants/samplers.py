@@ -303,9 +303,7 @@ class InputsIndexedAsContiguous(CpuBackend):
         fields = {f: getattr(batch, f) for f in FIELDS}
         for f in ("target_logits", "temperature"):
             t = fields[f]
-            dense = [1] * t.dim()
-            for d in range(t.dim() - 2, -1, -1):
-                dense[d] = dense[d + 1] * t.shape[d + 1]
+            dense = torch.empty(t.shape, device="meta").stride()     # the strides t would have if contiguous
             fields[f] = torch.as_strided(t, t.shape, dense, t.storage_offset())
         return super()._sample(SpecBatch.assembled(fields, batch.allow_nonfinite, valid=True), **kwargs)
 
