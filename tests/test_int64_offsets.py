@@ -60,12 +60,15 @@ def test_each_request_has_its_own_support_and_some_drafts_of_probability_0(shrun
 
 
 def test_a_backend_that_wraps_its_row_offsets_fails_naming_a_request_past_the_limit(shrunk):
-    """The CPU backend passes, on both noise paths and every rule; the same backend reading rows at offsets
-    computed in 14 bits fails, naming a request whose rows lie past 2^13 elements."""
+    """The CPU backend passes, on both noise paths and every rule, after the control (its first 21 requests, 126
+    rows, under 2^13 elements); the same backend reading rows at offsets computed in 14 bits passes the control and
+    fails the whole batch, naming a request whose rows lie past 2^13 elements."""
     good = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", shrunk)
-    assert good.status == PASS and good.samples == 60 * 2 * 3, good.line()
+    assert good.status == PASS and good.samples == 21 + 60 * 2 * 3, good.line()
+    assert "requests 0-20 (126 rows, every one under 8,192 elements)" in good.message, good.message
     bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
     assert bad.status == FAIL and "another request's rows" in bad.message, bad.line()
+    assert "the control passed first" in bad.message, bad.message
     first_bad = int(bad.message.split("first: request ")[1].split(" ")[0])
     assert first_bad * (offsets.DRAFTS + 1) * offsets.VOCAB >= offsets.PAST - (offsets.DRAFTS + 1) * offsets.VOCAB
 
@@ -88,3 +91,31 @@ def test_a_failure_leaves_a_check_reproducer_never_the_whole_batch(shrunk):
     bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk)
     assert bad.status == FAIL, bad.line()
     assert bad.repro.kind == "check" and bad.repro.call is None, (bad.repro.kind, bad.repro.call)
+
+
+class CrashesPastTheLimit(CpuBackend):
+    """Raises as a kernel reading a wrapped address does (vLLM's, docs/kernels.md) once the logits pass 2^13."""
+
+    def __call__(self, batch, *args, **kwargs):
+        if batch.target_logits.numel() >= offsets.PAST:
+            raise RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
+        return super().__call__(batch, *args, **kwargs)
+
+
+def test_a_crash_past_the_limit_is_reported_beside_the_control_that_passed(shrunk):
+    """A kernel whose wrapped offset leaves the allocation raises instead of emitting another request's ids: the
+    failure names the exception and the control under the limit that passed, so the size is what decides."""
+    bad = run_check(CrashesPastTheLimit(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
+    assert bad.status == FAIL, bad.line()
+    assert bad.message.startswith("the call raised RuntimeError: Triton Error [CUDA]: an illegal memory access")
+    assert "; the control passed first: the standard rule on seeded noise at requests 0-20" in bad.message
+
+
+def test_a_failure_under_the_limit_says_the_size_is_not_the_cause(shrunk, monkeypatch):
+    """Offsets that wrap at 2^11 elements break the control's requests too: the message says that something other
+    than the size fails, never that the backend's offsets wrap at 2^31."""
+    monkeypatch.setattr(RowOffsetsInInt32, "offset_bits", 12)
+    bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
+    assert bad.status == FAIL, bad.line()
+    assert bad.message.startswith("the control fails, so something other than the size does: the standard rule")
+    assert "(every row under 8,192 elements)" in bad.message, bad.message

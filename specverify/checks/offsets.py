@@ -8,7 +8,9 @@
                      the requests greedy and, where the backend declares filters, every other one filtered.
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
-request's ids (or an illegal address, which the worker reports). The first requests, the first ones past 2^31
+request's ids (or an illegal address). The first call is a control: the batch's first 1,365 requests, every row under
+2^31 elements, by the first rule and path. A backend that fails there fails for another reason than its offsets, and
+the message says so; one that passes there and fails (or crashes) on the whole batch is told that the size decides. The first requests, the first ones past 2^31
 elements in either layout and the last ones are compared with the reference under shared noise where the path
 shares it (injected, the reference's Philox stream), and with their supports otherwise. Each declared rule runs
 (standard, block, and tree with every request a chain).
@@ -110,25 +112,50 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     noise = _noise(batch, 1) if "injected" in caps.noise else None
     seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
+    under = PAST // ((DRAFTS + 1) * VOCAB)
+    control = (f"the {methods[0]} rule on {paths(ctx)[0]} noise at requests 0-{under - 1} ({under * (DRAFTS + 1):,} "
+               f"rows, every one under {PAST:,} elements)")
+    passed = False
     try:
+        _call(ctx, *_first_requests(batch, noise, under, methods[0]), methods[0], paths(ctx)[0], seeds[:under],
+              support, compared[compared < under], f"every row under {PAST:,} elements")
+        ctx.result.samples += under
+        passed = True
         for method in methods:
             given = chains_as_trees(batch) if method == "tree" else batch
             for path in paths(ctx):
-                _call(ctx, given, method, path, noise, seeds, support, compared, past)
+                _call(ctx, given, noise, method, path, seeds, support, compared,
+                      f"requests {past[0]} on lie past {PAST:,} elements")
                 ctx.result.samples += REQUESTS
-    except BaseException:
+    except BaseException as e:
         # the calls hold 11 GB of logits: a reproducer of one would copy them to the host and save them, and no
         # sub-batch fails as the whole does (it is the size that fails). Replay re-runs the check instead.
         ctx.backend.failed_call = ctx.backend.last_call = None
-        raise
+        if not isinstance(e, Exception) or isinstance(e, NotApplicable):
+            raise
+        what = str(e) if isinstance(e, CheckFailure) else f"the call raised {type(e).__name__}: {e}"
+        if passed:
+            raise CheckFailure(f"{what}; the control passed first: {control}") from e
+        raise CheckFailure(f"the control fails, so something other than the size does: {control}: {what}") from e
     ctx.result.message = (f"{len(methods)} rule(s) x {len(paths(ctx))} path(s) at {batch.target_logits.numel():,} "
-                          f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements")
+                          f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements; first the "
+                          f"control: {control}")
 
 
-def _call(ctx: Context, given: SpecBatch, method: str, path: str, noise: Noise | None, seeds: torch.Tensor,
-          support: torch.Tensor, compared: torch.Tensor, past: list) -> None:
-    """One call of the whole batch: every request's own ids, then the ``compared`` requests against the reference
-    under the path's shared noise (their supports where it shares none)."""
+def _first_requests(batch: SpecBatch, noise: Noise | None, n: int, method: str) -> tuple[SpecBatch, Noise | None]:
+    """The batch's first ``n`` requests and their noise, as views of its tensors: no copy of the logits."""
+    first = lambda t: None if t is None else t[:n]
+    sub = SpecBatch(batch.num_draft_tokens[:n], batch.draft_token_ids[:n * DRAFTS],
+                    batch.target_logits[:n * (DRAFTS + 1)], None, batch.temperature[:n],
+                    top_k=first(batch.top_k), top_p=first(batch.top_p))
+    shared = None if noise is None else Noise(noise.uniform[:n * DRAFTS], noise.exponential[:n])
+    return (chains_as_trees(sub) if method == "tree" else sub), shared
+
+
+def _call(ctx: Context, given: SpecBatch, noise: Noise | None, method: str, path: str, seeds: torch.Tensor,
+          support: torch.Tensor, compared: torch.Tensor, where_past: str) -> None:
+    """One call of ``given``: every request's own ids, then the ``compared`` requests against the reference under
+    the path's shared noise (their supports where it shares none). ``where_past`` says where the limit lies."""
     seeded = path == "seeded"
     where = f"{path} noise, {method}, V = {VOCAB}, {given.target_logits.shape[0]:,} rows"
     out = ctx.backend(given, seed=seeds.to(DEVICE), method=method) if seeded else \
@@ -136,7 +163,7 @@ def _call(ctx: Context, given: SpecBatch, method: str, path: str, noise: Noise |
     problems = _own_support(out, support, (given.temperature == 0).cpu())
     if problems:
         raise CheckFailure(f"{where}: {len(problems)} request(s) emitted ids of another request's rows "
-                           f"(requests {past[0]} on lie past {PAST:,} elements); first: {problems[0]}")
+                           f"({where_past}); first: {problems[0]}")
     sub = select_requests(given, compared.to(DEVICE)).to("cpu")
     shared = None
     if not seeded:
@@ -145,12 +172,22 @@ def _call(ctx: Context, given: SpecBatch, method: str, path: str, noise: Noise |
         shared = Noise.from_seeds(seeds[compared], sub.num_draft_tokens, VOCAB)
     got = _rows(out, compared)
     if shared is not None:
-        ctx.agree(sub, got, shared, where=f"{where}, the first {FIRST} requests and {compared.numel() - FIRST} of "
-                                          f"those past {PAST:,} elements ({past[0]} on)", method=method)
+        ctx.agree(sub, got, shared, where=f"{where}, requests {_spans(compared)} ({where_past})", method=method)
         return
     problems = support_problems(sub, got, method)
     if problems:
         raise CheckFailure(f"{where}: " + "; ".join(problems[:3]))
+
+
+def _spans(requests: torch.Tensor) -> str:
+    """Sorted request indices as runs: "0-7, 1366-1373"."""
+    runs: list[list[int]] = []
+    for b in requests.tolist():
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _rows(out: SpecOutput, requests: torch.Tensor) -> SpecOutput:
