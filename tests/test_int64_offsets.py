@@ -98,16 +98,19 @@ class CrashesPastTheLimit(CpuBackend):
 
     def __call__(self, batch, *args, **kwargs):
         if batch.target_logits.numel() >= offsets.PAST:
-            raise RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+                               "asynchronously reported at some other API call")
         return super().__call__(batch, *args, **kwargs)
 
 
 def test_a_crash_past_the_limit_is_reported_beside_the_control_that_passed(shrunk):
     """A kernel whose wrapped offset leaves the allocation raises instead of emitting another request's ids: the
-    failure names the exception and the control under the limit that passed, so the size is what decides."""
+    failure names the exception by its first line (torch's run on with advice) and the control under the limit
+    that passed, so the size is what decides."""
     bad = run_check(CrashesPastTheLimit(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
     assert bad.status == FAIL, bad.line()
-    assert bad.message.startswith("the call raised RuntimeError: Triton Error [CUDA]: an illegal memory access")
+    assert bad.message.startswith("the call raised RuntimeError: CUDA error: an illegal memory access was "
+                                  "encountered; the control passed first"), bad.message
     assert "; the control passed first: the standard rule on seeded noise at requests 0-20" in bad.message
 
 

@@ -133,7 +133,9 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
         ctx.backend.failed_call = ctx.backend.last_call = None
         if not isinstance(e, Exception) or isinstance(e, NotApplicable):
             raise
-        what = str(e) if isinstance(e, CheckFailure) else f"the call raised {type(e).__name__}: {e}"
+        # torch's CUDA errors run on for lines of advice: the first says what happened, the cause keeps the rest
+        what = str(e) if isinstance(e, CheckFailure) else \
+            f"the call raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         if passed:
             raise CheckFailure(f"{what}; the control passed first: {control}") from e
         raise CheckFailure(f"the control fails, so something other than the size does: {control}: {what}") from e

@@ -1,0 +1,97 @@
+"""Where a backend's calls first fail as its logits pass 2^31 elements (SPEC 4.12, docs/kernels.md).
+
+    python ci/offset_threshold.py BACKEND --requests 1638,1639 [--path injected|seeded] [--json FILE]
+
+Builds the `int64_offsets` check's batch (five drafts a request at V = 262,144, each request four ids of its own) at
+each number of requests, calls the backend once by the standard rule, and prints one line a size: the rows, the draft
+rows, whether each layout's last row ends past 2^31 elements, and the outcome: every request within its own ids, the
+requests outside them, or the exception with the frames it was raised from. Each size runs in a process of its own
+with CUDA_LAUNCH_BLOCKING=1: an illegal address ends the process's CUDA context, and names the launch that made it.
+It checks nothing (the harness's `int64_offsets` does); it locates the size at which a failure begins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import traceback
+
+LIBRARIES = ("/torch/", "/triton/", "/specverify/checks/", os.path.abspath(__file__))
+
+
+def probe(spec, requests: int, path: str, device: str = "cuda") -> dict:
+    """One call of the offsets batch at ``requests`` requests: {requests, rows, draft_rows, past, outcome, ...}.
+    ``spec`` is what ``get_backend`` takes; the batch's sizes are ``specverify.checks.offsets``'s."""
+    import torch
+
+    from specverify.checks import offsets
+    from specverify.registry import get_backend
+
+    offsets.REQUESTS = requests
+    V, D, past = offsets.VOCAB, offsets.DRAFTS, offsets.PAST
+    row = {"requests": requests, "rows": requests * (D + 1), "draft_rows": requests * D,
+           "past": {"rows": requests * (D + 1) * V > past, "draft_rows": requests * D * V > past}}
+    backend = get_backend(spec)
+    batch, support = offsets.offsets_batch(device, False)
+    try:
+        if path == "seeded":
+            out = backend(batch, seed=torch.arange(requests, dtype=torch.int64, device=device) * 7919 + 11,
+                          method="standard")
+        else:
+            out = backend(batch, noise=offsets._noise(batch, 1), method="standard")
+        outside = offsets._own_support(out, support, (batch.temperature == 0).cpu())
+        row.update(outcome="outside" if outside else "own ids", outside=len(outside), first=outside[:1])
+    except Exception as e:
+        frames = [f"{os.path.relpath(f.filename)}:{f.lineno} {f.name}" for f in traceback.extract_tb(e.__traceback__)
+                  if not any(lib in f.filename for lib in LIBRARIES)]
+        row.update(outcome="raised", error=f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}",
+                   frames=frames[-3:])
+    return row
+
+
+def line(row: dict) -> str:
+    past = ", ".join(k for k, v in row["past"].items() if v) or "neither"
+    head = f"{row['requests']:>6,} requests {row['rows']:>7,} rows {row['draft_rows']:>7,} draft rows; past the " \
+           f"limit: {past:<15}"
+    if row["outcome"] == "raised":
+        return f"{head} {row['error']}\n{'':>8}at {' <- '.join(reversed(row['frames']))}"
+    if row["outcome"] == "outside":
+        return f"{head} {row['outside']} request(s) outside their ids; first: {row['first'][0]}"
+    return f"{head} every request within its own ids"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("backend", help="a built-in name or MODULE:ATTR, as `specverify check` takes")
+    ap.add_argument("--requests", required=True, help="comma-separated numbers of requests, one process each")
+    ap.add_argument("--path", choices=("injected", "seeded"), default="injected")
+    ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)      # a child: one size, its row as JSON
+    args = ap.parse_args(argv)
+    if args.one is not None:
+        print(json.dumps(probe(args.backend, args.one, args.path)))
+        return 0
+    rows = []
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
+    for n in (int(x) for x in args.requests.split(",")):
+        child = subprocess.run([sys.executable, __file__, args.backend, "--requests", str(n), "--path", args.path,
+                                "--one", str(n)], capture_output=True, text=True, env=env)
+        if child.returncode != 0 or not child.stdout.strip():
+            tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+            row = {"requests": n, "outcome": "process", "error": f"exit {child.returncode}: {tail}"}
+            print(f"{n:>6,} requests: the process ended without a row ({row['error']})", flush=True)
+        else:
+            row = json.loads(child.stdout.strip().splitlines()[-1])
+            print(line(row), flush=True)
+        rows.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": args.backend, "path": args.path, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

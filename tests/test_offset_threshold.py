@@ -1,0 +1,56 @@
+"""ci/offset_threshold.py, on the CPU at the sizes tests/test_int64_offsets.py shrinks the case to (V = 64, the
+limit at 2^13 elements, the mutant's offsets 14 bits wide)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from specverify.checks import offsets
+from specverify.kernels.cpu import CpuBackend
+from specverify.mutants.samplers import RowOffsetsInInt32
+
+spec = importlib.util.spec_from_file_location("offset_threshold", Path(__file__).parents[1] / "ci/offset_threshold.py")
+threshold = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(threshold)
+
+
+@pytest.fixture
+def shrunk(monkeypatch):
+    monkeypatch.setattr(offsets, "VOCAB", 64)
+    monkeypatch.setattr(offsets, "PAST", 2 ** 13)
+    monkeypatch.setattr(offsets, "REQUESTS", offsets.REQUESTS)     # probe() sets it: restored after
+    monkeypatch.setattr(RowOffsetsInInt32, "offset_bits", 14)
+
+
+class Faults(CpuBackend):
+    """Raises as vLLM's kernels do on an H200 once a row's offset wraps (docs/kernels.md)."""
+
+    def __call__(self, batch, *args, **kwargs):
+        if batch.target_logits.numel() > offsets.PAST:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore advice")
+        return super().__call__(batch, *args, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["injected", "seeded"])
+def test_the_first_size_past_the_limit_is_where_wrapped_offsets_emit_other_requests_ids(shrunk, path):
+    """21 requests (126 rows, 8,064 elements) stay under 2^13 and keep their own ids; 24 (144 rows) pass it, and
+    the backend reading rows at 14-bit offsets emits another request's ids there, in one of the requests past it."""
+    under = threshold.probe(RowOffsetsInInt32(), 21, path, device="cpu")
+    assert under["outcome"] == "own ids" and under["past"] == {"rows": False, "draft_rows": False}, under
+    past = threshold.probe(RowOffsetsInInt32(), 24, path, device="cpu")
+    assert past["outcome"] == "outside" and past["past"]["rows"] and not past["past"]["draft_rows"], past
+    first = int(past["first"][0].split()[1])
+    assert first >= 21 and f"outside their ids; first: request {first}" in threshold.line(past), past
+    assert threshold.probe(CpuBackend(), 24, path, device="cpu")["outcome"] == "own ids"
+
+
+def test_an_exception_is_reported_by_its_first_line_and_the_backends_frames(shrunk):
+    """The row names the exception (not torch's lines of advice) and the frames it was raised from outside
+    torch, Triton and the checks: here the stand-in's __call__, in this file."""
+    row = threshold.probe(Faults(), 22, "injected", device="cpu")
+    assert row["outcome"] == "raised", row
+    assert row["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert row["frames"] and row["frames"][-1].endswith("__call__") and "test_offset_threshold.py" in row["frames"][-1]
+    assert "RuntimeError: CUDA error" in threshold.line(row) and "__call__" in threshold.line(row)
+    assert threshold.probe(Faults(), 21, "injected", device="cpu")["outcome"] == "own ids"
