@@ -57,11 +57,15 @@ def test_assemble_restores_the_reference_output_from_groups():
     assert torch.equal(back.token_ids, out.token_ids) and torch.equal(back.num_accepted, out.num_accepted)
 
 
-def test_target_probs_are_filtered_p_and_one_hot_for_greedy_requests():
+@pytest.mark.parametrize("chunk_rows", [None, 2])
+def test_target_probs_are_filtered_p_and_one_hot_for_greedy_requests(monkeypatch, chunk_rows):
     """Random rows equal the reference's p' (filters included); a greedy row is one-hot at the lowest
-    index among tied maxima."""
+    index among tied maxima. The float64 work runs in chunks of rows (``chunk_rows`` 2: many chunks, each
+    of a few requests' rows), which must not change a row."""
     batch = _with_filters(_batch(2, greedy_fraction=0.5))
     batch.target_logits[-1] = 0.0          # the last request's bonus row: all tied
+    if chunk_rows is not None:
+        monkeypatch.setattr(conventions, "FLOAT64_CHUNK_BYTES", 8 * batch.vocab_size * chunk_rows)
     probs = conventions.target_probs(batch)
     request = conventions.row_requests(batch)
     for row in range(probs.shape[0]):

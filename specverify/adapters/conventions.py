@@ -33,6 +33,7 @@ from reference.batch import PLACEHOLDER
 from reference.sample import filtered_target, synthetic_rates_f32
 
 INT32_MAX = 2 ** 31 - 1
+FLOAT64_CHUNK_BYTES = 1 << 29     # the float64 rows of p' that target_probs works on at once
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,14 @@ def target_probs(batch: SpecBatch) -> torch.Tensor:
     request = row_requests(batch)
     temperature = batch.temperature[request]
     probs = torch.zeros(batch.target_logits.shape, dtype=torch.float32, device=batch.device)
-    rows = torch.nonzero(temperature > 0).flatten()
-    if rows.numel():
+    # float64 rows a chunk at a time: the whole batch's float64 temporaries (11 GB of float32 logits make some
+    # 28 GB each) do not fit beside it on a GPU
+    chunk = max(1, FLOAT64_CHUNK_BYTES // (8 * max(1, batch.vocab_size)))
+    for rows in torch.nonzero(temperature > 0).flatten().split(chunk):
         probs[rows] = filtered_target(batch, request[rows], batch.target_logits[rows],
                                       temperature[rows, None].double()).float()
-    rows = torch.nonzero(temperature == 0).flatten()
-    probs[rows, greedy.first_argmax(batch.target_logits[rows].double())] = 1.0
+    for rows in torch.nonzero(temperature == 0).flatten().split(chunk):
+        probs[rows, greedy.first_argmax(batch.target_logits[rows].double())] = 1.0
     return probs
 
 
