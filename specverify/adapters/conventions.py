@@ -114,10 +114,11 @@ def draft_probs(batch: SpecBatch) -> torch.Tensor:
     x = batch.draft_token_ids
     one_hot = torch.zeros(batch.num_drafts, batch.vocab_size, dtype=torch.float32, device=batch.device)
     one_hot[torch.arange(batch.num_drafts, device=x.device), x.clamp(min=0)] = 1.0
-    q = one_hot if batch.draft_probs is None else batch.draft_probs.float()
-    greedy_draft = torch.repeat_interleave(batch.temperature == 0, batch.num_draft_tokens)
-    q = torch.where(greedy_draft[:, None], one_hot, q)
-    return q.masked_fill((x == PLACEHOLDER)[:, None], 0.0)
+    q = one_hot      # a tensor of our own, written in place below: at 9,000 rows of 262,144 each copy is 9 GB
+    if batch.draft_probs is not None:
+        greedy_draft = torch.repeat_interleave(batch.temperature == 0, batch.num_draft_tokens)
+        q = torch.where(greedy_draft[:, None], one_hot, batch.draft_probs.float())
+    return q.masked_fill_((x == PLACEHOLDER)[:, None], 0.0)
 
 
 def bonus_rows(batch: SpecBatch) -> torch.Tensor:
