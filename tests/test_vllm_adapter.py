@@ -225,3 +225,62 @@ def test_v1_cpu_without_a_cpu_build_says_what_it_needs(stand_in, monkeypatch):
                       target_logits=torch.zeros(2, 8), draft_probs=None, temperature=torch.ones(1))
     with pytest.raises(RuntimeError, match="not built for the CPU.*TRITON_INTERPRET=1"):
         adapter.v1_cpu()(batch, noise=Noise.draw(batch, torch.Generator().manual_seed(0)))
+
+
+@pytest.fixture
+def shrunk_offsets(monkeypatch):
+    """int64_offsets at V = 64 and 60 requests on the CPU, the limit at 2^13 elements (request 22 on), as
+    tests/test_int64_offsets.py shrinks it."""
+    from specverify.checks import offsets
+    for name, value in dict(VOCAB=64, REQUESTS=60, PAST=2 ** 13, FIRST=4, LAST=6, DEVICE="cpu").items():
+        monkeypatch.setattr(offsets, name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 40, 1 << 40))
+    return offsets, replace(PROFILE, device="cuda")
+
+
+def _faulting_past(limit, fn):
+    """``fn`` (its signature kept) raising as vLLM's launches do on an H200 once its first [rows, V] tensor
+    argument holds more than ``limit()`` elements."""
+    @functools.wraps(fn)
+    def launch(*args, **kwargs):
+        rows = next(a for a in args if isinstance(a, torch.Tensor) and a.dim() == 2)
+        if rows.numel() > limit():
+            raise RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
+        return fn(*args, **kwargs)
+    return launch
+
+
+def test_v1_rows_past_2_31_fault_as_the_declared_deviation_and_only_after_the_control(stand_in, shrunk_offsets):
+    """vLLM's sample_recovered_tokens faults on an H200 once target_probs' draft rows pass 2^31 elements
+    (docs/kernels.md): the stand-in's recovered-token launch faulting past the shrunk limit is reported as the
+    declared deviation; one that faults under the limit too fails, since the control's failure is another defect;
+    the stand-in without the fault passes."""
+    offsets, profile = shrunk_offsets
+    module = sys.modules["vllm.v1.sample.rejection_sampler"]
+    original = module.recovered
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "sample_recovered_tokens_kernel",
+                      module.Kernel(_faulting_past(lambda: offsets.PAST, original)))
+        result = run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
+    assert result.status == KNOWN and result.deviation == adapter.INT32_ROWS, result.line()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "sample_recovered_tokens_kernel",
+                      module.Kernel(_faulting_past(lambda: offsets.PAST // 4, original)))
+        result = run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
+    assert result.status == FAIL and result.message.startswith("the control fails"), result.line()
+    assert run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile).status == PASS
+
+
+def test_mrv2_rows_past_2_31_fault_as_the_declared_deviation(stand_in, shrunk_offsets):
+    """MRV2's first launch faults on an H200 once the logits' rows pass 2^31 elements (docs/kernels.md): reported
+    as its declared deviation; the stand-in without the fault passes, so the deviation is the fault's alone."""
+    offsets, profile = shrunk_offsets
+    module = sys.modules["vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "rejection_sample", _faulting_past(lambda: offsets.PAST, module.rejection_sample))
+        result = run_check(VllmMrv2(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
+    assert result.status == KNOWN, result.line()
+    assert result.deviation == importlib.import_module("specverify.adapters.vllm_mrv2").INT32_ROWS
+    result = run_check(VllmMrv2(), "int64_offsets", "rows_past_2_31", profile)
+    assert result.status == PASS, result.line()

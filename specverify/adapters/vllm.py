@@ -44,7 +44,8 @@ Triton kernels for the wrappers of its C++ ops (``CPU_KERNELS``), and the entry 
 each call, binding every launch to the wrapper's signature first (``CpuKernel``).
 
 Known and declared: at a rejection forced by the synthetic rule, vLLM emits its recovered token (a
-sample of the residual max(p - q, 0)) where SPEC 3 emits a sample of p (docs/kernels.md).
+sample of the residual max(p - q, 0)) where SPEC 3 emits a sample of p; where the residual is empty it
+emits token 0; past 8,192 draft rows at V = 262,144 its row offsets wrap in 32 bits (docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -102,8 +103,16 @@ SYNTHETIC_LAW = r"token distribution differs from the exact one|of probability 0
 NO_FALLBACK = ("real defect: where max(p - q, 0) is zero everywhere (p == q up to rounding: a rejection only rounding "
                "allows, as when the drafter is the target model), sample_recovered_tokens_kernel's scores are all 0 "
                "and it keeps the first index, so token 0 is emitted whatever p(0); SPEC 3 samples p: docs/kernels.md")
+INT32_ROWS = ("real defect: sample_recovered_tokens_kernel and rejection_random_sample_kernel address target_probs' "
+              "rows as (start_idx + pos) * vocab_size, start_idx an int32 of cu_num_draft_tokens: past 2^31 elements "
+              "(8,192 draft rows at V = 262,144) the offset wraps, and the launch faults on an H200: docs/kernels.md")
+# a wrapped read faults, or lands in another tensor and emits another request's ids; either only after the control
+# under 2^31 elements passed (a failure of the control is another defect, and fails)
+PAST_THE_CONTROL = (r"(an illegal memory access was encountered|emitted ids of another request's rows).*"
+                    r"; the control passed first")
 DEVIATIONS = (
     Deviation("differential_injected", "boundary", NO_FALLBACK, r"REAL: residual fallback to p"),
+    Deviation("int64_offsets", "rows_past_2_31", INT32_ROWS, PAST_THE_CONTROL),
     # the same defect by seeds: every rejection of residual_fallback empties the residual, and p(0) = 0 there
     *(Deviation(check, "residual_fallback", NO_FALLBACK,
                 r"of probability 0 emitted \(token, count\): \[\(0, \d+\)\]$")

@@ -31,7 +31,8 @@ model runner reads no further, and the adapter pads the rest with -1. At the pin
 block verification: the backend declares the standard and synthetic rules. At a rejection forced by the
 synthetic rule MRV2, like V1, resamples the residual where SPEC 3 samples p (declared). On a GPU, a
 target row that is NaN everywhere emits an id outside the vocabulary (declared on CUDA: a defect of
-MRV2's Gumbel argmax, reported as a known deviation so that the run stays readable, never as a pass).
+MRV2's Gumbel argmax, reported as a known deviation so that the run stays readable, never as a pass), and
+past 8,192 logit rows at V = 262,144 its row offsets wrap in 32 bits (declared: docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import torch
 
 from reference import SpecBatch, SpecOutput
 from specverify.adapters import conventions
-from specverify.adapters.vllm import COMMIT, DEVICES, INTERPRETED, SYNTHETIC_LAW, SYNTHETIC_RESIDUAL, check_signatures
+from specverify.adapters.vllm import (COMMIT, DEVICES, INTERPRETED, PAST_THE_CONTROL, SYNTHETIC_LAW,
+                                      SYNTHETIC_RESIDUAL, check_signatures)
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation
 
 UTILS = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
@@ -58,7 +60,11 @@ NAN_ROW_ARGMAX = ("gumbel_block_argmax on a GPU: with every real lane NaN, tl.ma
 # The GPU's max skips NaN where the interpreter's NumPy argmax returns it: the defect shows on CUDA only,
 # so the interpreter run does not declare it (a declared deviation that does not occur is reported).
 NAN_ROW_IDS = r"emitted ids \[[0-9, ]+\] outside \[0, "
-DEVIATIONS = (Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),) + (
+INT32_ROWS = ("real defect: _compute_block_stats_kernel and _rejection_kernel address the logits' rows as "
+              "logit_idx * target_logits_stride, logit_idx an int32 program id or offset: past 2^31 elements (8,192 "
+              "rows at V = 262,144) the offset wraps, and the launch faults on an H200: docs/kernels.md")
+DEVIATIONS = (Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),
+              Deviation("int64_offsets", "rows_past_2_31", INT32_ROWS, PAST_THE_CONTROL)) + (
     () if INTERPRETED else (Deviation("nonfinite_rows", "rows", NAN_ROW_ARGMAX, NAN_ROW_IDS),))
 
 
