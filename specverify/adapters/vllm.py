@@ -120,9 +120,11 @@ DEVIATIONS = (
     # the synthetic-only cases: every call is synthetic, so the case scopes them
     Deviation("differential_injected", "synthetic", SYNTHETIC_RESIDUAL, r"REAL: exponential race"),
     Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),
-    # replicated runs every rule: only the synthetic calls' divergences are excused
+    # replicated runs every rule: only the synthetic calls' divergences are excused, and the empty residual's
+    # fallback wherever its examples meet one (on CUDA at the ci profile: 9 of its divergences)
     MethodDeviation("differential_injected", "replicated", SYNTHETIC_RESIDUAL, r"REAL: exponential race",
                     method="synthetic"),
+    Deviation("differential_injected", "replicated", NO_FALLBACK, r"REAL: residual fallback to p"),
 )
 
 
