@@ -56,6 +56,11 @@ def _gpus(spec: str | None, profile) -> list[str] | None:
     return (visible_gpus() or None) if profile.device == "cuda" else None
 
 
+def _cuda_available() -> bool:
+    import torch     # the harness imports it anyway; its CUDA query creates no context to leak into the workers
+    return torch.cuda.is_available()
+
+
 def _device(text: str) -> str:
     try:
         return parse_device(text)
@@ -95,6 +100,10 @@ def _check(args) -> int:
     engine = get_engine(args.backend)
     if engine is not None:   # an engine adapter (SPEC 8): its own checks, the same report and verdict
         return check_engine(args, profile, engine)
+    if profile.device == "cuda" and not _cuda_available():
+        print(f"specverify: error: profile {profile.name!r} runs on cuda, and torch sees no CUDA device here: give "
+              f"--device cpu to run its plan on the CPU, or run it on a GPU machine", file=sys.stderr)
+        return 2
     selected = args.checks.split(",") if args.checks else None
     unknown = [c for c in selected or [] if c not in CHECKS]
     if unknown:

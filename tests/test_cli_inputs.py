@@ -130,3 +130,19 @@ def test_list_of_a_backend_marks_n_a_exactly_what_its_run_reports_n_a_and_why(ca
             assert why is None or result.message == why, (pair, why, result.message)
     assert main(["list", "nosuch.module:backend"]) == 2
     assert "loading backend 'nosuch.module:backend'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["check", "cpu", "--profile", "nightly"],
+                                  ["check", "cpu", "--profile", "ci", "--device", "cuda"]])
+def test_a_cuda_run_where_torch_sees_no_cuda_is_refused_before_any_check(capsys, monkeypatch, argv):
+    """The nightly profile runs on cuda: on a machine without CUDA every check would fail on its first tensor
+    ("Torch not compiled with CUDA enabled"), a report that says nothing of the backend. The run is refused with
+    status 2 and a line saying what to give instead; with --device cpu the same plan runs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "runs on cuda, and torch sees no CUDA device here: give --device cpu" in err, err
+    assert "[ 1/" not in err
+    assert main(["check", "cpu", "--profile", "nightly", "--device", "cpu", "--checks", "output_structure",
+                 "--no-reproducers"]) == 1       # the plan runs (a --checks subset holds no core check: SPEC 7)
+    assert "output_structure[random] pass" in capsys.readouterr().err
