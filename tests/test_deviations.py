@@ -160,3 +160,47 @@ def test_intermittent_loads_from_toml_as_a_boolean_only(tmp_path):
     path.write_text(TOML + 'intermittent = "sometimes"\n')
     with pytest.raises(ValueError, match="deviation 1: .*intermittent must be true or false"):
         load_deviations(str(path))
+
+
+class ZeroMassExtraToken(CpuBackend):
+    """The CPU backend whose calls under ``rule`` emit, as their extra token, an id the target gives
+    probability 0 (a -inf logit), where the row has one: vLLM's synthetic rejection with q = p, as the
+    structural check sees it."""
+
+    name = "zero_mass_extra_token"
+    rule = "synthetic"
+
+    def _sample(self, batch, *, method, **kwargs):
+        out = super()._sample(batch, method=method, **kwargs)
+        if method != self.rule:
+            return out
+        off = batch.logit_offsets().tolist()
+        for b in range(batch.num_requests):
+            m = int(out.num_accepted[b])
+            zero = (batch.target_logits[off[b] + m] == float("-inf")).nonzero().flatten()
+            if float(batch.temperature[b]) > 0 and zero.numel():
+                out.token_ids[b, m] = zero[0]
+        return out
+
+
+class ZeroMassUnderStandard(ZeroMassExtraToken):
+    name = "zero_mass_under_standard"
+    rule = "standard"
+
+
+SYNTHETIC_SUPPORT = MethodDeviation("output_structure", "random", "vLLM's synthetic rejection with q = p",
+                                    r"extra token \d+ at position \d+ has probability 0", method="synthetic")
+
+
+def test_a_structural_failure_of_one_rule_is_excused_for_that_rule_alone():
+    """output_structure excuses a declared problem per call, by the call's rule (vLLM's adapters declare their
+    synthetic rejection so): the synthetic-rule defect is known under the scoped declaration and fails without
+    it; the same defect under the standard rule fails under that declaration."""
+    profile = get_profile("ci")
+    plain = run_check(ZeroMassExtraToken(), "output_structure", "random", profile, reproducer=False)
+    assert plain.status == FAIL and "has probability 0" in plain.message, plain.line()
+    known = run_check(ZeroMassExtraToken(), "output_structure", "random", profile, (SYNTHETIC_SUPPORT,))
+    assert known.status == KNOWN and "(method synthetic)" in known.message, known.line()
+    standard = run_check(ZeroMassUnderStandard(), "output_structure", "random", profile, (SYNTHETIC_SUPPORT,),
+                         reproducer=False)
+    assert standard.status == FAIL and "has probability 0" in standard.message, standard.line()

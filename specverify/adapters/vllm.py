@@ -100,6 +100,8 @@ PATCH_POINTS = {
 
 SYNTHETIC_RESIDUAL = "at a synthetic forced rejection vLLM emits the residual's sample; SPEC 3 samples p"
 SYNTHETIC_LAW = r"token distribution differs from the exact one|of probability 0 emitted"
+# the same behaviour seen by a structural check: where q = p the residual is empty, and its sample has p = 0
+SYNTHETIC_SUPPORT = r"extra token \d+ at position \d+ has probability 0"
 NO_FALLBACK = ("real defect: where max(p - q, 0) is zero everywhere (p == q up to rounding: a rejection only rounding "
                "allows, as when the drafter is the target model), sample_recovered_tokens_kernel's scores are all 0 "
                "and it keeps the first index, so token 0 is emitted whatever p(0); SPEC 3 samples p: docs/kernels.md")
@@ -125,6 +127,9 @@ DEVIATIONS = (
     MethodDeviation("differential_injected", "replicated", SYNTHETIC_RESIDUAL, r"REAL: exponential race",
                     method="synthetic"),
     Deviation("differential_injected", "replicated", NO_FALLBACK, r"REAL: residual fallback to p"),
+    # only where a profile's examples meet a synthetic rejection with q = p (the nightly's, on MRV2)
+    MethodDeviation("output_structure", "random", SYNTHETIC_RESIDUAL, SYNTHETIC_SUPPORT, method="synthetic",
+                    intermittent=True),
 )
 
 

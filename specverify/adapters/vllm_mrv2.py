@@ -42,8 +42,9 @@ import torch
 from reference import SpecBatch, SpecOutput
 from specverify.adapters import conventions
 from specverify.adapters.vllm import (COMMIT, DEVICES, INTERPRETED, PAST_THE_CONTROL, SYNTHETIC_LAW,
-                                      SYNTHETIC_RESIDUAL, check_signatures)
+                                      SYNTHETIC_RESIDUAL, SYNTHETIC_SUPPORT, check_signatures)
 from specverify.backends import ALL_LOGIT_DTYPES, Backend, Capabilities, Deviation
+from specverify.checks.deviations import MethodDeviation
 
 UTILS = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 GUMBEL = "vllm.v1.worker.gpu.sample.gumbel"
@@ -64,7 +65,10 @@ INT32_ROWS = ("real defect: _compute_block_stats_kernel and _rejection_kernel ad
               "logit_idx * target_logits_stride, logit_idx an int32 program id or offset: past 2^31 elements (8,192 "
               "rows at V = 262,144) the offset wraps, and the launch faults on an H200: docs/kernels.md")
 DEVIATIONS = (Deviation("token_distribution", "synthetic_rate", SYNTHETIC_RESIDUAL, SYNTHETIC_LAW),
-              Deviation("int64_offsets", "rows_past_2_31", INT32_ROWS, PAST_THE_CONTROL)) + (
+              Deviation("int64_offsets", "rows_past_2_31", INT32_ROWS, PAST_THE_CONTROL),
+              # the nightly's examples meet a synthetic rejection with q = p; the ci profile's do not
+              MethodDeviation("output_structure", "random", SYNTHETIC_RESIDUAL, SYNTHETIC_SUPPORT,
+                              method="synthetic", intermittent=True)) + (
     () if INTERPRETED else (Deviation("nonfinite_rows", "rows", NAN_ROW_ARGMAX, NAN_ROW_IDS),))
 
 

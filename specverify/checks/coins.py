@@ -35,7 +35,6 @@ import torch
 
 from reference import Noise, SpecBatch, tree
 from specverify.checks.common import on_device
-from specverify.checks.deviations import matching
 from specverify.checks.runner import CheckFailure, Context, Needs
 from specverify.checks.structural import support_problems
 from specverify.checks.tree_cases import one_hot_trees
@@ -196,12 +195,7 @@ def check_boundary_coins(ctx: Context, case: str) -> None:
             problems = support_problems(batch, out, method)
             if case.endswith("coins_decide"):
                 problems += _decided(batch, out, coin)
-            for problem in problems:
-                text = f"every uniform at {coin_name(coin)} ({path}): {problem}"
-                if matching(text, ctx.deviations, method):
-                    ctx.known.append((text, method))
-                else:
-                    real.append(text)
+            real += ctx.undeclared([f"every uniform at {coin_name(coin)} ({path}): {p}" for p in problems], method)
             ctx.result.samples += batch.num_requests
     if real:
         raise CheckFailure(f"{len(real)} problem(s) at boundary coins; " + "; ".join(real[:3]))

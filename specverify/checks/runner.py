@@ -343,6 +343,17 @@ class Context:
         self.ambiguous.extend(cmp.ambiguous)
         return cmp
 
+    def undeclared(self, problems: list[str], method: str) -> list[str]:
+        """The ``problems`` (texts of one call under ``method``) that no declared deviation covers; the covered
+        ones are kept as known, as an excused divergence is."""
+        real = []
+        for text in problems:
+            if matching(text, self.deviations, method):
+                self.known.append((text, method))
+            else:
+                real.append(text)
+        return real
+
     def fail(self, message: str, counterexample: str | None = None) -> None:
         self.result.fail(message, counterexample)
 

@@ -166,7 +166,8 @@ def check_output_structure(ctx: Context, case: str) -> None:
     def body(example):
         example, kwargs = method_for(example, methods, ctx)
         out, _ = call_example(ctx, example, seeded=paths(ctx)[0] == "seeded", **kwargs)
-        problems = support_problems(example.batch, out, kwargs["method"])
+        # a declared behaviour of one rule (vLLM's synthetic rejection) is excused for that rule's calls alone
+        problems = ctx.undeclared(support_problems(example.batch, out, kwargs["method"]), kwargs["method"])
         if problems:
             raise CheckFailure("; ".join(problems[:3]))
         ctx.result.samples += example.batch.num_requests
