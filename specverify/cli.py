@@ -57,7 +57,7 @@ def _gpus(spec: str | None, profile) -> list[str] | None:
 
 
 def _cuda_available() -> bool:
-    import torch     # the harness imports it anyway; its CUDA query creates no context to leak into the workers
+    import torch     # imported by the harness anyway; the workers start from a clean forkserver, not from here
     return torch.cuda.is_available()
 
 

@@ -8,12 +8,14 @@
                      the requests greedy and, where the backend declares filters, every other one filtered.
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
-request's ids (or an illegal address). The first call is a control: the batch's first 1,365 requests, every row under
-2^31 elements, by the first rule and path. A backend that fails there fails for another reason than its offsets, and
-the message says so; one that passes there and fails (or crashes) on the whole batch is told that the size decides. The first requests, the first ones past 2^31
-elements in either layout and the last ones are compared with the reference under shared noise where the path
-shares it (injected, the reference's Philox stream), and with their supports otherwise. Each declared rule runs
-(standard, block, and tree with every request a chain).
+request's ids (or an illegal address). The first requests, the first ones past 2^31 elements in either layout and
+the last ones are compared with the reference under shared noise where the path shares it (injected, the reference's
+Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and tree with every
+request a chain).
+
+The first call is a control: the batch's first 1,365 requests, every row under 2^31 elements, by the first rule and
+path. A backend that fails there fails for another reason than its offsets, and the message says so; one that passes
+there and fails (or raises) on the whole batch is told that the size decides.
 """
 
 from __future__ import annotations
