@@ -1,6 +1,7 @@
 """Where a backend's calls first fail as its logits pass 2^31 elements (SPEC 4.12, docs/kernels.md).
 
     python ci/offset_threshold.py BACKEND --requests 1638,1639 [--path injected|seeded] [--json FILE]
+    python ci/offset_threshold.py BACKEND --bisect 1365,1800 ...      # the first size that fails, by bisection
 
 Builds the `int64_offsets` check's batch (five drafts a request at V = 262,144, each request four ids of its own) at
 each number of requests, calls the backend once by the standard rule, and prints one line a size: the rows, the draft
@@ -63,10 +64,41 @@ def line(row: dict) -> str:
     return f"{head} every request within its own ids"
 
 
+def in_a_process(backend: str, n: int, path: str) -> dict:
+    """``probe`` at ``n`` requests in a child process of its own; a row saying so where the child ends without one."""
+    child = subprocess.run([sys.executable, __file__, backend, "--requests", str(n), "--path", path, "--one", str(n)],
+                           capture_output=True, text=True, env=dict(os.environ, CUDA_LAUNCH_BLOCKING="1"))
+    if child.returncode != 0 or not child.stdout.strip():
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"requests": n, "outcome": "process", "error": f"exit {child.returncode}: {tail}"}
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def first_failing(lo: int, hi: int, run) -> tuple[int, list[dict]]:
+    """The least number of requests in (lo, hi] whose ``run(n)`` row is not "own ids", where ``lo``'s is and
+    ``hi``'s is not (each checked first); the rows ``run`` gave, in order. ValueError where the ends disagree."""
+    rows = [run(lo), run(hi)]
+    if rows[0]["outcome"] != "own ids" or rows[1]["outcome"] == "own ids":
+        raise ValueError(f"--bisect {lo},{hi}: {lo} requests must keep their own ids and {hi} must not; got "
+                         f"{rows[0]['outcome']!r} and {rows[1]['outcome']!r}")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        rows.append(run(mid))
+        lo, hi = (mid, hi) if rows[-1]["outcome"] == "own ids" else (lo, mid)
+    return hi, rows
+
+
+def _shown(row: dict) -> str:
+    if row["outcome"] == "process":
+        return f"{row['requests']:>6,} requests: the process ended without a row ({row['error']})"
+    return line(row)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("backend", help="a built-in name or MODULE:ATTR, as `specverify check` takes")
-    ap.add_argument("--requests", required=True, help="comma-separated numbers of requests, one process each")
+    ap.add_argument("--requests", help="comma-separated numbers of requests, one process each")
+    ap.add_argument("--bisect", help="LO,HI: LO requests keep their own ids, HI do not; find the first size that fails")
     ap.add_argument("--path", choices=("injected", "seeded"), default="injected")
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)      # a child: one size, its row as JSON
@@ -74,22 +106,28 @@ def main(argv=None) -> int:
     if args.one is not None:
         print(json.dumps(probe(args.backend, args.one, args.path)))
         return 0
-    rows = []
-    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
-    for n in (int(x) for x in args.requests.split(",")):
-        child = subprocess.run([sys.executable, __file__, args.backend, "--requests", str(n), "--path", args.path,
-                                "--one", str(n)], capture_output=True, text=True, env=env)
-        if child.returncode != 0 or not child.stdout.strip():
-            tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-            row = {"requests": n, "outcome": "process", "error": f"exit {child.returncode}: {tail}"}
-            print(f"{n:>6,} requests: the process ended without a row ({row['error']})", flush=True)
+    if bool(args.requests) == bool(args.bisect):
+        ap.error("give --requests N,M,... or --bisect LO,HI")
+
+    def run(n: int) -> dict:
+        row = in_a_process(args.backend, n, args.path)
+        print(_shown(row), flush=True)
+        return row
+
+    first = None
+    try:
+        if args.bisect:
+            lo, hi = (int(x) for x in args.bisect.split(","))
+            first, rows = first_failing(lo, hi, run)
+            print(f"the first size that fails: {first:,} requests", flush=True)
         else:
-            row = json.loads(child.stdout.strip().splitlines()[-1])
-            print(line(row), flush=True)
-        rows.append(row)
+            rows = [run(int(x)) for x in args.requests.split(",")]
+    except ValueError as exc:
+        print(f"offset_threshold: error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"backend": args.backend, "path": args.path, "rows": rows}, f, indent=1)
+            json.dump({"backend": args.backend, "path": args.path, "first_failing": first, "rows": rows}, f, indent=1)
     return 0
 
 

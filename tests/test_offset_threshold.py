@@ -54,3 +54,36 @@ def test_an_exception_is_reported_by_its_first_line_and_the_backends_frames(shru
     assert row["frames"] and row["frames"][-1].endswith("__call__") and "test_offset_threshold.py" in row["frames"][-1]
     assert "RuntimeError: CUDA error" in threshold.line(row) and "__call__" in threshold.line(row)
     assert threshold.probe(Faults(), 21, "injected", device="cpu")["outcome"] == "own ids"
+
+
+def _rows_failing_from(first: int, seen: list):
+    def run(n: int) -> dict:
+        seen.append(n)
+        return {"requests": n, "outcome": "own ids" if n < first else "raised"}
+    return run
+
+
+@pytest.mark.parametrize("first", [1366, 1367, 1639, 1800])
+def test_bisection_finds_the_first_size_that_fails_in_log_steps(first):
+    """Between a size that keeps its ids (1,365) and one that does not (1,800), the least failing size is found
+    with both ends checked first and then one process a halving: 2 + 9 runs for 435 sizes."""
+    seen = []
+    found, rows = threshold.first_failing(1365, 1800, _rows_failing_from(first, seen))
+    assert found == first and [r["requests"] for r in rows] == seen
+    assert seen[:2] == [1365, 1800] and len(seen) <= 2 + 9
+
+
+def test_bisection_refuses_ends_that_do_not_bracket_a_failure():
+    """A low end that fails already, or a high end that passes, gives no threshold: an error naming both outcomes,
+    never a size."""
+    with pytest.raises(ValueError, match="1365 requests must keep their own ids and 1800 must not; got 'raised'"):
+        threshold.first_failing(1365, 1800, _rows_failing_from(1000, []))
+    with pytest.raises(ValueError, match="got 'own ids' and 'own ids'"):
+        threshold.first_failing(1365, 1800, _rows_failing_from(5000, []))
+
+
+def test_the_command_asks_for_sizes_or_a_bracket_and_not_both(capsys):
+    for argv in (["cpu"], ["cpu", "--requests", "1", "--bisect", "1,2"]):
+        with pytest.raises(SystemExit) as exit_:
+            threshold.main(argv)
+        assert exit_.value.code == 2 and "give --requests N,M,... or --bisect LO,HI" in capsys.readouterr().err
