@@ -80,8 +80,8 @@ class FlashInferChain(Backend):
             R = group.requests.numel()
             accepted = conventions.zeroed_counter(R, dev)
             emitted = conventions.zeroed_counter(R, dev)
-            tokens = kernel(q[group.draft_rows], conventions.int32_ids(group.drafts(batch)),
-                            p[group.logit_rows], accepted, emitted, True, None,
+            tokens = kernel(conventions.rows_of(q, group.draft_rows), conventions.int32_ids(group.drafts(batch)),
+                            conventions.rows_of(p, group.logit_rows), accepted, emitted, True, None,
                             seed=seeds[group.requests], offset=torch.zeros_like(seeds[group.requests]))
             tokens = tokens[0] if isinstance(tokens, tuple) else tokens
             parts.append((group, conventions.from_kernel_padding(tokens, -1), emitted))
