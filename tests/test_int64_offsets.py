@@ -38,6 +38,8 @@ def shrunk(monkeypatch):
     monkeypatch.setattr(offsets, "DEVICE", "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 40, 1 << 40))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 << 30)
     monkeypatch.setattr(RowOffsetsInInt32, "offset_bits", 14)
     from dataclasses import replace
     return replace(get_profile("ci"), device="cuda")
@@ -66,6 +68,7 @@ def test_a_backend_that_wraps_its_row_offsets_fails_naming_a_request_past_the_li
     good = run_check(CpuBackend(), "int64_offsets", "rows_past_2_31", shrunk)
     assert good.status == PASS and good.samples == 21 + 60 * 2 * 3, good.line()
     assert "requests 0-20 (126 rows, every one under 8,192 elements)" in good.message, good.message
+    assert "peak 3.0 GiB allocated on the GPU (the case asks" in good.message, good.message
     bad = run_check(RowOffsetsInInt32(), "int64_offsets", "rows_past_2_31", shrunk, reproducer=False)
     assert bad.status == FAIL and "another request's rows" in bad.message, bad.line()
     assert "the control passed first" in bad.message, bad.message

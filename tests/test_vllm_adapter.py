@@ -236,6 +236,8 @@ def shrunk_offsets(monkeypatch):
         monkeypatch.setattr(offsets, name, value)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 40, 1 << 40))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 << 30)
     return offsets, replace(PROFILE, device="cuda")
 
 

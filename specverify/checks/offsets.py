@@ -106,6 +106,7 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     if not paths(ctx):
         raise NotApplicable("backend declares neither injected noise nor seeds: its calls cannot be made")
     caps = ctx.backend.capabilities
+    torch.cuda.reset_peak_memory_stats()        # the message gives the peak: whether a smaller GPU holds the case
     batch, support = offsets_batch(DEVICE, caps.target_filters)
     past = [b for b in range(REQUESTS) if b * (DRAFTS + 1) * VOCAB >= PAST]
     past_drafts = [b for b in range(REQUESTS) if b * DRAFTS * VOCAB >= PAST]
@@ -143,7 +144,8 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
         raise CheckFailure(f"the control fails, so something other than the size does: {control}: {what}") from e
     ctx.result.message = (f"{len(methods)} rule(s) x {len(paths(ctx))} path(s) at {batch.target_logits.numel():,} "
                           f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements; first the "
-                          f"control: {control}")
+                          f"control: {control}; peak {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB allocated "
+                          f"on the GPU (the case asks {needed_bytes() / 2 ** 30:.1f} GiB free)")
 
 
 def _first_requests(batch: SpecBatch, noise: Noise | None, n: int, method: str) -> tuple[SpecBatch, Noise | None]:
