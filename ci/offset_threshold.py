@@ -20,23 +20,23 @@ import subprocess
 import sys
 import traceback
 
+from specverify.checks import offsets
+
 LIBRARIES = ("/torch/", "/triton/", "/specverify/checks/", os.path.abspath(__file__))
 
 
-def probe(spec, requests: int, path: str, device: str = "cuda") -> dict:
-    """One call of the offsets batch at ``requests`` requests: {requests, rows, draft_rows, past, outcome, ...}.
-    ``spec`` is what ``get_backend`` takes; the batch's sizes are ``specverify.checks.offsets``'s."""
+def probe(spec, requests: int, path: str, device: str = "cuda", case: str = "rows_past_2_31") -> dict:
+    """One call of the offsets batch at ``requests`` requests: {requests, rows, draft_rows, past, outcome, ...},
+    ``past`` against ``case``'s limit. ``spec`` is what ``get_backend`` takes."""
     import torch
 
-    from specverify.checks import offsets
     from specverify.registry import get_backend
 
-    offsets.REQUESTS = requests
-    V, D, past = offsets.VOCAB, offsets.DRAFTS, offsets.PAST
+    V, D, past = offsets.VOCAB, offsets.DRAFTS, offsets.PAST[case]
     row = {"requests": requests, "rows": requests * (D + 1), "draft_rows": requests * D,
            "past": {"rows": requests * (D + 1) * V > past, "draft_rows": requests * D * V > past}}
     backend = get_backend(spec)
-    batch, support = offsets.offsets_batch(device, False)
+    batch, support = offsets.offsets_batch(device, False, requests)
     try:
         if path == "seeded":
             out = backend(batch, seed=torch.arange(requests, dtype=torch.int64, device=device) * 7919 + 11,
@@ -64,9 +64,10 @@ def line(row: dict) -> str:
     return f"{head} every request within its own ids"
 
 
-def in_a_process(backend: str, n: int, path: str) -> dict:
+def in_a_process(backend: str, n: int, path: str, case: str) -> dict:
     """``probe`` at ``n`` requests in a child process of its own; a row saying so where the child ends without one."""
-    child = subprocess.run([sys.executable, __file__, backend, "--requests", str(n), "--path", path, "--one", str(n)],
+    child = subprocess.run([sys.executable, __file__, backend, "--requests", str(n), "--path", path, "--case", case,
+                            "--one", str(n)],
                            capture_output=True, text=True, env=dict(os.environ, CUDA_LAUNCH_BLOCKING="1"))
     if child.returncode != 0 or not child.stdout.strip():
         tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
@@ -100,17 +101,19 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", help="comma-separated numbers of requests, one process each")
     ap.add_argument("--bisect", help="LO,HI: LO requests keep their own ids, HI do not; find the first size that fails")
     ap.add_argument("--path", choices=("injected", "seeded"), default="injected")
+    ap.add_argument("--case", choices=tuple(offsets.PAST), default="rows_past_2_31",
+                    help="the limit the rows' 'past' column is against (2^31 or 2^32 elements)")
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)      # a child: one size, its row as JSON
     args = ap.parse_args(argv)
     if args.one is not None:
-        print(json.dumps(probe(args.backend, args.one, args.path)))
+        print(json.dumps(probe(args.backend, args.one, args.path, case=args.case)))
         return 0
     if bool(args.requests) == bool(args.bisect):
         ap.error("give --requests N,M,... or --bisect LO,HI")
 
     def run(n: int) -> dict:
-        row = in_a_process(args.backend, n, args.path)
+        row = in_a_process(args.backend, n, args.path, args.case)
         print(_shown(row), flush=True)
         return row
 

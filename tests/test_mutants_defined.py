@@ -156,8 +156,9 @@ def scenario_strided_inputs(backend):
 
 def scenario_rows_past_a_narrow_offset(backend):
     """300 rows of V = 64 under injected noise, each request's logits -inf but at four ids of its own; a backend
-    with an ``offset_bits`` width (the int32-offset mutant) gets 14 bits, so rows from the 128th on wrap as rows
-    past 2^31 elements do at 32 (the correct backend has no such width and ignores it)."""
+    with an ``offset_bits`` width (the 32-bit offset mutants) gets 14 bits, so rows from the 128th on wrap as rows
+    past 2^31 elements do at 32 (signed), and from the 256th as past 2^32 (unsigned); the correct backend has no
+    such width and ignores it."""
     backend.offset_bits = 14
     g = torch.Generator().manual_seed(110)
     B, V = 60, 64
@@ -443,6 +444,7 @@ WITNESS = {
     "shared_noise_vector": "dense",
     "inputs_indexed_as_contiguous": "strided_inputs",
     "row_offsets_in_int32": "rows_past_a_narrow_offset",
+    "row_offsets_in_uint32": "rows_past_a_narrow_offset",
     "accept_against_p": "overlapping_drafter",
     "draft_probs_bf16_own_stream": "bf16_sensitive_seeded",
     "greedy_sampled_own_stream": "greedy_seeded",

@@ -9,6 +9,7 @@ import pytest
 from specverify.checks import offsets
 from specverify.kernels.cpu import CpuBackend
 from specverify.mutants.samplers import RowOffsetsInInt32
+from shrunk_offsets import shrink
 
 spec = importlib.util.spec_from_file_location("offset_threshold", Path(__file__).parents[1] / "ci/offset_threshold.py")
 threshold = importlib.util.module_from_spec(spec)
@@ -17,17 +18,15 @@ spec.loader.exec_module(threshold)
 
 @pytest.fixture
 def shrunk(monkeypatch):
-    monkeypatch.setattr(offsets, "VOCAB", 64)
-    monkeypatch.setattr(offsets, "PAST", 2 ** 13)
-    monkeypatch.setattr(offsets, "REQUESTS", offsets.REQUESTS)     # probe() sets it: restored after
-    monkeypatch.setattr(RowOffsetsInInt32, "offset_bits", 14)
+    """The 2^31 case at V = 64, its limit at 2^13 elements (tests/shrunk_offsets.py)."""
+    shrink(monkeypatch)
 
 
 class Faults(CpuBackend):
     """Raises as vLLM's kernels do on an H200 once a row's offset wraps (docs/kernels.md)."""
 
     def __call__(self, batch, *args, **kwargs):
-        if batch.target_logits.numel() > offsets.PAST:
+        if batch.target_logits.numel() > offsets.PAST["rows_past_2_31"]:
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore advice")
         return super().__call__(batch, *args, **kwargs)
 

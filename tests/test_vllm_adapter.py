@@ -229,16 +229,10 @@ def test_v1_cpu_without_a_cpu_build_says_what_it_needs(stand_in, monkeypatch):
 
 @pytest.fixture
 def shrunk_offsets(monkeypatch):
-    """int64_offsets at V = 64 and 60 requests on the CPU, the limit at 2^13 elements (request 22 on), as
-    tests/test_int64_offsets.py shrinks it."""
+    """int64_offsets at V = 64 on the CPU, the 2^31 case's limit at 2^13 elements (tests/shrunk_offsets.py)."""
     from specverify.checks import offsets
-    for name, value in dict(VOCAB=64, REQUESTS=60, PAST=2 ** 13, FIRST=4, LAST=6, DEVICE="cpu").items():
-        monkeypatch.setattr(offsets, name, value)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 40, 1 << 40))
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 << 30)
-    return offsets, replace(PROFILE, device="cuda")
+    from shrunk_offsets import shrink
+    return offsets, shrink(monkeypatch, PROFILE)
 
 
 def _faulting_past(limit, fn):
@@ -263,12 +257,17 @@ def test_v1_rows_past_2_31_fault_as_the_declared_deviation_and_only_after_the_co
     original = module.recovered
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "sample_recovered_tokens_kernel",
-                      module.Kernel(_faulting_past(lambda: offsets.PAST, original)))
+                      module.Kernel(_faulting_past(lambda: offsets.PAST["rows_past_2_31"], original)))
         result = run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
+    assert result.status == KNOWN and result.deviation == adapter.INT32_ROWS, result.line()
+    with pytest.MonkeyPatch.context() as patch:   # the 2^32 case: its control, past 2^31, meets the same fault
+        patch.setattr(module, "sample_recovered_tokens_kernel",
+                      module.Kernel(_faulting_past(lambda: offsets.PAST["rows_past_2_31"], original)))
+        result = run_check(adapter.v1(), "int64_offsets", "rows_past_2_32", profile, reproducer=False)
     assert result.status == KNOWN and result.deviation == adapter.INT32_ROWS, result.line()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "sample_recovered_tokens_kernel",
-                      module.Kernel(_faulting_past(lambda: offsets.PAST // 4, original)))
+                      module.Kernel(_faulting_past(lambda: offsets.PAST["rows_past_2_31"] // 4, original)))
         result = run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
     assert result.status == FAIL and result.message.startswith("the control fails"), result.line()
     assert run_check(adapter.v1(), "int64_offsets", "rows_past_2_31", profile).status == PASS
@@ -280,7 +279,7 @@ def test_mrv2_rows_past_2_31_fault_as_the_declared_deviation(stand_in, shrunk_of
     offsets, profile = shrunk_offsets
     module = sys.modules["vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "rejection_sample", _faulting_past(lambda: offsets.PAST, module.rejection_sample))
+        patch.setattr(module, "rejection_sample", _faulting_past(lambda: offsets.PAST["rows_past_2_31"], module.rejection_sample))
         result = run_check(VllmMrv2(), "int64_offsets", "rows_past_2_31", profile, reproducer=False)
     assert result.status == KNOWN, result.line()
     assert result.deviation == importlib.import_module("specverify.adapters.vllm_mrv2").INT32_ROWS

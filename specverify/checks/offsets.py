@@ -1,4 +1,4 @@
-"""SPEC 4.12: a batch whose logits hold more than 2^31 elements, on a CUDA device.
+"""SPEC 4.12: a batch whose logits hold more than 2^31 (or 2^32) elements, on a CUDA device.
 
     rows_past_2_31   1,800 requests of five drafts at V = 262,144: 10,800 rows of float32 logits (11.3 GB), the
                      rows from the 8,193rd (request 1,366) on past 2^31 elements, and the 9,000 draft rows
@@ -6,6 +6,9 @@
                      target_probs, crosses it there). Each request's logits are -inf but at four ids of its
                      own, its drafts among them or (every third request's last draft) outside, a third of
                      the requests greedy and, where the backend declares filters, every other one filtered.
+    rows_past_2_32   the same at 3,440 requests: 20,640 rows (21.6 GB), past 2^32 elements from request 2,731
+                     and in the 17,200 draft rows alone from request 3,277, where an unsigned 32-bit offset
+                     (uint32_t row * d, the CUDA kernels' habit) wraps; its control lies past 2^31.
 
 Every request must emit tokens of its own support: a row read at an offset that wrapped in 32 bits gives another
 request's ids (or an illegal address). The first requests, the first ones past 2^31 elements in either layout and
@@ -13,8 +16,8 @@ the last ones are compared with the reference under shared noise where the path 
 Philox stream), and with their supports otherwise. Each declared rule runs (standard, block, and tree with every
 request a chain).
 
-The first call is a control: the batch's first 1,365 requests, every row under 2^31 elements, by the first rule and
-path. A backend that fails there fails for another reason than its offsets, and the message says so; one that passes
+The first call is a control: the batch's first requests whose rows lie under the case's limit (1,365 and 2,730),
+by the first rule and path. A backend that fails there fails for another reason than its offsets, and the message says so; one that passes
 there and fails (or raises) on the whole batch is told that the size decides.
 """
 
@@ -28,28 +31,30 @@ from specverify.checks.runner import CheckFailure, Context, Needs, NotApplicable
 from specverify.checks.structural import support_problems
 from specverify.checks.tree_cases import chains_as_trees
 
-OFFSET_CASES = ("rows_past_2_31",)
+OFFSET_CASES = ("rows_past_2_31", "rows_past_2_32")
 OFFSET_NEEDS = Needs(noise="any")
 VOCAB = 262_144
 DRAFTS = 5
-REQUESTS = 1_800
 SUPPORT = 4                       # ids of each request's own support
-PAST = 2 ** 31                    # elements: the first row past it is row PAST // VOCAB = 8,192
+# each case's limit in elements (the first row past 2^31 is row 8,192, past 2^32 row 16,384) and its requests:
+# about 160 past the limit in the draft rows alone
+PAST = {"rows_past_2_31": 2 ** 31, "rows_past_2_32": 2 ** 32}
+REQUESTS = {"rows_past_2_31": 1_800, "rows_past_2_32": 3_440}
 DEVICE = "cuda"                   # where the batch is built (a test builds a small one on the CPU)
 FIRST = 8                         # the first requests, compared too, and as many just past 2^31 elements
 LAST = 32                         # the last requests, compared
 
 
-def needed_bytes() -> int:
-    """Bytes the check needs free: the logits twice (the caller's and the guard's private copy) and as much again
-    for a backend's own copies of the rows, the injected exponentials twice."""
-    return 4 * (REQUESTS * (DRAFTS + 1) * VOCAB * 4) + 2 * (REQUESTS * VOCAB * 4)
+def needed_bytes(requests: int) -> int:
+    """Bytes a batch of ``requests`` needs free: the logits twice (the caller's and the guard's private copy) and as
+    much again for a backend's own copies of the rows, the injected exponentials twice."""
+    return 4 * (requests * (DRAFTS + 1) * VOCAB * 4) + 2 * (requests * VOCAB * 4)
 
 
-def offsets_batch(device: str, filters: bool, seed: int = 0) -> tuple[SpecBatch, torch.Tensor]:
+def offsets_batch(device: str, filters: bool, requests: int, seed: int = 0) -> tuple[SpecBatch, torch.Tensor]:
     """(the batch, [B, SUPPORT] int64 each request's support ids), built on ``device``."""
     g = torch.Generator().manual_seed(seed)
-    B, R = REQUESTS, REQUESTS * (DRAFTS + 1)
+    B, R = requests, requests * (DRAFTS + 1)
     k = torch.full((B,), DRAFTS, dtype=torch.int64)
     # each request's ids: SUPPORT consecutive ids at its own place in the vocabulary, no two requests sharing one
     start = (torch.arange(B, dtype=torch.int64) * 145) % (VOCAB - SUPPORT)
@@ -99,37 +104,38 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
                             "only (the nightly GPU profile)")
     if not torch.cuda.is_available():
         raise NotApplicable("profile device is cuda but torch.cuda.is_available() is False in this process")
+    limit, requests = PAST[case], REQUESTS[case]
     free, total = torch.cuda.mem_get_info()
-    if free < needed_bytes():
+    if free < needed_bytes(requests):
         raise NotApplicable(f"the GPU has {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f}; the case needs "
-                            f"{needed_bytes() / 2 ** 30:.1f} GiB")
+                            f"{needed_bytes(requests) / 2 ** 30:.1f} GiB")
     if not paths(ctx):
         raise NotApplicable("backend declares neither injected noise nor seeds: its calls cannot be made")
     caps = ctx.backend.capabilities
     torch.cuda.reset_peak_memory_stats()        # the message gives the peak: whether a smaller GPU holds the case
-    batch, support = offsets_batch(DEVICE, caps.target_filters)
-    past = [b for b in range(REQUESTS) if b * (DRAFTS + 1) * VOCAB >= PAST]
-    past_drafts = [b for b in range(REQUESTS) if b * DRAFTS * VOCAB >= PAST]
+    batch, support = offsets_batch(DEVICE, caps.target_filters, requests)
+    past = [b for b in range(requests) if b * (DRAFTS + 1) * VOCAB >= limit]
+    past_drafts = [b for b in range(requests) if b * DRAFTS * VOCAB >= limit]
     compared = torch.tensor(sorted(set(range(FIRST)) | set(past[:FIRST]) | set(past_drafts[:FIRST])
                                    | set(past[-LAST:])), dtype=torch.int64)
     noise = _noise(batch, 1) if "injected" in caps.noise else None
-    seeds = torch.arange(REQUESTS, dtype=torch.int64) * 7919 + 11
+    seeds = torch.arange(requests, dtype=torch.int64) * 7919 + 11
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
-    under = PAST // ((DRAFTS + 1) * VOCAB)
+    under = limit // ((DRAFTS + 1) * VOCAB)
     control = (f"the {methods[0]} rule on {paths(ctx)[0]} noise at requests 0-{under - 1} ({under * (DRAFTS + 1):,} "
-               f"rows, every one under {PAST:,} elements)")
+               f"rows, every one under {limit:,} elements)")
     passed = False
     try:
         _call(ctx, *_first_requests(batch, noise, under, methods[0]), methods[0], paths(ctx)[0], seeds[:under],
-              support, compared[compared < under], f"every row under {PAST:,} elements")
+              support, compared[compared < under], f"every row under {limit:,} elements")
         ctx.result.samples += under
         passed = True
         for method in methods:
             given = chains_as_trees(batch) if method == "tree" else batch
             for path in paths(ctx):
                 _call(ctx, given, noise, method, path, seeds, support, compared,
-                      f"requests {past[0]} on lie past {PAST:,} elements")
-                ctx.result.samples += REQUESTS
+                      f"requests {past[0]} on lie past {limit:,} elements")
+                ctx.result.samples += requests
     except BaseException as e:
         # the calls hold 11 GB of logits: a reproducer of one would copy them to the host and save them, and no
         # sub-batch fails as the whole does (it is the size that fails). Replay re-runs the check instead.
@@ -141,11 +147,12 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
             f"the call raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         if passed:
             raise CheckFailure(f"{what}; the control passed first: {control}") from e
-        raise CheckFailure(f"the control fails, so something other than the size does: {control}: {what}") from e
+        raise CheckFailure(f"the control fails, so something other than passing {limit:,} elements does: {control}: "
+                           f"{what}") from e
     ctx.result.message = (f"{len(methods)} rule(s) x {len(paths(ctx))} path(s) at {batch.target_logits.numel():,} "
-                          f"logits; requests {past[0]}-{REQUESTS - 1} lie past {PAST:,} elements; first the "
+                          f"logits; requests {past[0]}-{requests - 1} lie past {limit:,} elements; first the "
                           f"control: {control}; peak {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB allocated "
-                          f"on the GPU (the case asks {needed_bytes() / 2 ** 30:.1f} GiB free)")
+                          f"on the GPU (the case asks {needed_bytes(requests) / 2 ** 30:.1f} GiB free)")
 
 
 def _first_requests(batch: SpecBatch, noise: Noise | None, n: int, method: str) -> tuple[SpecBatch, Noise | None]:

@@ -140,6 +140,9 @@ _ALL = [
              DIFF + ("acceptance_rate", "token_distribution")),
     Mutant(samplers.RowOffsetsInInt32.name, samplers.RowOffsetsInInt32, "logits row offsets computed in 32 bits "
            "(row * V wraps past 2^31 elements: another row read)", "classic", ("int64_offsets",), requires="cuda"),
+    Mutant(samplers.RowOffsetsInUint32.name, samplers.RowOffsetsInUint32, "logits row offsets computed in unsigned "
+           "32 bits (row * V wraps past 2^32 elements only)", "classic", ("int64_offsets",),
+           cases=("rows_past_2_32",), requires="cuda"),
     # imported lazily: the Triton module compiles nothing at import, but keeps the zoo importable without it
     Mutant("stale_draft_probs_graph", lambda: _graph_mutant(), "draft probabilities not written during CUDA-graph "
            "replay (stale state in the captured graph)", "004", ("cuda_graphs",), kind="graph", requires="cuda",

@@ -316,19 +316,29 @@ class RowOffsetsInInt32(CpuBackend):
 
     name = "row_offsets_in_int32"
     offset_bits = 32
+    signed = True
 
     def _sample(self, batch, **kwargs):
         logits = batch.target_logits
         rows, V = logits.shape
         wrap = 1 << self.offset_bits
         start = torch.arange(rows, dtype=torch.int64, device=logits.device) * V
-        start = (start + wrap // 2) % wrap - wrap // 2          # the 32-bit product, signed
+        shift = wrap // 2 if self.signed else 0
+        start = (start + shift) % wrap - shift          # the 32-bit product, signed or not
         start = (start % logits.numel()).clamp(max=logits.numel() - V)
         # every V-wide window of the buffer as a view: indexing it copies only the rows read
         read = logits.reshape(-1).unfold(0, V, 1)[start]
         fields = {f: getattr(batch, f) for f in FIELDS}
         fields["target_logits"] = read
         return super()._sample(SpecBatch.assembled(fields, batch.allow_nonfinite, valid=True), **kwargs)
+
+
+class RowOffsetsInUint32(RowOffsetsInInt32):
+    """The same offsets in unsigned 32-bit integers (classic in CUDA kernels: ``uint32_t`` block index times
+    ``uint32_t d``): they wrap past 2^32 elements, so a batch under 2^32 is read right."""
+
+    name = "row_offsets_in_uint32"
+    signed = False
 
 
 class SharedNoiseVector(CpuBackend):
