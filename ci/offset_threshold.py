@@ -28,8 +28,6 @@ LIBRARIES = ("/torch/", "/triton/", "/specverify/checks/", os.path.abspath(__fil
 def probe(spec, requests: int, path: str, device: str = "cuda", case: str = "rows_past_2_31") -> dict:
     """One call of the offsets batch at ``requests`` requests: {requests, rows, draft_rows, past, outcome, ...},
     ``past`` against ``case``'s limit. ``spec`` is what ``get_backend`` takes."""
-    import torch
-
     from specverify.registry import get_backend
 
     V, D, past = offsets.VOCAB, offsets.DRAFTS, offsets.PAST[case]
@@ -39,8 +37,7 @@ def probe(spec, requests: int, path: str, device: str = "cuda", case: str = "row
     batch, support = offsets.offsets_batch(device, False, requests)
     try:
         if path == "seeded":
-            out = backend(batch, seed=torch.arange(requests, dtype=torch.int64, device=device) * 7919 + 11,
-                          method="standard")
+            out = backend(batch, seed=offsets.request_seeds(requests, device), method="standard")
         else:
             out = backend(batch, noise=offsets._noise(batch, 1), method="standard")
         outside = offsets._own_support(out, support, (batch.temperature == 0).cpu())

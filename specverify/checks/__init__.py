@@ -106,8 +106,8 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
           "capture once, replay on fresh inputs: equal to eager and to the reference (CUDA only)",
           _always(GRAPH_NEEDS)),
     Check("int64_offsets", "structural", check_int64_offsets, OFFSET_CASES,
-          "logits past 2^31 elements (10,800 rows at V = 262,144): every request its own tokens, the rows past it "
-          "as the reference decides them (CUDA only)", _always(OFFSET_NEEDS)),
+          "logits past 2^31 and 2^32 elements (10,800 and 20,640 rows at V = 262,144): every request its own "
+          "tokens, the rows past the limit as the reference decides them (CUDA only)", _always(OFFSET_NEEDS)),
     Check("device_placement", "structural", check_device_placement, PLACEMENT_CASES,
           "outputs on the batch's device, work on the caller's stream of that device, nothing on another device "
           "(CUDA only; other_device needs 2 GPUs)", _always(PLACEMENT_NEEDS)),

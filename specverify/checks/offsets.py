@@ -86,6 +86,11 @@ def _noise(batch: SpecBatch, seed: int) -> Noise:
     return Noise(u, e)
 
 
+def request_seeds(requests: int, device: str = "cpu") -> torch.Tensor:
+    """[requests] int64: the seed of each request on the seeded path, one of its own."""
+    return torch.arange(requests, dtype=torch.int64, device=device) * 7919 + 11
+
+
 def _own_support(out: SpecOutput, support: torch.Tensor, greedy: torch.Tensor) -> list[str]:
     """Requests that emitted a token outside their own ids (an accepted draft outside is caught by the guard)."""
     ids, n = out.token_ids.cpu(), out.num_accepted.cpu()
@@ -99,12 +104,12 @@ def _own_support(out: SpecOutput, support: torch.Tensor, greedy: torch.Tensor) -
 
 
 def check_int64_offsets(ctx: Context, case: str) -> None:
+    limit, requests = PAST[case], REQUESTS[case]
     if ctx.profile.device != "cuda":
-        raise NotApplicable(f"profile device is {ctx.profile.device}: 11.3 GB of logits are built on a CUDA device "
-                            "only (the nightly GPU profile)")
+        raise NotApplicable(f"profile device is {ctx.profile.device}: {requests * (DRAFTS + 1) * VOCAB * 4 / 1e9:.1f} "
+                            "GB of logits are built on a CUDA device only (the nightly GPU profile)")
     if not torch.cuda.is_available():
         raise NotApplicable("profile device is cuda but torch.cuda.is_available() is False in this process")
-    limit, requests = PAST[case], REQUESTS[case]
     free, total = torch.cuda.mem_get_info()
     if free < needed_bytes(requests):
         raise NotApplicable(f"the GPU has {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f}; the case needs "
@@ -119,7 +124,7 @@ def check_int64_offsets(ctx: Context, case: str) -> None:
     compared = torch.tensor(sorted(set(range(FIRST)) | set(past[:FIRST]) | set(past_drafts[:FIRST])
                                    | set(past[-LAST:])), dtype=torch.int64)
     noise = _noise(batch, 1) if "injected" in caps.noise else None
-    seeds = torch.arange(requests, dtype=torch.int64) * 7919 + 11
+    seeds = request_seeds(requests)
     methods = [m for m in ("standard", "block", "tree") if m in caps.methods]
     under = limit // ((DRAFTS + 1) * VOCAB)
     control = (f"the {methods[0]} rule on {paths(ctx)[0]} noise at requests 0-{under - 1} ({under * (DRAFTS + 1):,} "
